@@ -1,0 +1,42 @@
+"""Train and evaluate: `python -m main --config configs/vit/digits.py --workdir runs/vit_digits`.
+
+Options: --config PATH[:ARG] (a file with get_config(arg)), --config.KEY=VALUE (any number), --workdir DIR.
+A user mistake prints one line `error: ...` and exits with status 2.
+"""
+
+import argparse
+import sys
+
+
+def parse_args(argv: list[str]):
+  """(config, workdir) from the command line; raises ConfigError on a bad key or value."""
+  from vit_jax_lab import config as config_lib
+  parser = argparse.ArgumentParser(prog='python -m main', description=__doc__.splitlines()[0])
+  parser.add_argument('--config', required=True, help='PATH[:ARG], a file defining get_config(arg)')
+  parser.add_argument('--workdir', required=True, help='checkpoints, metrics.jsonl, config.json, TensorBoard')
+  args, rest = parser.parse_known_args(argv)
+  config = config_lib.load(args.config)
+  for item in rest:
+    key, eq, value = item.partition('=')
+    if not key.startswith('--config.') or not eq:
+      raise config_lib.ConfigError(f'unrecognised argument {item!r}: overrides look like --config.data.batch_size=64')
+    config_lib.override(config, key[len('--config.'):], value)
+  return config, args.workdir
+
+
+def main(argv: list[str]) -> int:
+  from vit_jax_lab.config import ConfigError
+  try:
+    config, workdir = parse_args(argv)
+    from vit_jax_lab import parallel
+    parallel.initialize_distributed(config)  # Before anything touches a JAX backend.
+    from vit_jax_lab import train
+    train.train_and_evaluate(config, workdir)
+  except ConfigError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv[1:]))

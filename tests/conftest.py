@@ -1,0 +1,45 @@
+"""8 simulated CPU devices, a persistent compilation cache in a temp dir, the digits data built once."""
+
+import os
+import sys
+import tempfile
+
+import jax
+
+jax.config.update('jax_num_cpu_devices', 8)  # Before anything touches the backend.
+jax.config.update('jax_compilation_cache_dir', tempfile.mkdtemp(prefix='vit_jax_lab_cache_'))
+jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+
+import pytest  # noqa: E402
+import tensorflow_datasets as tfds  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from vit_jax_lab import config as config_lib  # noqa: E402
+from vit_jax_lab.data import builders  # noqa: E402
+
+
+@pytest.fixture(scope='session')
+def data_dir(tmp_path_factory) -> str:
+  path = str(tmp_path_factory.mktemp('tensorflow_datasets'))
+  builders.register('digits')
+  tfds.builder('digits', data_dir=path).download_and_prepare(
+      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+  return path
+
+
+@pytest.fixture
+def smoke_config(data_dir):
+  """configs/vit/digits.py:smoke reading the session's data_dir; call with overrides as keyword paths."""
+  def make(**overrides):
+    config = config_lib.load(os.path.join(ROOT, 'configs/vit/digits.py:smoke'))
+    config.data.data_dir = data_dir
+    for key, value in overrides.items():
+      node = config
+      *parents, leaf = key.split('__')
+      for p in parents:
+        node = node[p]
+      node[leaf] = value
+    return config
+  return make

@@ -1,0 +1,73 @@
+"""The command line: overrides reach the model; every user mistake is one line and exit status 2."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import main
+from vit_jax_lab import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, 'configs/vit/digits.py')
+
+
+def test_override_reaches_the_model(data_dir):
+  config, workdir = main.parse_args([
+      '--config', CONFIG, '--workdir', 'w', f'--config.data.data_dir={data_dir}', '--config.model.width=48',
+      '--config.model.num_heads=3', '--config.model.pool=tok', '--config.optim.lr=0.01'])
+  assert (workdir, config.model.width, config.optim.lr) == ('w', 48, 0.01)
+  params = train.setup(config).abstract_state.params
+  assert params['cls'].shape == (1, 1, 48)
+  assert params['encoder']['blocks'][0]['attn']['qkv']['kernel'].shape == (48, 144)
+
+
+@pytest.mark.parametrize('overrides, message', [
+    (['--config.model.widht=3'], "unknown config key 'model.widht': valid keys at model are"),
+    (['--config.data.batch_size=lots'], '--config.data.batch_size=lots: expected int'),
+    (['--config.data.batch_size=1.5'], '--config.data.batch_size=1.5: expected int'),
+    (['--config.model.patch_size=3'], 'model.patch_size=3 must divide the image size 8x8'),
+    (['--config.data.image_size=9'], 'model.patch_size=2 must divide the image size 9x9'),
+    (['--config.model.num_heads=5'], 'model.width=64 must be divisible by model.num_heads=5'),
+    (['--config.data.batch_size=100'], 'data.batch_size=100 must be divisible by the 8 batch shards'),
+    (['--config.data.eval_batch_size=60'], 'data.eval_batch_size=60 must be divisible by the 8 batch shards'),
+    (['--config.data.name=no_such_dataset'], "data.name='no_such_dataset' is not a TFDS dataset"),
+    (['--config.data.name=mnist'], "data.name='mnist' is not prepared in data.data_dir="),
+    (['--config.data.data_dir=/no/such/dir', '--config.data.name=mnist'], "data.data_dir='/no/such/dir' does not exist"),
+    (['--config.data.eval_split=validation'], "data.eval_split='validation' is not a split of digits"),
+    (['--config.model.name=resnet'], "model.name='resnet' is not one of vit"),
+    (['--config.model.variant=Q/16'], "model.variant='Q/16': expected SIZE[/PATCH]"),
+    (['--config.model.pool=max'], "model.pool='max' is not one of 'tok', 'gap'"),
+    (['--config.optim.name=lamb'], "optim.name='lamb' is not one of 'adamw', 'sgd'"),
+    (['--config.schedule.decay=step'], "schedule.decay='step' is not one of"),
+    (['--config.schedule.warmup_steps=5000'], 'schedule.warmup_steps=5000 must be between 0 and total_steps=1500'),
+    (['--config.mesh.fsdp=3'], "mesh: {'data': -1, 'fsdp': 3} does not fit 8 devices"),
+    (['--config.mesh.data=2'], "mesh: {'data': 2, 'fsdp': 1} uses 2 devices but there are 8"),
+    (['--config.task.label_smoothing=1.0'], 'task.label_smoothing=1.0 must be in [0, 1)'),
+    (['--config.data.shards=3'], 'data.batch_size=128 must be divisible by data.shards=3'),
+    (['--config.model=3'], '--config.model is a group'),
+    (['--batch_size=3'], "unrecognised argument '--batch_size=3'"),
+])
+def test_bad_config_is_one_line_and_exit_2(overrides, message, data_dir, tmp_path, capsys):
+  workdir = str(tmp_path / 'run')
+  argv = ['--config', CONFIG, '--workdir', workdir, f'--config.data.data_dir={data_dir}', *overrides]
+  assert main.main(argv) == 2
+  err = capsys.readouterr().err
+  assert err.startswith('error: ') and err.count('\n') == 1, err
+  assert message in err
+  assert not os.path.exists(os.path.join(workdir, 'checkpoints'))  # Failed before anything was built.
+
+
+def test_missing_config_file(capsys):
+  assert main.main(['--config', 'configs/vit/nope.py', '--workdir', 'w']) == 2
+  assert "no file 'configs/vit/nope.py'" in capsys.readouterr().err
+
+
+def test_real_process_exits_2_without_traceback(tmp_path):
+  result = subprocess.run(
+      [sys.executable, '-m', 'main', '--config', CONFIG, '--workdir', str(tmp_path), '--config.optim.lr=fast'],
+      cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1] == 'error: --config.optim.lr=fast: expected float'
+  assert 'Traceback' not in result.stderr

@@ -1,0 +1,224 @@
+"""Experiment configuration: every key, its default and its meaning, plus loading and validation.
+
+A config file in `configs/` defines `get_config(arg: str | None) -> ConfigDict`, starting from
+`base_config()` and changing what its experiment needs. The command line adds
+`--config path.py:arg` and `--config.some.key=value`. Every mistake is a `ConfigError` whose
+message names the key and what would be valid; `main` prints it as one line and exits with 2.
+"""
+
+import ast
+import importlib.util
+import inspect
+import os
+import types
+import typing
+from typing import Any, Callable
+
+import ml_collections
+from ml_collections import config_dict
+
+
+class ConfigError(ValueError):
+  """A user mistake in the config or the command line (printed as one line, exit status 2)."""
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """The keys every experiment has. `model` and `task` keys come from their constructors."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0  # Seeds initialisation, dropout, data order and augmentation.
+  c.total_steps = 1000  # Optimizer steps of the whole run (a rerun continues up to this).
+  c.log_every = 50  # Train metrics are averaged over and written every this many steps.
+  c.eval_every = 500  # Evaluate on the whole eval split every this many steps, and at the end.
+  c.checkpoint_every = 500  # Save a checkpoint every this many steps, and at the end.
+  c.keep = 3  # Checkpoints kept on disk (the newest ones).
+
+  c.model = ml_collections.ConfigDict()  # Filled by `model_config(name, ...)`.
+  c.task = ml_collections.ConfigDict()  # Filled by `task_config(name, ...)`.
+
+  c.data = ml_collections.ConfigDict()
+  c.data.name = 'digits'  # A TFDS dataset name: a built-in one (vit_jax_lab/data/builders) or any in data_dir.
+  c.data.data_dir = config_dict.placeholder(str)  # TFDS data_dir; None: TFDS's default (~/tensorflow_datasets).
+  c.data.train_split = 'train'  # TFDS split syntax, e.g. 'train[:90%]'.
+  c.data.eval_split = 'test'
+  c.data.batch_size = 128  # Global train batch, over all devices and hosts.
+  c.data.eval_batch_size = 256  # Global eval batch; the last one is padded and masked.
+  c.data.shuffle_buffer = 50_000  # Examples in the shuffle buffer (re-seeded every epoch).
+  c.data.cache = False  # Keep decoded examples in memory (for small datasets).
+  c.data.image_size = config_dict.placeholder(int)  # Resize images to this square size; None keeps theirs.
+  c.data.inception_crop = False  # Random-resized crop (Szegedy et al.) before resizing, for training.
+  c.data.crop_padding = 0  # Pad by this many pixels (edge-replicated) and take a random crop, for training.
+  c.data.flip = False  # Random horizontal flip, for training.
+  c.data.value_range = (-1.0, 1.0)  # Pixel values are scaled to this range.
+  c.data.shards = -1  # Input shards, each a disjoint part of the split with its own stream; -1: one per
+  # process. Fix it (to a multiple of the process count) to get the same batches on any host count.
+
+  c.optim = ml_collections.ConfigDict()
+  c.optim.name = 'adamw'  # 'adamw' or 'sgd' (with momentum).
+  c.optim.lr = 1e-3  # Peak learning rate, reached after warm-up.
+  c.optim.weight_decay = 1e-4  # Decoupled weight decay; never applied to biases, norms or position embeddings.
+  c.optim.b1 = 0.9  # Adam beta1.
+  c.optim.b2 = 0.999  # Adam beta2.
+  c.optim.eps = 1e-8  # Adam epsilon.
+  c.optim.momentum = 0.9  # SGD momentum.
+  c.optim.nesterov = False  # SGD Nesterov momentum.
+  c.optim.clip_norm = 1.0  # Clip gradients to this global norm; 0 turns clipping off.
+
+  c.schedule = ml_collections.ConfigDict()
+  c.schedule.warmup_steps = 100  # Linear warm-up from 0 to optim.lr.
+  c.schedule.decay = 'cosine'  # After warm-up: 'cosine', 'linear', 'rsqrt' or 'constant'.
+  c.schedule.end_factor = 0.0  # cosine/linear: the final learning rate as a fraction of optim.lr.
+  c.schedule.rsqrt_timescale = 10_000  # rsqrt: lr * sqrt(timescale / (timescale + steps after warm-up)).
+
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.data = -1  # Data-parallel axis size; -1: the devices left over by the other axes.
+  c.mesh.fsdp = 1  # Fully sharded data parallel: parameters and optimizer state are split over this axis.
+  c.mesh.fsdp_min_size = 2**14  # Arrays with fewer elements stay replicated under FSDP.
+
+  c.distributed = ml_collections.ConfigDict()  # Multi-host start-up; empty: detected from the environment.
+  c.distributed.coordinator_address = config_dict.placeholder(str)  # 'host:port' of process 0.
+  c.distributed.num_processes = config_dict.placeholder(int)
+  c.distributed.process_id = config_dict.placeholder(int)
+  return c
+
+
+def config_from_signature(fn: Callable[..., Any], name: str, skip: tuple[str, ...] = ()) -> ml_collections.ConfigDict:
+  """A ConfigDict with `name` plus every keyword argument of `fn` and its default.
+
+  Models and tasks document their hyperparameters once, in their constructors; this turns them into
+  config keys, so a typo in `--config.model.widht=...` is an unknown key, not a silent no-op.
+  """
+  cfg = ml_collections.ConfigDict({'name': name})
+  fn = fn.__init__ if isinstance(fn, type) else fn  # A module's metaclass hides its __init__ signature.
+  hints = typing.get_type_hints(fn)
+  for p in inspect.signature(fn).parameters.values():
+    if p.name in skip or p.name in ('self', 'rngs') or p.default is inspect.Parameter.empty:
+      continue
+    if p.default is None:
+      cfg[p.name] = config_dict.placeholder(_base_type(hints.get(p.name, str)))
+    else:
+      cfg[p.name] = p.default
+  return cfg
+
+
+def _base_type(hint: Any) -> type:
+  """`int | None` -> int, for typed placeholders."""
+  args = [a for a in typing.get_args(hint) if a is not type(None)]
+  if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
+    return _base_type(args[0])
+  return typing.get_origin(hint) or hint
+
+
+def load(spec: str) -> ml_collections.ConfigDict:
+  """Loads `path/to/config.py[:arg]` by calling its `get_config(arg)`."""
+  path, _, arg = spec.partition(':')
+  if not os.path.isfile(path):
+    raise ConfigError(f'--config: no file {path!r}; pass a config file such as configs/vit/digits.py')
+  module_spec = importlib.util.spec_from_file_location('_experiment_config', path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  if not hasattr(module, 'get_config'):
+    raise ConfigError(f'--config: {path} defines no get_config(arg)')
+  config = module.get_config(arg or None)
+  config.lock()
+  return config
+
+
+def override(config: ml_collections.ConfigDict, key: str, text: str) -> None:
+  """Sets `config.<key>` from command-line text, parsed to the key's existing type."""
+  parts = key.split('.')
+  node = config
+  for i, part in enumerate(parts):
+    if part not in node:
+      where = '.'.join(parts[:i]) or 'the top level'
+      raise ConfigError(f'unknown config key {key!r}: valid keys at {where} are {", ".join(sorted(node.keys()))}')
+    if i < len(parts) - 1:
+      node = node[part]
+      if not isinstance(node, ml_collections.ConfigDict):
+        raise ConfigError(f'unknown config key {key!r}: {".".join(parts[:i + 1])} has no sub-keys')
+  leaf = parts[-1]
+  if isinstance(node[leaf], ml_collections.ConfigDict):
+    raise ConfigError(f'--config.{key} is a group: set its keys, e.g. --config.{key}.{next(iter(node[leaf]))}=...')
+  field_type = node.get_type(leaf)
+  try:
+    node[leaf] = _parse(text, field_type)
+  except (TypeError, ValueError, SyntaxError) as e:
+    raise ConfigError(f'--config.{key}={text}: expected {field_type.__name__}') from e
+
+
+def _parse(text: str, field_type: type) -> Any:
+  if text.lower() in ('none', 'null'):
+    return None
+  if field_type is str:
+    return text
+  if field_type is bool:
+    if text.lower() not in ('true', 'false', '1', '0'):
+      raise ValueError(text)
+    return text.lower() in ('true', '1')
+  value = ast.literal_eval(text)
+  if field_type is float and isinstance(value, int):
+    value = float(value)
+  if field_type in (tuple, list) and isinstance(value, (tuple, list)):
+    value = field_type(value)
+  if not isinstance(value, field_type) or (field_type is int and isinstance(value, bool)):
+    raise TypeError(text)
+  return value
+
+
+def check(condition: bool, message: str) -> None:
+  if not condition:
+    raise ConfigError(message)
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Checks the values that need no devices and no data (the rest is checked where they are known)."""
+  for key in ('total_steps', 'log_every', 'eval_every', 'checkpoint_every', 'keep'):
+    check(config[key] > 0, f'{key}={config[key]} must be a positive integer')
+  d, o, s = config.data, config.optim, config.schedule
+  check(d.batch_size > 0, f'data.batch_size={d.batch_size} must be positive')
+  check(d.eval_batch_size > 0, f'data.eval_batch_size={d.eval_batch_size} must be positive')
+  check(d.image_size is None or d.image_size > 0, f'data.image_size={d.image_size} must be positive or None')
+  check(d.crop_padding >= 0, f'data.crop_padding={d.crop_padding} must be >= 0')
+  check(len(d.value_range) == 2 and d.value_range[0] < d.value_range[1],
+        f'data.value_range={d.value_range} must be (low, high) with low < high')
+  check(d.shards == -1 or d.shards > 0, f'data.shards={d.shards} must be -1 (one per process) or positive')
+  check(d.data_dir is None or os.path.isdir(d.data_dir) or d.name in _builtin_datasets(),
+        f'data.data_dir={d.data_dir!r} does not exist; point it at the folder holding prepared TFDS data')
+  check(o.name in ('adamw', 'sgd'), f"optim.name={o.name!r} is not one of 'adamw', 'sgd'")
+  check(o.lr > 0, f'optim.lr={o.lr} must be positive')
+  check(o.weight_decay >= 0, f'optim.weight_decay={o.weight_decay} must be >= 0')
+  check(o.clip_norm >= 0, f'optim.clip_norm={o.clip_norm} must be >= 0 (0 turns clipping off)')
+  check(s.decay in ('cosine', 'linear', 'rsqrt', 'constant'),
+        f"schedule.decay={s.decay!r} is not one of 'cosine', 'linear', 'rsqrt', 'constant'")
+  check(0 <= s.warmup_steps <= config.total_steps,
+        f'schedule.warmup_steps={s.warmup_steps} must be between 0 and total_steps={config.total_steps}')
+  check(0 <= s.end_factor <= 1, f'schedule.end_factor={s.end_factor} must be in [0, 1]')
+  sizes = {k: config.mesh[k] for k in ('data', 'fsdp')}
+  check(list(sizes.values()).count(-1) <= 1, f'mesh: at most one axis may be -1, got {sizes}')
+  check(all(v == -1 or v > 0 for v in sizes.values()), f'mesh: axis sizes must be positive or -1, got {sizes}')
+  dist = config.distributed
+  given = [dist.coordinator_address is not None, dist.num_processes is not None, dist.process_id is not None]
+  check(all(given) or not any(given),
+        'distributed: set coordinator_address, num_processes and process_id together, or none of them')
+
+
+def _builtin_datasets() -> tuple[str, ...]:
+  from vit_jax_lab.data import builders  # Imports TensorFlow only when validating data keys.
+  return tuple(builders.BUILTIN)
+
+
+def model_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
+  """`config.model`: the model's constructor keywords and defaults, with `overrides` applied."""
+  from vit_jax_lab import models
+  return _with_overrides(config_from_signature(models.get(name), name), overrides)
+
+
+def task_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
+  """`config.task`: the task's constructor keywords and defaults, with `overrides` applied."""
+  from vit_jax_lab import tasks
+  return _with_overrides(config_from_signature(tasks.get(name), name), overrides)
+
+
+def _with_overrides(cfg: ml_collections.ConfigDict, overrides: dict[str, Any]) -> ml_collections.ConfigDict:
+  cfg.lock()  # A misspelt keyword is an error here too.
+  cfg.update(overrides)
+  return cfg

@@ -1,0 +1,40 @@
+"""Optimizer and learning-rate schedule from `config.optim` and `config.schedule`."""
+
+import jax
+import jax.numpy as jnp
+import optax
+
+NO_DECAY = ('pos_embedding', 'cls')  # Besides every 1-D array (biases, norm scales).
+
+
+def schedule(config) -> optax.Schedule:
+  """Linear warm-up to optim.lr, then the configured decay over the remaining steps."""
+  s, lr = config.schedule, config.optim.lr
+  decay_steps = max(config.total_steps - s.warmup_steps, 1)
+  decay = {
+      'cosine': lambda: optax.cosine_decay_schedule(lr, decay_steps, alpha=s.end_factor),
+      'linear': lambda: optax.linear_schedule(lr, lr * s.end_factor, decay_steps),
+      'rsqrt': lambda: lambda t: lr * jnp.sqrt(s.rsqrt_timescale / (s.rsqrt_timescale + t)),
+      'constant': lambda: optax.constant_schedule(lr),
+  }[s.decay]()
+  if s.warmup_steps == 0:
+    return decay
+  return optax.join_schedules([optax.linear_schedule(0.0, lr, s.warmup_steps), decay], [s.warmup_steps])
+
+
+def decay_mask(params):
+  """True for the weights that get weight decay: matrices, not biases, norms or position embeddings."""
+  def decays(path, x):
+    names = {str(getattr(k, 'key', getattr(k, 'name', k))) for k in path}
+    return x.ndim > 1 and not names.intersection(NO_DECAY)
+  return jax.tree_util.tree_map_with_path(decays, params)
+
+
+def optimizer(config) -> optax.GradientTransformation:
+  o, lr = config.optim, schedule(config)
+  if o.name == 'adamw':
+    update = optax.adamw(lr, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay, mask=decay_mask)
+  else:  # sgd: weight decay added to the gradient, the classic form.
+    update = optax.chain(optax.add_decayed_weights(o.weight_decay, mask=decay_mask),
+                         optax.sgd(lr, momentum=o.momentum, nesterov=o.nesterov))
+  return optax.chain(optax.clip_by_global_norm(o.clip_norm), update) if o.clip_norm else update

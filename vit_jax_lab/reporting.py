@@ -1,0 +1,82 @@
+"""What a run tells its user: metrics.jsonl, TensorBoard, the console line, the parameter overview."""
+
+import collections
+import json
+import os
+import time
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+from clu import metric_writers
+
+
+class JsonlWriter(metric_writers.MetricWriter):
+  """`metrics.jsonl`: one JSON object per written step, e.g. {"step": 100, "train/loss": 0.41}."""
+
+  def __init__(self, path: str):
+    self.path = path
+
+  def truncate_after(self, step: int) -> None:
+    """Drops lines past `step`, written by a run that stopped before its next checkpoint."""
+    if not os.path.exists(self.path):
+      return
+    with open(self.path) as f:
+      lines = [line for line in f if json.loads(line)['step'] <= step]
+    with open(self.path, 'w') as f:
+      f.writelines(lines)
+
+  def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
+    with open(self.path, 'a') as f:
+      f.write(json.dumps({'step': int(step), **{k: float(v) for k, v in scalars.items()}}) + '\n')
+
+  def write_summaries(self, step, values, metadata=None): pass
+  def write_images(self, step, images): pass
+  def write_videos(self, step, videos): pass
+  def write_audios(self, step, audios, *, sample_rate): pass
+  def write_texts(self, step, texts): pass
+  def write_histograms(self, step, arrays, num_buckets=None): pass
+  def write_pointcloud(self, step, point_clouds, *, point_colors=None, configs=None): pass
+  def write_hparams(self, hparams): pass
+  def flush(self): pass
+  def close(self): pass
+
+
+def writer(workdir: str, start_step: int) -> metric_writers.MetricWriter:
+  """JSONL and TensorBoard on process 0; nothing on the others."""
+  if jax.process_index() != 0:
+    return metric_writers.MultiWriter([])
+  jsonl = JsonlWriter(os.path.join(workdir, 'metrics.jsonl'))
+  jsonl.truncate_after(start_step)
+  return metric_writers.MultiWriter([jsonl, metric_writers.SummaryWriter(os.path.join(workdir, 'tensorboard'))])
+
+
+def parameter_overview(params, depth: int = 2) -> str:
+  """Parameter count per module of an `nnx.State`, `depth` levels deep, and the total."""
+  counts = collections.Counter()
+  for path, x in jax.tree_util.tree_leaves_with_path(params.to_pure_dict()):
+    names = [str(k.key) for k in path]
+    counts['.'.join(names[:depth])] += int(np.prod(x.shape))
+  width = max(map(len, counts))
+  rows = [f'  {name:<{width}}  {n:>13,}' for name, n in counts.items()]
+  return '\n'.join(['parameters:', *rows, f'  {"total":<{width}}  {sum(counts.values()):>13,}'])
+
+
+class Progress:
+  """The console line: step, loss, steps/s, examples/s and the time left."""
+
+  def __init__(self, total_steps: int, batch_size: int, start_step: int):
+    self.total, self.batch = total_steps, batch_size
+    self.last_step, self.last_time = start_step, time.perf_counter()
+
+  def rate(self, step: int) -> float:
+    """Steps per second since the previous call."""
+    now = time.perf_counter()
+    rate = (step - self.last_step) / max(now - self.last_time, 1e-9)
+    self.last_step, self.last_time = step, now
+    return rate
+
+  def line(self, step: int, loss: float, steps_per_sec: float) -> str:
+    eta = (self.total - step) / max(steps_per_sec, 1e-9)
+    return (f'step {step:>{len(str(self.total))}}/{self.total}  loss {loss:.4f}  {steps_per_sec:.2f} steps/s  '
+            f'{steps_per_sec * self.batch:.0f} examples/s  ETA {time.strftime("%H:%M:%S", time.gmtime(eta))}')

@@ -1,0 +1,59 @@
+"""Classification: one label per example, softmax cross-entropy, top-1 accuracy."""
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from vit_jax_lab.config import ConfigError
+from vit_jax_lab.data import images
+
+Batch = dict[str, jax.Array]
+
+
+class Classification:
+  """Attributes:
+    label_smoothing: mass spread uniformly over all classes in the training targets.
+    mixup: alpha of the Beta distribution for mixup (Zhang et al. 2018); 0 turns it off. One mixing
+      weight per batch; each example is mixed with its neighbour in the global batch.
+  """
+
+  def __init__(self, *, label_smoothing: float = 0.0, mixup: float = 0.0):
+    if not 0.0 <= label_smoothing < 1.0:
+      raise ConfigError(f'task.label_smoothing={label_smoothing} must be in [0, 1)')
+    if mixup < 0.0:
+      raise ConfigError(f'task.mixup={mixup} must be >= 0 (0 turns it off)')
+    self.label_smoothing = label_smoothing
+    self.mixup = mixup
+
+  def model_kwargs(self, info: 'images.DatasetInfo') -> dict[str, Any]:
+    return dict(num_classes=info.num_classes, input_shape=info.input_shape)
+
+  def preprocess(self, data_config, info: 'images.DatasetInfo', train: bool) -> Callable:
+    return images.preprocess_fn(data_config, info, train)
+
+  def loss(self, model: nnx.Module, batch: Batch, rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Mean training loss over the batch, and metrics to log."""
+    x, labels = batch['image'], batch['label']
+    mix_rng, dropout_rng = jax.random.split(rng)
+    lam = jax.random.beta(mix_rng, self.mixup, self.mixup) if self.mixup > 0.0 else None
+    if lam is not None:
+      x = lam * x + (1.0 - lam) * jnp.roll(x, 1, axis=0)
+    logits = model(x, train=True, rngs=nnx.Rngs(dropout=dropout_rng))
+    targets = jax.nn.one_hot(labels, logits.shape[-1])
+    if lam is not None:
+      targets = lam * targets + (1.0 - lam) * jnp.roll(targets, 1, axis=0)
+    targets = optax.smooth_labels(targets, self.label_smoothing)
+    loss = optax.softmax_cross_entropy(logits.astype(jnp.float32), targets).mean()
+    accuracy = (logits.argmax(-1) == labels).mean()
+    return loss, {'loss': loss, 'accuracy': accuracy}
+
+  def eval_sums(self, model: nnx.Module, batch: Batch) -> dict[str, jax.Array]:
+    """Sums over the real (mask=1) examples; the trainer divides each by `count`."""
+    logits = model(batch['image'], train=False).astype(jnp.float32)
+    mask = batch['mask']
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch['label'])
+    correct = logits.argmax(-1) == batch['label']
+    return {'loss': (loss * mask).sum(), 'accuracy': (correct * mask).sum(), 'count': mask.sum()}

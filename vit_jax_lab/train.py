@@ -1,0 +1,224 @@
+"""The one training loop: config -> data -> sharded jit step -> eval -> checkpoint -> report.
+
+Everything a user can get wrong is checked in `setup`, before anything compiles. The loop itself
+works on `(graphdef, TrainState)`: the NNX model is split once, and the compiled step merges it
+inside, so the step is a pure function of (state, batch) with its buffers donated.
+"""
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+from jax.experimental import multihost_utils
+
+from vit_jax_lab import checkpoints, models, optim, parallel, reporting, tasks
+from vit_jax_lab import config as config_lib
+from vit_jax_lab.config import ConfigError, check
+from vit_jax_lab.data import pipeline
+from vit_jax_lab.data.images import DatasetInfo
+
+# Keys a resumed run may change: cadence, length, where data lives and how devices are laid out (the
+# mesh does not change results). Entries ending in '.' cover a whole group.
+RESUMABLE_CHANGES = ('total_steps', 'log_every', 'eval_every', 'checkpoint_every', 'keep', 'data.data_dir',
+                     'mesh.', 'distributed.')
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: nnx.State
+  opt_state: optax.OptState
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """Everything built from the config before the first compile."""
+  config: ml_collections.ConfigDict
+  mesh: jax.sharding.Mesh
+  task: Any
+  builder: Any  # The TFDS builder.
+  info: DatasetInfo
+  graphdef: nnx.GraphDef
+  tx: optax.GradientTransformation
+  abstract_state: TrainState  # ShapeDtypeStructs.
+  state_shardings: TrainState  # NamedShardings.
+
+
+def build_model(config: ml_collections.ConfigDict, task, info: DatasetInfo) -> nnx.Module:
+  return models.build(config.model, nnx.Rngs(params=jax.random.key(config.seed)), **task.model_kwargs(info))
+
+
+def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = None) -> Setup:
+  """Validates the config against the devices (default: all) and the data; builds the model abstractly."""
+  config_lib.validate(config)
+  mesh = parallel.make_mesh(config.mesh, devices)
+  shards = mesh.shape['data'] * mesh.shape['fsdp']
+  for key in ('batch_size', 'eval_batch_size'):
+    batch = config.data[key]
+    check(batch % shards == 0, f'data.{key}={batch} must be divisible by the {shards} batch shards '
+          f'(mesh data x fsdp = {mesh.shape["data"]} x {mesh.shape["fsdp"]})')
+    pipeline.shards(config.data, key)
+  task = tasks.build(config.task)
+  builder, info = pipeline.load(config.data)
+  tx = optim.optimizer(config)
+  graphdef, params = nnx.split(nnx.eval_shape(lambda: build_model(config, task, info)), nnx.Param)
+  abstract_state = TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=params,
+                              opt_state=jax.eval_shape(tx.init, params))
+  state_shardings = parallel.shardings(abstract_state, mesh, config.mesh.fsdp_min_size)
+  return Setup(config, mesh, task, builder, info, graphdef, tx, abstract_state, state_shardings)
+
+
+def init_state(s: Setup) -> TrainState:
+  """The initial state, created directly in its shardings (never whole on one device)."""
+  def init():
+    params = nnx.state(build_model(s.config, s.task, s.info), nnx.Param)
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=s.tx.init(params))
+  return jax.jit(init, out_shardings=s.state_shardings)()
+
+
+def make_train_step(s: Setup):
+  """(state, batch) -> (state, metrics), jit-compiled with donated state."""
+  lr_schedule = optim.schedule(s.config)
+  step_key = jax.random.fold_in(jax.random.key(s.config.seed), 1)
+
+  def train_step(state: TrainState, batch):
+    rng = jax.random.fold_in(step_key, state.step)
+
+    def loss_fn(params):
+      return s.task.loss(nnx.merge(s.graphdef, params), batch, rng)
+
+    (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    updates, opt_state = s.tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics |= {'lr': lr_schedule(state.step), 'grad_norm': optax.global_norm(grads)}
+    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+  batch_sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
+  return jax.jit(train_step, in_shardings=(s.state_shardings, batch_sharding),
+                 out_shardings=(s.state_shardings, None), donate_argnums=0)
+
+
+def make_eval_step(s: Setup):
+  """(params, batch) -> sums of the task's metrics over the batch's real examples."""
+  def eval_step(params, batch):
+    return s.task.eval_sums(nnx.merge(s.graphdef, params), batch)
+  batch_sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
+  return jax.jit(eval_step, in_shardings=(s.state_shardings.params, batch_sharding))
+
+
+def evaluate(s: Setup, eval_step, params) -> dict[str, float]:
+  """Task metrics over the whole eval split: sums over all batches divided by the example count."""
+  preprocess = s.task.preprocess(s.config.data, s.info, train=False)
+  batches = pipeline.eval_batches(s.builder, s.config.data, preprocess,
+                                  jax.sharding.NamedSharding(s.mesh, parallel.BATCH))
+  totals = None
+  for batch in batches:
+    sums = eval_step(params, batch)
+    totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+  sums = jax.device_get(totals)
+  count = sums.pop('count')
+  return {f'eval/{k}': float(v) / float(count) for k, v in sums.items()} | {'eval/examples': float(count)}
+
+
+def prepare_workdir(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Writes `config.json`; refuses a workdir whose earlier run used a different config."""
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, 'config.json')
+  resolved = config.to_dict()
+  if os.path.exists(path):
+    with open(path) as f:
+      saved = json.load(f)
+    new, old = _flatten(resolved), _flatten(saved)
+    changed = sorted(k for k in new.keys() | old.keys()
+                     if new.get(k) != old.get(k) and not k.startswith(RESUMABLE_CHANGES))
+    check(not changed, f'workdir {workdir} holds a run with a different config ({", ".join(changed)}); '
+          'use a new --workdir, or the same config to resume it')
+  if jax.process_count() > 1:  # Every process has read the old file before it is replaced.
+    multihost_utils.sync_global_devices('config checked')
+  if jax.process_index() == 0:
+    with open(path, 'w') as f:
+      json.dump(resolved, f, indent=2, sort_keys=True, default=list)
+
+
+def log(message: str) -> None:
+  """Prints on process 0 only."""
+  if jax.process_index() == 0:
+    print(message, flush=True)
+
+
+def _average(metrics: list[dict[str, jax.Array]], prefix: str) -> dict[str, float]:
+  host = jax.device_get(metrics)
+  return {prefix + k: float(np.mean([m[k] for m in host])) for k in host[0]}
+
+
+def _flatten(d: dict, prefix: str = '') -> dict[str, Any]:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out |= _flatten(v, f'{prefix}{k}.')
+    else:
+      out[f'{prefix}{k}'] = list(v) if isinstance(v, tuple) else v
+  return out
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
+  """Trains to `config.total_steps` (resuming from the latest checkpoint) and returns the last eval."""
+  s = setup(config)
+  prepare_workdir(config, workdir)
+  checkpointer = checkpoints.Checkpointer(workdir, every=config.checkpoint_every, keep=config.keep)
+  start = checkpointer.latest_step() or 0
+  if start >= config.total_steps:
+    log(f'{workdir}: the run is complete (checkpoint at step {start}, total_steps={config.total_steps})')
+    checkpointer.close()
+    return {}
+  if start:
+    state = checkpointer.restore(start, checkpoints.abstract(s.abstract_state, s.state_shardings))
+    log(f'resumed from step {start}')
+  else:
+    state = init_state(s)
+  log(reporting.parameter_overview(state.params))
+  log(f'mesh {dict(s.mesh.shape)}; parameters + optimizer state per device: '
+      f'{parallel.per_device_bytes(s.abstract_state, s.state_shardings) / 2**20:.1f} MiB')
+
+  batch_sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
+  preprocess = s.task.preprocess(config.data, s.info, train=True)
+  batches = pipeline.train_iterator(s.builder, config.data, preprocess, batch_sharding, seed=config.seed,
+                                    start_step=start)
+  train_step, eval_step = make_train_step(s), make_eval_step(s)
+  writer = reporting.writer(workdir, start)
+  progress = reporting.Progress(config.total_steps, config.data.batch_size, start)
+  pending, eval_metrics = [], {}
+  try:
+    for step in range(start + 1, config.total_steps + 1):
+      state, metrics = train_step(state, next(batches))
+      pending.append(metrics)
+      last = step == config.total_steps
+      if step % config.log_every == 0 or last:
+        logged = _average(pending, prefix='train/')
+        check(np.isfinite(logged['train/loss']), f'train loss is {logged["train/loss"]} at step {step}; '
+              'lower optim.lr or raise schedule.warmup_steps')
+        pending = []
+        logged['train/steps_per_sec'] = progress.rate(step)
+        writer.write_scalars(step, logged)
+        log(progress.line(step, logged['train/loss'], logged['train/steps_per_sec']))
+      if step % config.eval_every == 0 or last:
+        t0 = time.perf_counter()
+        eval_metrics = evaluate(s, eval_step, state.params)
+        writer.write_scalars(step, eval_metrics)
+        log(f'eval at step {step}: ' + '  '.join(f'{k} {v:.4f}' for k, v in eval_metrics.items()) +
+            f'  ({time.perf_counter() - t0:.1f}s)')
+        progress.rate(step)  # Eval time does not count against steps/s.
+      checkpointer.save(step, state, force=last)
+  finally:
+    writer.flush()
+    checkpointer.close()
+  return eval_metrics
