@@ -41,7 +41,7 @@ def test_override_reaches_the_model(data_dir):
     (['--config.model.pool=max'], "model.pool='max' is not one of 'tok', 'gap'"),
     (['--config.optim.name=lamb'], "optim.name='lamb' is not one of 'adamw', 'sgd'"),
     (['--config.schedule.decay=step'], "schedule.decay='step' is not one of"),
-    (['--config.schedule.warmup_steps=5000'], 'schedule.warmup_steps=5000 must be between 0 and total_steps=1500'),
+    (['--config.schedule.warmup_steps=5000'], 'schedule.warmup_steps=5000 must be between 0 and total_steps=1800'),
     (['--config.mesh.fsdp=3'], "mesh: {'data': -1, 'fsdp': 3} does not fit 8 devices"),
     (['--config.mesh.data=2'], "mesh: {'data': 2, 'fsdp': 1} uses 2 devices but there are 8"),
     (['--config.task.label_smoothing=1.0'], 'task.label_smoothing=1.0 must be in [0, 1)'),

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from vit_jax_lab import cost
 from vit_jax_lab.config import ConfigError
 from vit_jax_lab.models import layers, vit
 
@@ -24,11 +25,27 @@ def test_output_shape(variant, input_shape, num_classes, pool):
   assert abstract_logits(num_classes, input_shape, variant=variant, pool=pool).shape == (2, num_classes)
 
 
-@pytest.mark.parametrize('variant, params', [('Ti/16', 5_717_416), ('S/16', 22_050_664), ('B/16', 86_567_656),
-                                             ('B/32', 88_224_232), ('L/16', 304_326_632)])
-def test_parameter_count_matches_the_published_models(variant, params):
-  model = nnx.eval_shape(lambda: vit.ViT(1000, (224, 224, 3), variant=variant, rngs=nnx.Rngs(0)))
-  assert sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param))) == params
+PUBLISHED = {'Ti/16': (5_717_416, 1.25), 'S/16': (22_050_664, 4.60), 'B/16': (86_567_656, 17.56),
+             'B/32': (88_224_232, 4.41), 'L/16': (304_326_632, 61.55), 'L/32': (306_535_400, None),
+             'H/14': (632_045_800, 167.3)}
+
+
+@pytest.mark.parametrize('variant', PUBLISHED)
+def test_parameters_and_macs_match_the_published_models(variant):
+  params, gmacs = PUBLISHED[variant]
+  fn, args = cost.forward(lambda: vit.ViT(1000, (224, 224, 3), variant=variant, rngs=nnx.Rngs(0)), (224, 224, 3))
+  assert cost.param_count(args[0]) == params
+  if gmacs is not None:
+    assert abs(cost.matmul_macs(fn, *args) / 1e9 / gmacs - 1) < 0.03
+
+
+def test_macs_count_matmuls_exactly():
+  """A hand-counted case: one 3x4 @ 4x5 matmul inside a scan of length 2, and a 1x1 convolution."""
+  x, w = jnp.ones((3, 4)), jnp.ones((4, 5))
+  scanned = lambda x, w: jax.lax.scan(lambda c, _: (c, x @ w), 0.0, None, length=2)[1]
+  assert cost.matmul_macs(scanned, x, w) == 2 * 3 * 4 * 5
+  conv = lambda x, k: jax.lax.conv_general_dilated(x, k, (1, 1), 'VALID', dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+  assert cost.matmul_macs(conv, jnp.ones((2, 6, 6, 3)), jnp.ones((1, 1, 3, 8))) == 2 * 36 * 8 * 3
 
 
 def test_variant_string_and_overrides():
@@ -52,9 +69,9 @@ def test_token_layout():
 def test_patch_embedding_equals_strided_convolution():
   model = vit.ViT(10, (8, 8, 3), variant='mu/4', rngs=nnx.Rngs(0))
   images = jax.random.normal(jax.random.key(1), (2, 8, 8, 3))
-  conv = jax.lax.conv_general_dilated(images, model.embedding[...], (4, 4), 'VALID',
+  conv = jax.lax.conv_general_dilated(images, model.embedding.kernel[...], (4, 4), 'VALID',
                                       dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
-  np.testing.assert_allclose(model.embed(images), conv.reshape(2, 4, 64) + model.embedding_bias[...], atol=1e-5)
+  np.testing.assert_allclose(model.embedding(images), conv.reshape(2, 4, 64) + model.embedding.bias[...], atol=1e-5)
 
 
 def test_options_change_the_function():
@@ -63,7 +80,8 @@ def test_options_change_the_function():
   base = vit.ViT(10, (8, 8, 1), rngs=nnx.Rngs(0), **kwargs)
   logits = base(images)
   assert np.all(np.asarray(vit.ViT(10, (8, 8, 1), variant='mu/2', rngs=nnx.Rngs(0))(images)) == 0)  # Zero head.
-  for option in (dict(prenorm=False), dict(gelu_approximate=True), dict(pool='gap'), dict(posemb='sincos2d')):
+  for option in (dict(prenorm=False), dict(gelu_approximate=True), dict(pool='gap'), dict(pool='map'),
+                 dict(posemb='sincos2d'), dict(representation_size=16), dict(layernorm_epsilon=1e-2)):
     other = vit.ViT(10, (8, 8, 1), rngs=nnx.Rngs(0), **(kwargs | option))(images)
     assert not np.allclose(other, logits, atol=1e-4), option
   # Dropout and stochastic depth act in training only, and depend on the rngs given.
@@ -72,6 +90,28 @@ def test_options_change_the_function():
   b = base(images, train=True, rngs=nnx.Rngs(dropout=2))
   assert not np.allclose(a, logits) and not np.allclose(a, b)
   np.testing.assert_array_equal(a, base(images, train=True, rngs=nnx.Rngs(dropout=1)))
+
+
+def test_attention_dropout_path_equals_fused_attention():
+  """Attention dropout computes the weights explicitly; at rate 0 in training that equals the fused path."""
+  attn = layers.Attention(32, 4, dropout=0.0, rngs=nnx.Rngs(0))
+  x = jax.random.normal(jax.random.key(1), (2, 5, 32))
+  explicit = jnp.einsum('bhqk,bkhd->bqhd', attn.weights(x), attn._heads(x, None)[2]).reshape(2, 5, 32)
+  np.testing.assert_allclose(attn(x), attn.out(explicit), atol=1e-5)
+  attn.dropout.rate = 0.5
+  dropped = attn(x, train=True, rngs=nnx.Rngs(dropout=0))
+  assert not np.allclose(dropped, attn(x)) and np.allclose(attn(x, train=False), attn.out(explicit), atol=1e-5)
+  probs = attn.weights(x)
+  np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+  context = jax.random.normal(jax.random.key(2), (2, 7, 32))
+  assert attn(x, context).shape == (2, 5, 32) and attn.weights(x, context).shape == (2, 4, 5, 7)
+
+
+def test_attention_maps_one_per_block():
+  model = vit.ViT(10, (8, 8, 1), variant='mu/2', pool='tok', rngs=nnx.Rngs(0))
+  maps = model.attention_maps(jnp.ones((3, 8, 8, 1)))
+  assert len(maps) == 4 and maps[0].shape == (3, 4, 17, 17)
+  np.testing.assert_allclose(maps[-1].sum(-1), 1.0, rtol=1e-5)
 
 
 def test_stochastic_depth_rises_linearly():

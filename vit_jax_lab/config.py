@@ -31,6 +31,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval_every = 500  # Evaluate on the whole eval split every this many steps, and at the end.
   c.checkpoint_every = 500  # Save a checkpoint every this many steps, and at the end.
   c.keep = 3  # Checkpoints kept on disk (the newest ones).
+  c.init_from = config_dict.placeholder(str)  # Start from these weights: a published .npz, or one of our
+  # workdirs / checkpoints/<step> folders. Heads and position embeddings are adapted to the model. A run
+  # that has its own checkpoint resumes from that instead.
+  c.accum_steps = 1  # Split each batch into this many micro-batches and sum their gradients (less memory).
 
   c.model = ml_collections.ConfigDict()  # Filled by `model_config(name, ...)`.
   c.task = ml_collections.ConfigDict()  # Filled by `task_config(name, ...)`.
@@ -173,6 +177,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   """Checks the values that need no devices and no data (the rest is checked where they are known)."""
   for key in ('total_steps', 'log_every', 'eval_every', 'checkpoint_every', 'keep'):
     check(config[key] > 0, f'{key}={config[key]} must be a positive integer')
+  check(config.accum_steps > 0, f'accum_steps={config.accum_steps} must be a positive integer')
+  check(config.init_from is None or os.path.exists(config.init_from),
+        f'init_from={config.init_from!r} does not exist; give a .npz file or a workdir')
   d, o, s = config.data, config.optim, config.schedule
   check(d.batch_size > 0, f'data.batch_size={d.batch_size} must be positive')
   check(d.eval_batch_size > 0, f'data.eval_batch_size={d.eval_batch_size} must be positive')

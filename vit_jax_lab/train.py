@@ -67,6 +67,9 @@ def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = 
     check(batch % shards == 0, f'data.{key}={batch} must be divisible by the {shards} batch shards '
           f'(mesh data x fsdp = {mesh.shape["data"]} x {mesh.shape["fsdp"]})')
     pipeline.shards(config.data, key)
+  check(config.data.batch_size % (shards * config.accum_steps) == 0,
+        f'data.batch_size={config.data.batch_size} must be divisible by accum_steps={config.accum_steps} '
+        f'x {shards} batch shards')
   task = tasks.build(config.task)
   builder, info = pipeline.load(config.data)
   tx = optim.optimizer(config)
@@ -78,25 +81,51 @@ def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = 
 
 
 def init_state(s: Setup) -> TrainState:
-  """The initial state, created directly in its shardings (never whole on one device)."""
-  def init():
-    params = nnx.state(build_model(s.config, s.task, s.info), nnx.Param)
+  """The initial state, created directly in its shardings (never whole on one device), with the
+  weights of `config.init_from` when it is set."""
+  def fresh(params):
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=s.tx.init(params))
-  return jax.jit(init, out_shardings=s.state_shardings)()
+
+  state = jax.jit(lambda: fresh(nnx.state(build_model(s.config, s.task, s.info), nnx.Param)),
+                  out_shardings=s.state_shardings)()
+  path = s.config.init_from
+  if path is None:
+    return state
+  source = checkpoints.read_npz(path) if path.endswith('.npz') else checkpoints.read_params(path)
+  model = nnx.merge(s.graphdef, s.abstract_state.params)
+  loaded, notes = model.load_pretrained(source, jax.device_get(state.params.to_pure_dict()))
+  log(f'init_from {path}' + ''.join(f'\n  {note}' for note in notes))
+  params = state.params
+  params.replace_by_pure_dict(loaded)
+  return jax.jit(fresh, out_shardings=s.state_shardings)(params)
 
 
 def make_train_step(s: Setup):
   """(state, batch) -> (state, metrics), jit-compiled with donated state."""
   lr_schedule = optim.schedule(s.config)
   step_key = jax.random.fold_in(jax.random.key(s.config.seed), 1)
+  k = s.config.accum_steps
+
+  def metrics_and_grads(params, batch, rng):
+    loss_fn = lambda p: s.task.loss(nnx.merge(s.graphdef, p), batch, rng)
+    (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    return metrics, grads
 
   def train_step(state: TrainState, batch):
     rng = jax.random.fold_in(step_key, state.step)
+    if k == 1:
+      metrics, grads = metrics_and_grads(state.params, batch, rng)
+    else:  # Micro-batch i is rows i, i + k, ...: every device keeps its own rows.
+      micro = jax.tree.map(lambda x: x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1), batch)
 
-    def loss_fn(params):
-      return s.task.loss(nnx.merge(s.graphdef, params), batch, rng)
+      def accumulate(total, i):
+        mb = jax.tree.map(lambda x: x[i], micro)
+        return jax.tree.map(jnp.add, total, metrics_and_grads(state.params, mb, jax.random.fold_in(rng, i))), None
 
-    (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+      zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(
+          metrics_and_grads, state.params, jax.tree.map(lambda x: x[0], micro), rng))
+      total, _ = jax.lax.scan(accumulate, zeros, jnp.arange(k))
+      metrics, grads = jax.tree.map(lambda x: x / k, total)
     updates, opt_state = s.tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics |= {'lr': lr_schedule(state.step), 'grad_norm': optax.global_norm(grads)}

@@ -9,17 +9,17 @@ from vit_jax_lab import config as config_lib
 
 def get_config(arg: str | None = None):
   c = config_lib.base_config()
-  c.model = config_lib.model_config('vit', variant='mu/2', pool='gap')
+  c.model = config_lib.model_config('vit', variant='mu/2', pool='gap', dropout=0.1)
   c.task = config_lib.task_config('classification', label_smoothing=0.1)
   c.data.name = 'digits'
   c.data.batch_size = 128
   c.data.eval_batch_size = 360
   c.data.crop_padding = 1
   c.data.cache = True
-  c.total_steps = 1500
+  c.total_steps = 1800
   c.log_every = 100
-  c.eval_every = 500
-  c.checkpoint_every = 500
+  c.eval_every = 600
+  c.checkpoint_every = 600
   c.optim.lr = 2e-3
   c.optim.weight_decay = 0.05
   c.schedule.warmup_steps = 100

@@ -42,19 +42,47 @@ class Dropout(nnx.Module):
     return jnp.where(keep, x / (1.0 - self.rate), 0.0)
 
 
-class SelfAttention(nnx.Module):
-  """Multi-head self-attention through `jax.nn.dot_product_attention` (fused qkv projection)."""
+class Attention(nnx.Module):
+  """Multi-head dot-product attention with one fused query/key/value projection.
 
-  def __init__(self, width: int, num_heads: int, *, rngs: nnx.Rngs):
+  Self-attention by default; with `context`, queries come from `x` and keys/values from `context`
+  (the same weights, sliced). Uses `jax.nn.dot_product_attention` except when attention dropout is
+  active, which needs the weights explicitly.
+  """
+
+  def __init__(self, width: int, num_heads: int, *, dropout: float = 0.0, rngs: nnx.Rngs):
     self.num_heads = num_heads
     self.qkv = nnx.Linear(width, 3 * width, kernel_init=xavier, rngs=rngs)
     self.out = nnx.Linear(width, width, kernel_init=xavier, rngs=rngs)
+    self.dropout = Dropout(dropout)
 
-  def __call__(self, x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
-    b, t, d = x.shape
-    q, k, v = jnp.split(self.qkv(x).reshape(b, t, 3 * self.num_heads, d // self.num_heads), 3, axis=2)
-    y = jax.nn.dot_product_attention(q, k, v, mask=mask)
-    return self.out(y.reshape(b, t, d))
+  def _heads(self, x: jax.Array, context: jax.Array | None) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Queries, keys and values as (batch, tokens, heads, head_dim)."""
+    d = x.shape[-1]
+    split = lambda y: y.reshape(*y.shape[:-1], -1, self.num_heads, d // self.num_heads)
+    if context is None:
+      q, k, v = jnp.unstack(split(self.qkv(x)), axis=-3)
+    else:
+      w, b = self.qkv.kernel[...], self.qkv.bias[...]
+      q = split(x @ w[:, :d] + b[:d])[..., 0, :, :]
+      k, v = jnp.unstack(split(context @ w[:, d:] + b[d:]), axis=-3)
+    return q, k, v
+
+  def weights(self, x: jax.Array, context: jax.Array | None = None) -> jax.Array:
+    """Attention probabilities (batch, heads, queries, keys)."""
+    q, k, _ = self._heads(x, context)
+    logits = jnp.einsum('bqhd,bkhd->bhqk', q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+    return jax.nn.softmax(logits, axis=-1)
+
+  def __call__(self, x: jax.Array, context: jax.Array | None = None, *, train: bool = False,
+               rngs: nnx.Rngs | None = None) -> jax.Array:
+    q, k, v = self._heads(x, context)
+    if train and self.dropout.rate > 0.0:
+      probs = self.dropout(self.weights(x, context), train=train, rngs=rngs)
+      y = jnp.einsum('bhqk,bkhd->bqhd', probs, v)
+    else:
+      y = jax.nn.dot_product_attention(q, k, v)
+    return self.out(y.reshape(*x.shape[:-1], -1))
 
 
 class Mlp(nnx.Module):
@@ -75,11 +103,11 @@ class Mlp(nnx.Module):
 class EncoderBlock(nnx.Module):
   """Self-attention and MLP, each in a residual branch; LayerNorm before (pre-norm) or after them."""
 
-  def __init__(self, width: int, mlp_dim: int, num_heads: int, *, dropout: float, drop_path: float,
-               prenorm: bool, gelu_approximate: bool, layernorm_epsilon: float, rngs: nnx.Rngs):
+  def __init__(self, width: int, mlp_dim: int, num_heads: int, *, dropout: float, attention_dropout: float,
+               drop_path: float, prenorm: bool, gelu_approximate: bool, layernorm_epsilon: float, rngs: nnx.Rngs):
     self.prenorm = prenorm
     self.norm1 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
-    self.attn = SelfAttention(width, num_heads, rngs=rngs)
+    self.attn = Attention(width, num_heads, dropout=attention_dropout, rngs=rngs)
     self.norm2 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
     self.mlp = Mlp(width, mlp_dim, dropout=dropout, gelu_approximate=gelu_approximate, rngs=rngs)
     self.dropout = Dropout(dropout)
@@ -89,22 +117,29 @@ class EncoderBlock(nnx.Module):
     def branch(y, fn):
       return self.drop_path(self.dropout(fn(y), train=train, rngs=rngs), train=train, rngs=rngs)
 
+    attn = lambda y: self.attn(y, train=train, rngs=rngs)
+    mlp = lambda y: self.mlp(y, train=train, rngs=rngs)
     if self.prenorm:
-      x = x + branch(self.norm1(x), self.attn)
-      return x + branch(self.norm2(x), lambda y: self.mlp(y, train=train, rngs=rngs))
-    x = self.norm1(x + branch(x, self.attn))
-    return self.norm2(x + branch(x, lambda y: self.mlp(y, train=train, rngs=rngs)))
+      x = x + branch(self.norm1(x), attn)
+      return x + branch(self.norm2(x), mlp)
+    x = self.norm1(x + branch(x, attn))
+    return self.norm2(x + branch(x, mlp))
+
+  def attention_weights(self, x: jax.Array) -> jax.Array:
+    """This block's attention probabilities for input tokens `x` (batch, heads, tokens, tokens)."""
+    return self.attn.weights(self.norm1(x) if self.prenorm else x)
 
 
 class Encoder(nnx.Module):
   """A stack of encoder blocks; stochastic depth rises linearly from 0 to `drop_path` with depth."""
 
-  def __init__(self, depth: int, width: int, mlp_dim: int, num_heads: int, *, dropout: float, drop_path: float,
-               prenorm: bool, gelu_approximate: bool, layernorm_epsilon: float, rngs: nnx.Rngs):
+  def __init__(self, depth: int, width: int, mlp_dim: int, num_heads: int, *, dropout: float,
+               attention_dropout: float, drop_path: float, prenorm: bool, gelu_approximate: bool,
+               layernorm_epsilon: float, rngs: nnx.Rngs):
     self.blocks = nnx.List([
-        EncoderBlock(width, mlp_dim, num_heads, dropout=dropout, drop_path=drop_path * i / max(depth - 1, 1),
-                     prenorm=prenorm, gelu_approximate=gelu_approximate, layernorm_epsilon=layernorm_epsilon,
-                     rngs=rngs)
+        EncoderBlock(width, mlp_dim, num_heads, dropout=dropout, attention_dropout=attention_dropout,
+                     drop_path=drop_path * i / max(depth - 1, 1), prenorm=prenorm,
+                     gelu_approximate=gelu_approximate, layernorm_epsilon=layernorm_epsilon, rngs=rngs)
         for i in range(depth)])
     # Pre-norm stacks end with a LayerNorm; post-norm blocks already end with one.
     self.norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs) if prenorm else None
@@ -113,3 +148,20 @@ class Encoder(nnx.Module):
     for block in self.blocks:
       x = block(x, train=train, rngs=rngs)
     return self.norm(x) if self.norm is not None else x
+
+
+class MAPHead(nnx.Module):
+  """Multi-head attention pooling: a learned probe attends over the tokens, then a residual MLP
+  (Lee et al. 2019; big_vision's MAPHead)."""
+
+  def __init__(self, width: int, mlp_dim: int, num_heads: int, *, gelu_approximate: bool,
+               layernorm_epsilon: float, rngs: nnx.Rngs):
+    self.probe = nnx.Param(xavier(rngs.params(), (1, 1, width)))
+    self.attn = Attention(width, num_heads, rngs=rngs)
+    self.norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
+    self.mlp = Mlp(width, mlp_dim, dropout=0.0, gelu_approximate=gelu_approximate, rngs=rngs)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    probe = jnp.broadcast_to(self.probe[...], (x.shape[0], 1, x.shape[-1]))
+    y = self.attn(probe, context=x)
+    return (y + self.mlp(self.norm(y), train=False, rngs=None))[:, 0]

@@ -1,0 +1,53 @@
+"""Renders the ViT model table (parameters, forward GMACs) into experiments/vit_model_table/README.md.
+
+python experiments/vit_model_table/make_table.py
+Counted from abstract shapes: nothing is allocated, so H/14 takes seconds on a laptop.
+"""
+
+import os
+import sys
+
+from flax import nnx
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from vit_jax_lab import cost  # noqa: E402
+from vit_jax_lab.models import vit  # noqa: E402
+
+# Dosovitskiy et al. 2021 / timm: parameters at 224 px with 1,000 classes, forward GMACs per image.
+PUBLISHED = {'Ti/16': (5_717_416, 1.25), 'S/16': (22_050_664, 4.60), 'B/16': (86_567_656, 17.56),
+             'B/32': (88_224_232, 4.41), 'L/16': (304_326_632, 61.55), 'L/32': (306_535_400, None),
+             'H/14': (632_045_800, 167.3)}
+
+
+def rows():
+  for variant, (params, gmacs) in PUBLISHED.items():
+    fn, args = cost.forward(lambda: vit.ViT(1000, (224, 224, 3), variant=variant, rngs=nnx.Rngs(0)), (224, 224, 3))
+    ours_params, ours_gmacs = cost.param_count(args[0]), cost.matmul_macs(fn, *args) / 1e9
+    xla_gmacs = cost.xla_flops(fn, *args) / 2e9
+    match = ours_params == params and (gmacs is None or abs(ours_gmacs / gmacs - 1) <= 0.03)
+    yield variant, ours_params, params, ours_gmacs, xla_gmacs, gmacs, match
+
+
+def main() -> None:
+  lines = [
+      '# ViT model table', '',
+      'ViT at 224×224 px with a 1,000-class head (class token, learned position embeddings). Parameters',
+      'and forward multiply-adds per image, counted from abstract shapes; published figures from the ViT',
+      'paper and timm. GMACs count the multiply-adds of every matmul, attention included (the published',
+      "convention). XLA's cost analysis of the same forward pass also counts elementwise work (LayerNorm,",
+      'GELU, softmax, residuals): its FLOPs / 2 are shown beside.', '',
+      'Regenerate: `python experiments/vit_model_table/make_table.py`', '',
+      '| variant | params | published | GMACs | XLA FLOPs / 2 (G) | published GMACs | match |',
+      '|---|---:|---:|---:|---:|---:|---|']
+  for variant, params, pub_params, gmacs, xla, pub_gmacs, match in rows():
+    pub = '—' if pub_gmacs is None else f'{pub_gmacs:.2f}'
+    lines.append(f'| {variant} | {params:,} | {pub_params:,} | {gmacs:.2f} | {xla:.2f} | {pub} | '
+                 f'{"yes" if match else "NO"} |')
+  text = '\n'.join(lines) + '\n'
+  with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'README.md'), 'w') as f:
+    f.write(text)
+  print(text)
+
+
+if __name__ == '__main__':
+  main()
