@@ -30,6 +30,7 @@ def main(argv: list[str]) -> int:
     config, workdir = parse_args(argv)
     from vit_jax_lab import parallel
     parallel.initialize_distributed(config)  # Before anything touches a JAX backend.
+    parallel.enable_compilation_cache()
     from vit_jax_lab import train
     train.train_and_evaluate(config, workdir)
   except ConfigError as e:

@@ -47,6 +47,10 @@ def test_override_reaches_the_model(data_dir):
     (['--config.task.label_smoothing=1.0'], 'task.label_smoothing=1.0 must be in [0, 1)'),
     (['--config.data.shards=3'], 'data.batch_size=128 must be divisible by data.shards=3'),
     (['--config.model=3'], '--config.model is a group'),
+    (['--config.seed=-1'], 'seed=-1 must be in [0, 2**32)'),
+    (['--config.accum_steps=3'], 'data.batch_size=128 must be divisible by accum_steps=3 x 8 batch shards'),
+    (['--config.init_from=/no/such.npz'], "init_from='/no/such.npz' does not exist"),
+    (['--config.model.dropout=1.0'], 'model.dropout=1.0 must be in [0, 1)'),
     (['--batch_size=3'], "unrecognised argument '--batch_size=3'"),
 ])
 def test_bad_config_is_one_line_and_exit_2(overrides, message, data_dir, tmp_path, capsys):

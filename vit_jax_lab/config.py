@@ -177,6 +177,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   """Checks the values that need no devices and no data (the rest is checked where they are known)."""
   for key in ('total_steps', 'log_every', 'eval_every', 'checkpoint_every', 'keep'):
     check(config[key] > 0, f'{key}={config[key]} must be a positive integer')
+  check(0 <= config.seed < 2**32, f'seed={config.seed} must be in [0, 2**32)')
   check(config.accum_steps > 0, f'accum_steps={config.accum_steps} must be a positive integer')
   check(config.init_from is None or os.path.exists(config.init_from),
         f'init_from={config.init_from!r} does not exist; give a .npz file or a workdir')
@@ -229,3 +230,23 @@ def _with_overrides(cfg: ml_collections.ConfigDict, overrides: dict[str, Any]) -
   cfg.lock()  # A misspelt keyword is an error here too.
   cfg.update(overrides)
   return cfg
+
+
+def from_resolved(resolved: dict[str, Any]) -> ml_collections.ConfigDict:
+  """A run's `config.json` back into a locked config; keys added to the code since take their defaults."""
+  config = base_config()
+  config.model = model_config(resolved['model']['name'])
+  config.task = task_config(resolved['task']['name'])
+  _update(config, resolved, '')
+  config.lock()
+  return config
+
+
+def _update(node: ml_collections.ConfigDict, values: dict[str, Any], prefix: str) -> None:
+  for key, value in values.items():
+    if key not in node:
+      raise ConfigError(f'config.json has key {prefix}{key}, which this code does not know')
+    if isinstance(node[key], ml_collections.ConfigDict):
+      _update(node[key], value, f'{prefix}{key}.')
+    else:
+      node[key] = tuple(value) if isinstance(node[key], tuple) else value

@@ -9,6 +9,7 @@ import os
 import sys
 
 from vit_jax_lab import checkpoints
+from vit_jax_lab import config as config_lib
 from vit_jax_lab.config import ConfigError
 from vit_jax_lab.models import vit
 
@@ -19,10 +20,10 @@ def export(workdir: str, out: str) -> dict:
   if not os.path.exists(path):
     raise ConfigError(f'--workdir {workdir} has no config.json: give the workdir of a run')
   with open(path) as f:
-    model = json.load(f)['model']
-  if model['name'] != 'vit':
-    raise ConfigError(f"--workdir {workdir} holds a {model['name']!r} model; only 'vit' has a release layout")
-  num_heads = model['num_heads'] or vit.decode_variant(model['variant'])['num_heads']
+    model = config_lib.from_resolved(json.load(f)).model
+  if model.name != 'vit':
+    raise ConfigError(f'--workdir {workdir} holds a {model.name!r} model; only vit has a release layout')
+  num_heads = model.num_heads or vit.decode_variant(model.variant)['num_heads']
   flat = vit.to_release(checkpoints.read_params(workdir), num_heads)
   checkpoints.write_npz(out, flat)
   return flat

@@ -22,6 +22,13 @@ def initialize_distributed(config) -> None:
     jax.distributed.initialize()  # Detects SLURM, Cloud TPU and GKE by itself.
 
 
+def enable_compilation_cache(path: str = '~/.cache/vit_jax_lab/jax') -> None:
+  """Keeps compiled steps on disk, so a rerun or resume skips compilation. JAX_COMPILATION_CACHE_DIR
+  in the environment chooses another folder."""
+  if not jax.config.jax_compilation_cache_dir:
+    jax.config.update('jax_compilation_cache_dir', os.path.expanduser(path))
+
+
 def make_mesh(mesh_config, devices: list[jax.Device] | None = None) -> Mesh:
   """A mesh over `devices` (default: all) with axes ('data', 'fsdp'); an axis of size -1 takes the rest."""
   devices = jax.devices() if devices is None else devices

@@ -26,10 +26,10 @@ from vit_jax_lab.config import ConfigError, check
 from vit_jax_lab.data import pipeline
 from vit_jax_lab.data.images import DatasetInfo
 
-# Keys a resumed run may change: cadence, length, where data lives and how devices are laid out (the
-# mesh does not change results). Entries ending in '.' cover a whole group.
+# Keys a resumed run may change: cadence, length, where data lives, how devices are laid out and how a
+# batch is split into micro-batches (neither changes results). Entries ending in '.' cover a group.
 RESUMABLE_CHANGES = ('total_steps', 'log_every', 'eval_every', 'checkpoint_every', 'keep', 'data.data_dir',
-                     'mesh.', 'distributed.')
+                     'accum_steps', 'mesh.', 'distributed.')
 
 
 @flax.struct.dataclass
@@ -37,6 +37,8 @@ class TrainState:
   step: jax.Array
   params: nnx.State
   opt_state: optax.OptState
+  rng: jax.Array  # Raw key data; step i draws from fold_in(rng, i). A value, not a constant of the
+  # compiled step, so runs that differ only in their seed share one compilation.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,8 +55,14 @@ class Setup:
   state_shardings: TrainState  # NamedShardings.
 
 
-def build_model(config: ml_collections.ConfigDict, task, info: DatasetInfo) -> nnx.Module:
-  return models.build(config.model, nnx.Rngs(params=jax.random.key(config.seed)), **task.model_kwargs(info))
+def build_model(config: ml_collections.ConfigDict, task, info: DatasetInfo, key: jax.Array) -> nnx.Module:
+  return models.build(config.model, nnx.Rngs(params=key), **task.model_kwargs(info))
+
+
+def _keys(seed: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(initialisation key, raw data of the training key) of a seed."""
+  init_key, train_key = jax.random.split(jax.random.key(seed))
+  return init_key, jax.random.key_data(train_key)
 
 
 def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = None) -> Setup:
@@ -73,9 +81,9 @@ def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = 
   task = tasks.build(config.task)
   builder, info = pipeline.load(config.data)
   tx = optim.optimizer(config)
-  graphdef, params = nnx.split(nnx.eval_shape(lambda: build_model(config, task, info)), nnx.Param)
+  graphdef, params = nnx.split(nnx.eval_shape(lambda: build_model(config, task, info, _keys(0)[0])), nnx.Param)
   abstract_state = TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=params,
-                              opt_state=jax.eval_shape(tx.init, params))
+                              opt_state=jax.eval_shape(tx.init, params), rng=jax.eval_shape(lambda: _keys(0)[1]))
   state_shardings = parallel.shardings(abstract_state, mesh, config.mesh.fsdp_min_size)
   return Setup(config, mesh, task, builder, info, graphdef, tx, abstract_state, state_shardings)
 
@@ -83,11 +91,14 @@ def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = 
 def init_state(s: Setup) -> TrainState:
   """The initial state, created directly in its shardings (never whole on one device), with the
   weights of `config.init_from` when it is set."""
-  def fresh(params):
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=s.tx.init(params))
+  def fresh(params, seed):
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=s.tx.init(params), rng=_keys(seed)[1])
 
-  state = jax.jit(lambda: fresh(nnx.state(build_model(s.config, s.task, s.info), nnx.Param)),
-                  out_shardings=s.state_shardings)()
+  def init(seed):
+    return fresh(nnx.state(build_model(s.config, s.task, s.info, _keys(seed)[0]), nnx.Param), seed)
+
+  seed = jnp.asarray(s.config.seed, jnp.uint32)
+  state = jax.jit(init, out_shardings=s.state_shardings)(seed)
   path = s.config.init_from
   if path is None:
     return state
@@ -97,13 +108,12 @@ def init_state(s: Setup) -> TrainState:
   log(f'init_from {path}' + ''.join(f'\n  {note}' for note in notes))
   params = state.params
   params.replace_by_pure_dict(loaded)
-  return jax.jit(fresh, out_shardings=s.state_shardings)(params)
+  return jax.jit(fresh, out_shardings=s.state_shardings)(params, seed)
 
 
 def make_train_step(s: Setup):
   """(state, batch) -> (state, metrics), jit-compiled with donated state."""
   lr_schedule = optim.schedule(s.config)
-  step_key = jax.random.fold_in(jax.random.key(s.config.seed), 1)
   k = s.config.accum_steps
 
   def metrics_and_grads(params, batch, rng):
@@ -112,7 +122,7 @@ def make_train_step(s: Setup):
     return metrics, grads
 
   def train_step(state: TrainState, batch):
-    rng = jax.random.fold_in(step_key, state.step)
+    rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
     if k == 1:
       metrics, grads = metrics_and_grads(state.params, batch, rng)
     else:  # Micro-batch i is rows i, i + k, ...: every device keeps its own rows.
@@ -129,7 +139,7 @@ def make_train_step(s: Setup):
     updates, opt_state = s.tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics |= {'lr': lr_schedule(state.step), 'grad_norm': optax.global_norm(grads)}
-    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+    return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   batch_sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
   return jax.jit(train_step, in_shardings=(s.state_shardings, batch_sharding),

@@ -9,7 +9,7 @@ from vit_jax_lab import config as config_lib
 
 def get_config(arg: str | None = None):
   c = config_lib.base_config()
-  c.model = config_lib.model_config('vit', variant='mu/2', pool='gap', dropout=0.1)
+  c.model = config_lib.model_config('vit', variant='mu/2', pool='gap', posemb='sincos2d', dropout=0.1)
   c.task = config_lib.task_config('classification', label_smoothing=0.1)
   c.data.name = 'digits'
   c.data.batch_size = 128
@@ -24,9 +24,9 @@ def get_config(arg: str | None = None):
   c.optim.weight_decay = 0.05
   c.schedule.warmup_steps = 100
 
-  if arg == 'smoke':  # Every code path (dropout, stochastic depth, mixup, class token), in seconds.
-    c.model.update(width=32, depth=2, mlp_dim=64, num_heads=2, patch_size=4, pool='tok', dropout=0.1,
-                   drop_path=0.1)
+  if arg == 'smoke':  # Dropout, stochastic depth, mixup, class token, learned position embeddings; seconds.
+    c.model.update(width=32, depth=2, mlp_dim=64, num_heads=2, patch_size=4, pool='tok', posemb='learn',
+                   dropout=0.1, drop_path=0.1)
     c.task.mixup = 0.2
     c.data.batch_size = 32
     c.data.eval_batch_size = 64

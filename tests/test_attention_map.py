@@ -1,0 +1,39 @@
+"""Attention maps and rollout, and the command that draws them."""
+
+import numpy as np
+from PIL import Image
+
+from vit_jax_lab import attention_map, train
+
+
+def test_rollout_properties():
+  rng = np.random.RandomState(0)
+  maps = [rng.dirichlet(np.ones(5), size=(3, 5)) for _ in range(4)]  # 4 layers, 3 heads, 5 tokens.
+  result = attention_map.rollout(maps)
+  np.testing.assert_allclose(result.sum(-1), 1.0, rtol=1e-6)
+  identity = [np.broadcast_to(np.eye(5), (3, 5, 5)) for _ in range(4)]
+  np.testing.assert_allclose(attention_map.rollout(identity), np.eye(5), atol=1e-12)
+  # One layer whose every head attends to token 2 only: rollout is 0.5 I + 0.5 e_2 per row.
+  focused = np.zeros((3, 5, 5))
+  focused[..., 2] = 1.0
+  expected = 0.5 * np.eye(5)
+  expected[:, 2] += 0.5
+  np.testing.assert_allclose(attention_map.rollout([focused]), expected)
+
+
+def test_patch_scores():
+  a = np.arange(2 * 4 * 4, dtype=float).reshape(2, 4, 4)
+  np.testing.assert_array_equal(attention_map.patch_scores(a, has_class_token=True), a[:, 0, 1:])
+  np.testing.assert_array_equal(attention_map.patch_scores(a, has_class_token=False), a.mean(axis=1))
+
+
+def test_command_draws_a_trained_digits_model(smoke_config, tmp_path):
+  workdir, out = str(tmp_path / 'run'), str(tmp_path / 'attention.png')
+  train.train_and_evaluate(smoke_config(), workdir)  # A class-token model with 2 heads.
+  assert attention_map.main(['--workdir', workdir, '--example', '7', '--layer', '1', '--out', out]) == 0
+  image = Image.open(out)
+  assert image.size == (4 * 164, 160)  # Input, rollout, 2 heads.
+  pixels = np.asarray(image)
+  assert pixels[:, 164:].std() > 0  # The overlays are not blank.
+  assert attention_map.main(['--workdir', workdir, '--layer', '5', '--out', out]) == 2
+  assert attention_map.main(['--workdir', workdir, '--example', '360', '--out', out]) == 2
