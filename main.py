@@ -16,11 +16,7 @@ def parse_args(argv: list[str]):
   parser.add_argument('--workdir', required=True, help='checkpoints, metrics.jsonl, config.json, TensorBoard')
   args, rest = parser.parse_known_args(argv)
   config = config_lib.load(args.config)
-  for item in rest:
-    key, eq, value = item.partition('=')
-    if not key.startswith('--config.') or not eq:
-      raise config_lib.ConfigError(f'unrecognised argument {item!r}: overrides look like --config.data.batch_size=64')
-    config_lib.override(config, key[len('--config.'):], value)
+  config_lib.apply_overrides(config, rest)
   return config, args.workdir
 
 

@@ -108,11 +108,7 @@ def _config(args, overrides):
     config.init_from = None
   else:
     config = config_lib.load(args.config)
-  for item in overrides:
-    key, _, value = item.partition('=')
-    if not key.startswith('--config.'):
-      raise ConfigError(f'unrecognised argument {item!r}')
-    config_lib.override(config, key[len('--config.'):], value)
+  config_lib.apply_overrides(config, overrides)
   config.mesh.data, config.mesh.fsdp = 1, 1  # One device draws one image.
   config.data.batch_size = config.data.eval_batch_size = 1
   config.data.shards, config.accum_steps = 1, 1

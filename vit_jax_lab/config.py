@@ -149,6 +149,15 @@ def override(config: ml_collections.ConfigDict, key: str, text: str) -> None:
     raise ConfigError(f'--config.{key}={text}: expected {field_type.__name__}') from e
 
 
+def apply_overrides(config: ml_collections.ConfigDict, args: list[str]) -> None:
+  """Applies command-line `--config.KEY=VALUE` arguments; anything else is a ConfigError."""
+  for item in args:
+    key, eq, value = item.partition('=')
+    if not key.startswith('--config.') or not eq:
+      raise ConfigError(f'unrecognised argument {item!r}: overrides look like --config.data.batch_size=64')
+    override(config, key[len('--config.'):], value)
+
+
 def _parse(text: str, field_type: type) -> Any:
   if text.lower() in ('none', 'null'):
     return None
