@@ -65,8 +65,8 @@ def read_params(path: str) -> dict:
   if not os.path.isdir(os.path.join(path, 'state')):
     steps = sorted(int(d) for d in os.listdir(path) if d.isdigit()) if os.path.isdir(path) else []
     if not steps:
-      raise ConfigError(f'init_from={path!r} holds no orbax checkpoint; give a .npz file, a workdir or a '
-                        'checkpoints/<step> folder')
+      raise ConfigError(f'{path} holds no orbax checkpoint: give a workdir, its checkpoints/ folder or a '
+                        'checkpoints/<step> folder (or, for init_from, a .npz file)')
     path = os.path.join(path, str(steps[-1]))
   restored = ocp.StandardCheckpointer().restore(os.path.join(path, 'state'))
   return _pure(restored['params'])
