@@ -68,17 +68,21 @@ class Attention(nnx.Module):
       k, v = jnp.unstack(split(context @ w[:, d:] + b[d:]), axis=-3)
     return q, k, v
 
+  @staticmethod
+  def _probabilities(q: jax.Array, k: jax.Array) -> jax.Array:
+    logits = jnp.einsum('bqhd,bkhd->bhqk', q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+    return jax.nn.softmax(logits, axis=-1)
+
   def weights(self, x: jax.Array, context: jax.Array | None = None) -> jax.Array:
     """Attention probabilities (batch, heads, queries, keys)."""
     q, k, _ = self._heads(x, context)
-    logits = jnp.einsum('bqhd,bkhd->bhqk', q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
-    return jax.nn.softmax(logits, axis=-1)
+    return self._probabilities(q, k)
 
   def __call__(self, x: jax.Array, context: jax.Array | None = None, *, train: bool = False,
                rngs: nnx.Rngs | None = None) -> jax.Array:
     q, k, v = self._heads(x, context)
     if train and self.dropout.rate > 0.0:
-      probs = self.dropout(self.weights(x, context), train=train, rngs=rngs)
+      probs = self.dropout(self._probabilities(q, k), train=train, rngs=rngs)
       y = jnp.einsum('bhqk,bkhd->bqhd', probs, v)
     else:
       y = jax.nn.dot_product_attention(q, k, v)
