@@ -10,6 +10,7 @@ import tensorflow as tf
 from flax import nnx
 
 from vit_jax_lab import checkpoints, parallel, reporting, train
+from vit_jax_lab.config import ConfigError
 from vit_jax_lab.data import pipeline
 
 
@@ -112,6 +113,6 @@ def test_eval_covers_every_example_once(smoke_config):
 def test_workdir_of_another_config_is_refused_and_kept(smoke_config, tmp_path):
   workdir = str(tmp_path / 'run')
   train.train_and_evaluate(smoke_config(total_steps=3), workdir)
-  with pytest.raises(train.ConfigError, match='different config .*optim.lr'):
+  with pytest.raises(ConfigError, match='different config .*optim.lr'):
     train.train_and_evaluate(smoke_config(total_steps=3, optim__lr=0.5), workdir)
   assert checkpoints.Checkpointer(workdir, every=3, keep=3).latest_step() == 3

@@ -10,7 +10,6 @@ token ('tok' pooling) the maps are the class token's attention to each patch; wi
 """
 
 import argparse
-import json
 import os
 import sys
 
@@ -100,11 +99,7 @@ def _config(args, overrides):
   if (args.workdir is None) == (args.config is None):
     raise ConfigError('give --workdir (a run) or --config (with --config.init_from=...), not both')
   if args.workdir:
-    path = os.path.join(args.workdir, 'config.json')
-    if not os.path.exists(path):
-      raise ConfigError(f'--workdir {args.workdir} has no config.json')
-    with open(path) as f:
-      config = config_lib.from_resolved(json.load(f))
+    config = config_lib.load_run(args.workdir)
     config.init_from = None
   else:
     config = config_lib.load(args.config)

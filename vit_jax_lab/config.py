@@ -9,6 +9,7 @@ message names the key and what would be valid; `main` prints it as one line and 
 import ast
 import importlib.util
 import inspect
+import json
 import os
 import types
 import typing
@@ -239,6 +240,15 @@ def _with_overrides(cfg: ml_collections.ConfigDict, overrides: dict[str, Any]) -
   cfg.lock()  # A misspelt keyword is an error here too.
   cfg.update(overrides)
   return cfg
+
+
+def load_run(workdir: str) -> ml_collections.ConfigDict:
+  """The config a run in `workdir` was trained with (its config.json)."""
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    raise ConfigError(f'--workdir {workdir} has no config.json: give the workdir of a run')
+  with open(path) as f:
+    return from_resolved(json.load(f))
 
 
 def from_resolved(resolved: dict[str, Any]) -> ml_collections.ConfigDict:

@@ -4,8 +4,6 @@ python -m vit_jax_lab.export --workdir runs/vit_digits --out runs/vit_digits/vit
 """
 
 import argparse
-import json
-import os
 import sys
 
 from vit_jax_lab import checkpoints
@@ -16,11 +14,7 @@ from vit_jax_lab.models import vit
 
 def export(workdir: str, out: str) -> dict:
   """Exports the newest checkpoint of `workdir` to `out` and returns the flat arrays written."""
-  path = os.path.join(workdir, 'config.json')
-  if not os.path.exists(path):
-    raise ConfigError(f'--workdir {workdir} has no config.json: give the workdir of a run')
-  with open(path) as f:
-    model = config_lib.from_resolved(json.load(f)).model
+  model = config_lib.load_run(workdir).model
   if model.name != 'vit':
     raise ConfigError(f'--workdir {workdir} holds a {model.name!r} model; only vit has a release layout')
   num_heads = model.num_heads or vit.decode_variant(model.variant)['num_heads']

@@ -22,7 +22,7 @@ from jax.experimental import multihost_utils
 
 from vit_jax_lab import checkpoints, models, optim, parallel, reporting, tasks
 from vit_jax_lab import config as config_lib
-from vit_jax_lab.config import ConfigError, check
+from vit_jax_lab.config import check
 from vit_jax_lab.data import pipeline
 from vit_jax_lab.data.images import DatasetInfo
 

@@ -10,7 +10,6 @@ import math
 from typing import Callable, Iterator
 
 import jax
-import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
