@@ -1,4 +1,4 @@
-"""8 simulated CPU devices, a persistent compilation cache in a temp dir, the digits data built once."""
+"""8 simulated CPU devices, a persistent compilation cache in a temp dir, the built-in data built once."""
 
 import os
 import sys
@@ -27,6 +27,15 @@ def data_dir(tmp_path_factory) -> str:
   tfds.builder('digits', data_dir=path).download_and_prepare(
       download_config=tfds.download.DownloadConfig(try_download_gcs=False))
   return path
+
+
+@pytest.fixture(scope='session')
+def moving_digits_dir(data_dir) -> str:
+  """The session's data_dir, with moving_digits built in it too (only by the tests that ask for it)."""
+  builders.register('moving_digits')
+  tfds.builder('moving_digits', data_dir=data_dir).download_and_prepare(
+      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+  return data_dir
 
 
 @pytest.fixture

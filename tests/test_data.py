@@ -35,9 +35,9 @@ def test_preprocessing_value_range(smoke_config):
   fn = preprocess_fn(config.data, info, train=True)
   image = tf.constant(np.full((8, 8, 1), 255, np.uint8))
   out = fn({'image': image, 'label': 3}, tf.constant([0, 7], tf.int64))
-  assert out['image'].shape == (8, 8, 1)
-  assert float(tf.reduce_min(out['image'])) >= 0.0 and float(tf.reduce_max(out['image'])) == 1.0
-  assert float(tf.reduce_min(out['image'])) == 0.0  # The padding came into the crop at this seed.
+  assert out['inputs'].shape == (8, 8, 1)
+  assert float(tf.reduce_min(out['inputs'])) >= 0.0 and float(tf.reduce_max(out['inputs'])) == 1.0
+  assert float(tf.reduce_min(out['inputs'])) == 0.0  # The padding came into the crop at this seed.
 
 
 def stream(config, start_step, num_batches):
@@ -54,7 +54,7 @@ def test_train_stream_restarts_exactly_at_any_step(smoke_config):
   full = stream(config, 0, 26)  # 1,437 examples: an epoch is ~11 batches of 128.
   for start in (9, 13):
     for a, b in zip(stream(config, start, 26 - start), full[start:]):
-      np.testing.assert_array_equal(a['image'], b['image'])
+      np.testing.assert_array_equal(a['inputs'], b['inputs'])
       np.testing.assert_array_equal(a['label'], b['label'])
   other_seed = stream(smoke_config(data__batch_size=128, seed=1), 0, 1)
   assert not np.array_equal(other_seed[0]['label'], full[0]['label'])
@@ -63,7 +63,7 @@ def test_train_stream_restarts_exactly_at_any_step(smoke_config):
 def test_each_epoch_is_a_permutation(smoke_config):
   config = smoke_config(data__batch_size=16, data__crop_padding=0, data__value_range=(0.0, 255.0))
   batches = stream(config, 0, 2 * 1437 // 16)  # Two epochs, less the remainders.
-  images = np.concatenate([b['image'] for b in batches]).round().astype(np.uint8)
+  images = np.concatenate([b['inputs'] for b in batches]).round().astype(np.uint8)
   train = tfds.as_numpy(pipeline.load(config.data)[0].as_dataset(split='train', batch_size=-1))['image']
   first, second = images[:1437 // 16 * 16], images[1437:]
   full = collections.Counter(map(bytes, train))

@@ -96,7 +96,7 @@ def test_attention_dropout_path_equals_fused_attention():
   """Attention dropout computes the weights explicitly; at rate 0 in training that equals the fused path."""
   attn = layers.Attention(32, 4, dropout=0.0, rngs=nnx.Rngs(0))
   x = jax.random.normal(jax.random.key(1), (2, 5, 32))
-  explicit = jnp.einsum('bhqk,bkhd->bqhd', attn.weights(x), attn._heads(x, None)[2]).reshape(2, 5, 32)
+  explicit = jnp.einsum('bhqk,bkhd->bqhd', attn.weights(x), attn.heads(x)[2]).reshape(2, 5, 32)
   np.testing.assert_allclose(attn(x), attn.out(explicit), atol=1e-5)
   attn.dropout.rate = 0.5
   dropped = attn(x, train=True, rngs=nnx.Rngs(dropout=0))

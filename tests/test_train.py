@@ -104,7 +104,7 @@ def test_eval_covers_every_example_once(smoke_config):
   # The same accuracy computed directly, on all test images at once.
   data = s.builder.as_dataset(split='test', batch_size=-1)
   preprocess = s.task.preprocess(config.data, s.info, train=False)
-  images = np.stack([preprocess({'image': im, 'label': 0}, tf.zeros([2], tf.int64))['image'] for im in data['image']])
+  images = np.stack([preprocess({'image': im, 'label': 0}, tf.zeros([2], tf.int64))['inputs'] for im in data['image']])
   model = nnx.merge(s.graphdef, jax.device_get(state.params))
   accuracy = np.mean(np.argmax(model(images), -1) == data['label'].numpy())
   np.testing.assert_allclose(metrics['eval/accuracy'], accuracy, rtol=1e-6)

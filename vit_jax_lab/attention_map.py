@@ -78,6 +78,8 @@ def main(argv: list[str]) -> int:
   args, overrides = parser.parse_known_args(argv)
   try:
     config = _config(args, overrides)
+    if config.model.name != 'vit':
+      raise ConfigError(f'attention maps are drawn for image ViTs; this run has model.name={config.model.name!r}')
     s = train.setup(config, jax.devices()[:1])
     model = nnx.merge(s.graphdef, train.init_state(s).params)  # With --config.init_from applied.
     if args.workdir:
@@ -124,7 +126,7 @@ def _input(s, args) -> tuple[np.ndarray, np.ndarray]:
     ds = s.builder.as_dataset(split=f'{s.config.data.eval_split}[{args.example}:{args.example + 1}]')
     raw = next(iter(ds))['image']
   preprocess = s.task.preprocess(s.config.data, s.info, train=False)
-  model_input = preprocess({'image': raw, 'label': 0}, tf.zeros([2], tf.int64))['image'].numpy()
+  model_input = preprocess({'image': raw, 'label': 0}, tf.zeros([2], tf.int64))['inputs'].numpy()
   return raw.numpy().astype(np.uint8), model_input
 
 

@@ -54,6 +54,15 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.crop_padding = 0  # Pad by this many pixels (edge-replicated) and take a random crop, for training.
   c.data.flip = False  # Random horizontal flip, for training.
   c.data.value_range = (-1.0, 1.0)  # Pixel values are scaled to this range.
+  # Videos (datasets with a "video" feature): a clip is `num_frames` frames, `frame_stride` apart. Frames are
+  # resized so their shorter side is `resize_size` (None: image_size; both None: kept), then cropped to
+  # image_size x image_size: at random for training, at `eval_crops` places for evaluation.
+  c.data.num_frames = 8  # Frames per clip: the model's time axis.
+  c.data.frame_stride = 1  # Take every this-many-th frame (the clip spans (num_frames - 1) * stride + 1).
+  c.data.resize_size = config_dict.placeholder(int)  # Shorter side of the frames before cropping.
+  c.data.eval_clips = 1  # Evaluation views: this many evenly spaced temporal clips per video...
+  c.data.eval_crops = 3  # ...times this many spatial crops (1: centre; 3: both ends and centre of the longer
+  # side). The logits of all eval_clips x eval_crops views of a video are averaged.
   c.data.shards = -1  # Input shards, each a disjoint part of the split with its own stream; -1: one per
   # process. Fix it (to a multiple of the process count) to get the same batches on any host count.
 
@@ -198,6 +207,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
   check(d.crop_padding >= 0, f'data.crop_padding={d.crop_padding} must be >= 0')
   check(len(d.value_range) == 2 and d.value_range[0] < d.value_range[1],
         f'data.value_range={d.value_range} must be (low, high) with low < high')
+  check(d.num_frames > 0, f'data.num_frames={d.num_frames} must be a positive integer')
+  check(d.frame_stride > 0, f'data.frame_stride={d.frame_stride} must be a positive integer')
+  check(d.resize_size is None or d.resize_size > 0, f'data.resize_size={d.resize_size} must be positive or None')
+  check(d.resize_size is None or d.image_size is None or d.resize_size >= d.image_size,
+        f'data.resize_size={d.resize_size} must be >= data.image_size={d.image_size}: frames are resized, '
+        'then cropped')
+  check(d.eval_clips > 0, f'data.eval_clips={d.eval_clips} must be a positive integer')
+  check(d.eval_crops in (1, 3), f'data.eval_crops={d.eval_crops} must be 1 (centre) or 3 (both ends and centre)')
   check(d.shards == -1 or d.shards > 0, f'data.shards={d.shards} must be -1 (one per process) or positive')
   check(d.data_dir is None or os.path.isdir(d.data_dir) or d.name in _builtin_datasets(),
         f'data.data_dir={d.data_dir!r} does not exist; point it at the folder holding prepared TFDS data')

@@ -7,7 +7,6 @@ one process (one import of JAX and TensorFlow for all 36 runs).
 """
 
 import itertools
-import json
 import os
 import statistics
 import sys
@@ -17,11 +16,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from vit_jax_lab import config as config_lib, parallel, train  # noqa: E402
+from vit_jax_lab import config as config_lib, parallel, reporting, train  # noqa: E402
 
 POOLS, POSEMBS, PRENORMS, SEEDS = ('tok', 'gap', 'map'), ('learn', 'sincos2d'), (True, False), (0, 1, 2)
 STEPS = 400
-BEGIN, END = '<!-- table -->', '<!-- /table -->'  # run.py rewrites what is between these in README.md.
 
 
 def run(pool: str, posemb: str, prenorm: bool, seed: int, workdir: str) -> tuple[float, float]:
@@ -31,9 +29,7 @@ def run(pool: str, posemb: str, prenorm: bool, seed: int, workdir: str) -> tuple
   c.update(seed=seed, total_steps=STEPS, log_every=100, eval_every=STEPS, checkpoint_every=STEPS)
   c.schedule.warmup_steps = 50
   metrics = train.train_and_evaluate(c, workdir)
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    rates = [m['train/steps_per_sec'] for m in map(json.loads, f) if 'train/steps_per_sec' in m]
-  return metrics['eval/accuracy'], 1.0 / statistics.median(rates[1:])  # The first interval holds the compile.
+  return metrics['eval/accuracy'], reporting.step_seconds(workdir)
 
 
 def main() -> None:
@@ -52,12 +48,7 @@ def main() -> None:
            '| pooling | position embedding | block | test top-1 (%) | step time (ms) |',
            '|---|---|---|---:|---:|']
   lines += [f'| {p} | {e} | {b}-norm | {m:.2f} ± {s:.2f} | {t:.1f} |' for p, e, b, m, s, t in rows]
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'README.md')
-  with open(path) as f:
-    text = f.read()
-  table_start, table_end = text.index(BEGIN) + len(BEGIN), text.index(END)
-  with open(path, 'w') as f:
-    f.write(text[:table_start] + '\n' + '\n'.join(lines) + '\n' + text[table_end:])
+  reporting.replace_table(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'README.md'), lines)
   print('\n'.join(lines))
 
 

@@ -11,7 +11,8 @@ import tensorflow as tf
 class DatasetInfo:
   """What a model and a task need to know about the data before anything is built."""
   num_classes: int
-  input_shape: tuple[int, ...]  # One preprocessed example, e.g. (height, width, channels).
+  input_key: str  # The raw feature the model input is made from: 'image' or 'video'.
+  input_shape: tuple[int, ...]  # One preprocessed example: (height, width, channels) or (frames, h, w, c).
   num_train: int  # Examples in the train split (all shards).
   num_eval: int  # Examples in the eval split (all shards).
 
@@ -25,7 +26,7 @@ def inception_crop(image: tf.Tensor, seed: tf.Tensor, min_area: float = 0.05) ->
 
 
 def preprocess_fn(data_config, info: DatasetInfo, train: bool) -> Callable[[dict, tf.Tensor], dict]:
-  """(example, seed) -> {'image': float32 in data.value_range, 'label': int32}."""
+  """(example, seed) -> {'inputs': float32 in data.value_range, 'label': int32}."""
   height, width, channels = info.input_shape
   low, high = data_config.value_range
 
@@ -44,6 +45,6 @@ def preprocess_fn(data_config, info: DatasetInfo, train: bool) -> Callable[[dict
     if train and data_config.flip:
       image = tf.image.stateless_random_flip_left_right(image, seed=flip_seed)
     image = image / 255.0 * (high - low) + low
-    return {'image': tf.ensure_shape(image, (height, width, channels)), 'label': tf.cast(example['label'], tf.int32)}
+    return {'inputs': tf.ensure_shape(image, (height, width, channels)), 'label': tf.cast(example['label'], tf.int32)}
 
   return fn

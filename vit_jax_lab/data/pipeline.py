@@ -14,7 +14,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vit_jax_lab.config import ConfigError, check
-from vit_jax_lab.data import builders
+from vit_jax_lab.data import builders, videos
 from vit_jax_lab.data.images import DatasetInfo
 
 Batch = dict[str, jax.Array]
@@ -37,22 +37,39 @@ def load(data_config) -> tuple[tfds.core.DatasetBuilder, DatasetInfo]:
           f'data.name={name!r} is not prepared in data.data_dir={data_dir!r}: run `tfds build {name} '
           '--data_dir DIR` where there is network, then set data.data_dir=DIR')
   features = builder.info.features
-  check('image' in features and 'label' in features,
-        f'data.name={name!r} has features {list(features)}; image classification needs "image" and "label"')
-  shape = tuple(features['image'].shape)
-  if data_config.image_size is not None:
-    shape = (data_config.image_size, data_config.image_size, shape[-1])
-  check(None not in shape, f'data.name={name!r} has images of varying size {shape}: set data.image_size')
+  input_key = _input_key(features)
+  check(input_key is not None and 'label' in features,
+        f'data.name={name!r} has features {list(features)}; classification needs "label" and one of "image", "video"')
+  if input_key == 'image':
+    shape = tuple(features['image'].shape)
+    if data_config.image_size is not None:
+      shape = (data_config.image_size, data_config.image_size, shape[-1])
+    check(None not in shape, f'data.name={name!r} has images of varying size {shape}: set data.image_size')
+  else:
+    _, height, width, channels = features['video'].shape
+    check(data_config.image_size is not None or None not in (height, width),
+          f'data.name={name!r} has frames of varying size {(height, width)}: set data.image_size')
+    if data_config.image_size is not None:
+      height = width = data_config.image_size
+    elif data_config.resize_size is not None:
+      height, width = (int(n) for n in videos.resized_size(height, width, data_config.resize_size))
+    shape = (data_config.num_frames, height, width, channels)
   for key in ('train_split', 'eval_split'):
     try:
       builder.info.splits[data_config[key]]
     except (KeyError, ValueError) as e:
       raise ConfigError(f'data.{key}={data_config[key]!r} is not a split of {name}: '
                         f'valid ones are {", ".join(builder.info.splits)} (TFDS slicing allowed)') from e
-  info = DatasetInfo(num_classes=features['label'].num_classes, input_shape=shape,
+  info = DatasetInfo(num_classes=features['label'].num_classes, input_key=input_key, input_shape=shape,
                      num_train=builder.info.splits[data_config.train_split].num_examples,
                      num_eval=builder.info.splits[data_config.eval_split].num_examples)
   return builder, info
+
+
+def _input_key(features) -> str | None:
+  """'image' or 'video': the feature the model input is made from; None when neither or both."""
+  keys = [k for k in ('image', 'video') if k in features]
+  return keys[0] if len(keys) == 1 else None
 
 
 def _prepare_once(builder: tfds.core.DatasetBuilder) -> None:
@@ -82,7 +99,8 @@ def shards(data_config, batch_key: str) -> tuple[list[int], int, int]:
 def _read(builder, split: str, cache: bool) -> tf.data.Dataset:
   ds = builder.as_dataset(split=split, shuffle_files=False,
                           read_config=tfds.ReadConfig(add_tfds_id=False, try_autocache=False))
-  ds = ds.map(lambda ex: {'image': ex['image'], 'label': ex['label']})
+  key = _input_key(builder.info.features)
+  ds = ds.map(lambda ex: {key: ex[key], 'label': ex['label']})
   return ds.cache() if cache else ds
 
 

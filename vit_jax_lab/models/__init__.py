@@ -3,9 +3,9 @@
 from flax import nnx
 
 from vit_jax_lab.config import ConfigError
-from vit_jax_lab.models import vit
+from vit_jax_lab.models import vit, vivit
 
-MODELS: dict[str, type[nnx.Module]] = {'vit': vit.ViT}
+MODELS: dict[str, type[nnx.Module]] = {'vit': vit.ViT, 'vivit': vivit.ViViT}
 
 
 def get(name: str) -> type[nnx.Module]:

@@ -1,5 +1,7 @@
 """Transformer building blocks shared by every model family (Flax NNX)."""
 
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +19,28 @@ def sincos_2d(height: int, width: int, features: int, temperature: float = 10_00
   y = y.reshape(-1, 1) * omega
   x = x.reshape(-1, 1) * omega
   return np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1).astype(np.float32)
+
+
+def sincos_1d(length: int, features: int, temperature: float = 10_000.0) -> np.ndarray:
+  """Fixed sine-cosine position embedding of shape (length, features) (Vaswani et al. 2017)."""
+  if features % 2:
+    raise ValueError(f'width={features} must be even for sin-cos position embeddings')
+  omega = 1.0 / temperature ** (np.arange(features // 2) / (features // 2))
+  t = np.arange(length).reshape(-1, 1) * omega
+  return np.concatenate([np.sin(t), np.cos(t)], axis=1).astype(np.float32)
+
+
+def add_positions(x: jax.Array, *, fixed: np.ndarray | None = None, cls: nnx.Param | None = None,
+                  learned: nnx.Param | None = None) -> jax.Array:
+  """Tokens (B, N, D) -> [class token] + tokens, plus position embeddings: `fixed` ones (N, D) are added
+  to the N tokens only; `learned` ones (1, N [+ 1], D) cover the class token too, as vision_transformer."""
+  if fixed is not None:
+    x = x + fixed
+  if cls is not None:
+    x = jnp.concatenate([jnp.broadcast_to(cls[...], (x.shape[0], 1, x.shape[-1])), x], axis=1)
+  if learned is not None:
+    x = x + learned[...]
+  return x
 
 
 def gelu(x: jax.Array, approximate: bool) -> jax.Array:
@@ -56,7 +80,7 @@ class Attention(nnx.Module):
     self.out = nnx.Linear(width, width, kernel_init=xavier, rngs=rngs)
     self.dropout = Dropout(dropout)
 
-  def _heads(self, x: jax.Array, context: jax.Array | None) -> tuple[jax.Array, jax.Array, jax.Array]:
+  def heads(self, x: jax.Array, context: jax.Array | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Queries, keys and values as (batch, tokens, heads, head_dim)."""
     d = x.shape[-1]
     split = lambda y: y.reshape(*y.shape[:-1], -1, self.num_heads, d // self.num_heads)
@@ -75,17 +99,19 @@ class Attention(nnx.Module):
 
   def weights(self, x: jax.Array, context: jax.Array | None = None) -> jax.Array:
     """Attention probabilities (batch, heads, queries, keys)."""
-    q, k, _ = self._heads(x, context)
+    q, k, _ = self.heads(x, context)
     return self._probabilities(q, k)
+
+  def attend(self, q: jax.Array, k: jax.Array, v: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
+    """Heads (batch, tokens, heads, head_dim) -> attention outputs of the same shape."""
+    if train and self.dropout.rate > 0.0:
+      probs = self.dropout(self._probabilities(q, k), train=train, rngs=rngs)
+      return jnp.einsum('bhqk,bkhd->bqhd', probs, v)
+    return jax.nn.dot_product_attention(q, k, v)
 
   def __call__(self, x: jax.Array, context: jax.Array | None = None, *, train: bool = False,
                rngs: nnx.Rngs | None = None) -> jax.Array:
-    q, k, v = self._heads(x, context)
-    if train and self.dropout.rate > 0.0:
-      probs = self.dropout(self._probabilities(q, k), train=train, rngs=rngs)
-      y = jnp.einsum('bhqk,bkhd->bqhd', probs, v)
-    else:
-      y = jax.nn.dot_product_attention(q, k, v)
+    y = self.attend(*self.heads(x, context), train=train, rngs=rngs)
     return self.out(y.reshape(*x.shape[:-1], -1))
 
 
@@ -105,29 +131,36 @@ class Mlp(nnx.Module):
 
 
 class EncoderBlock(nnx.Module):
-  """Self-attention and MLP, each in a residual branch; LayerNorm before (pre-norm) or after them."""
+  """Self-attention and MLP, each in a residual branch; LayerNorm before (pre-norm) or after them.
+
+  `attention` builds the token mixer (default: `Attention` over all tokens); subclasses that mix tokens
+  differently override `mix`.
+  """
 
   def __init__(self, width: int, mlp_dim: int, num_heads: int, *, dropout: float, attention_dropout: float,
-               drop_path: float, prenorm: bool, gelu_approximate: bool, layernorm_epsilon: float, rngs: nnx.Rngs):
+               drop_path: float, prenorm: bool, gelu_approximate: bool, layernorm_epsilon: float, rngs: nnx.Rngs,
+               attention: Callable[..., Attention] = Attention):
     self.prenorm = prenorm
     self.norm1 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
-    self.attn = Attention(width, num_heads, dropout=attention_dropout, rngs=rngs)
+    self.attn = attention(width, num_heads, dropout=attention_dropout, rngs=rngs)
     self.norm2 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
     self.mlp = Mlp(width, mlp_dim, dropout=dropout, gelu_approximate=gelu_approximate, rngs=rngs)
     self.dropout = Dropout(dropout)
     self.drop_path = Dropout(drop_path, per_example=True)
 
-  def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
-    def branch(y, fn):
-      return self.drop_path(self.dropout(fn(y), train=train, rngs=rngs), train=train, rngs=rngs)
+  def residual(self, x: jax.Array, norm: nnx.LayerNorm, fn: Callable[[jax.Array], jax.Array], *, train: bool,
+               rngs: nnx.Rngs | None) -> jax.Array:
+    """x + fn(x) with dropout and stochastic depth on the branch, normalised before fn or after the sum."""
+    branch = lambda y: self.drop_path(self.dropout(fn(y), train=train, rngs=rngs), train=train, rngs=rngs)
+    return x + branch(norm(x)) if self.prenorm else norm(x + branch(x))
 
-    attn = lambda y: self.attn(y, train=train, rngs=rngs)
-    mlp = lambda y: self.mlp(y, train=train, rngs=rngs)
-    if self.prenorm:
-      x = x + branch(self.norm1(x), attn)
-      return x + branch(self.norm2(x), mlp)
-    x = self.norm1(x + branch(x, attn))
-    return self.norm2(x + branch(x, mlp))
+  def mix(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
+    """The token-mixing residual branch: self-attention."""
+    return self.residual(x, self.norm1, lambda y: self.attn(y, train=train, rngs=rngs), train=train, rngs=rngs)
+
+  def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
+    x = self.mix(x, train=train, rngs=rngs)
+    return self.residual(x, self.norm2, lambda y: self.mlp(y, train=train, rngs=rngs), train=train, rngs=rngs)
 
   def attention_weights(self, x: jax.Array) -> jax.Array:
     """This block's attention probabilities for input tokens `x` (batch, heads, tokens, tokens)."""
@@ -135,15 +168,16 @@ class EncoderBlock(nnx.Module):
 
 
 class Encoder(nnx.Module):
-  """A stack of encoder blocks; stochastic depth rises linearly from 0 to `drop_path` with depth."""
+  """A stack of encoder blocks (`block`: EncoderBlock or a subclass); stochastic depth rises linearly from
+  0 to `drop_path` with depth."""
 
   def __init__(self, depth: int, width: int, mlp_dim: int, num_heads: int, *, dropout: float,
                attention_dropout: float, drop_path: float, prenorm: bool, gelu_approximate: bool,
-               layernorm_epsilon: float, rngs: nnx.Rngs):
+               layernorm_epsilon: float, rngs: nnx.Rngs, block: Callable[..., EncoderBlock] = EncoderBlock):
     self.blocks = nnx.List([
-        EncoderBlock(width, mlp_dim, num_heads, dropout=dropout, attention_dropout=attention_dropout,
-                     drop_path=drop_path * i / max(depth - 1, 1), prenorm=prenorm,
-                     gelu_approximate=gelu_approximate, layernorm_epsilon=layernorm_epsilon, rngs=rngs)
+        block(width, mlp_dim, num_heads, dropout=dropout, attention_dropout=attention_dropout,
+              drop_path=drop_path * i / max(depth - 1, 1), prenorm=prenorm, gelu_approximate=gelu_approximate,
+              layernorm_epsilon=layernorm_epsilon, rngs=rngs)
         for i in range(depth)])
     # Pre-norm stacks end with a LayerNorm; post-norm blocks already end with one.
     self.norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs) if prenorm else None

@@ -39,6 +39,32 @@ def decode_variant(variant: str | None) -> dict[str, int]:
   return dims | ({'patch_size': int(patch)} if patch else {})
 
 
+def resolve_dims(decoded: dict[str, int], given: dict[str, int | None], image_size: tuple[int, int],
+                 example: str) -> dict[str, int]:
+  """The variant's dimensions with the explicitly given ones on top, checked against the image size."""
+  dims = decoded | {k: v for k, v in given.items() if v is not None}
+  missing = [k for k in given if k not in dims]
+  if missing:
+    raise ConfigError(f'model.{missing[0]} is not set: give model.variant (e.g. "{example}") or model.{missing[0]}')
+  p = dims['patch_size']
+  if image_size[0] % p or image_size[1] % p:
+    raise ConfigError(f'model.patch_size={p} must divide the image size {image_size[0]}x{image_size[1]}: '
+                      'change model.patch_size or data.image_size')
+  if dims['width'] % dims['num_heads']:
+    raise ConfigError(f'model.width={dims["width"]} must be divisible by model.num_heads={dims["num_heads"]}')
+  return dims
+
+
+def check_options(choices: dict[str, tuple[str, tuple[str, ...]]], rates: dict[str, float]) -> None:
+  """`choices`: key -> (value, valid values); `rates`: key -> a dropout-like rate in [0, 1)."""
+  for key, (value, valid) in choices.items():
+    if value not in valid:
+      raise ConfigError(f'model.{key}={value!r} is not one of {", ".join(map(repr, valid))}')
+  for key, rate in rates.items():
+    if not 0.0 <= rate < 1.0:
+      raise ConfigError(f'model.{key}={rate} must be in [0, 1)')
+
+
 class PatchEmbedding(nnx.Module):
   """Non-overlapping p x p patches -> tokens: a strided convolution, computed as one matmul."""
 
@@ -88,27 +114,15 @@ class ViT(nnx.Module):
                dropout: float = 0.0, attention_dropout: float = 0.0, drop_path: float = 0.0,
                gelu_approximate: bool = False, layernorm_epsilon: float = 1e-6, head_zero_init: bool = True,
                rngs: nnx.Rngs):
-    given = dict(patch_size=patch_size, width=width, depth=depth, mlp_dim=mlp_dim, num_heads=num_heads)
-    dims = decode_variant(variant) | {k: v for k, v in given.items() if v is not None}
-    missing = [k for k in given if k not in dims]
-    if missing:
-      raise ConfigError(f'model.{missing[0]} is not set: give model.variant (e.g. "Ti/16") or model.{missing[0]}')
     if len(input_shape) != 3:
       raise ConfigError(f'ViT takes images of shape (height, width, channels), got {tuple(input_shape)}; '
-                        'use a video model for clips')
+                        'use a video model (model.name="vivit") for clips')
     height, wide, channels = input_shape
+    dims = resolve_dims(decode_variant(variant), dict(patch_size=patch_size, width=width, depth=depth,
+                                                      mlp_dim=mlp_dim, num_heads=num_heads), (height, wide), 'Ti/16')
+    check_options(dict(pool=(pool, ('tok', 'gap', 'map')), posemb=(posemb, ('learn', 'sincos2d'))),
+                  dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path))
     p, d = dims['patch_size'], dims['width']
-    if height % p or wide % p:
-      raise ConfigError(f'model.patch_size={p} must divide the image size {height}x{wide}: '
-                        'change model.patch_size or data.image_size')
-    if d % dims['num_heads']:
-      raise ConfigError(f'model.width={d} must be divisible by model.num_heads={dims["num_heads"]}')
-    for key, value, valid in (('pool', pool, ('tok', 'gap', 'map')), ('posemb', posemb, ('learn', 'sincos2d'))):
-      if value not in valid:
-        raise ConfigError(f'model.{key}={value!r} is not one of {", ".join(map(repr, valid))}')
-    for key, rate in (('dropout', dropout), ('attention_dropout', attention_dropout), ('drop_path', drop_path)):
-      if not 0.0 <= rate < 1.0:
-        raise ConfigError(f'model.{key}={rate} must be in [0, 1)')
     self.grid = (height // p, wide // p)
     self.num_heads = dims['num_heads']
     self.gelu_approximate, self.layernorm_epsilon = gelu_approximate, layernorm_epsilon
@@ -135,12 +149,10 @@ class ViT(nnx.Module):
   def tokens(self, images: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
     """Embedded patches with position embeddings (and the class token first, for 'tok')."""
     x = self.embedding(images)
-    if self.posemb_type == 'sincos2d':
-      x = x + layers.sincos_2d(*self.grid, x.shape[-1])
-    if self.pool == 'tok':
-      x = jnp.concatenate([jnp.broadcast_to(self.cls[...], (x.shape[0], 1, x.shape[-1])), x], axis=1)
-    if self.posemb_type == 'learn':
-      x = x + self.pos_embedding[...]
+    x = layers.add_positions(
+        x, fixed=layers.sincos_2d(*self.grid, x.shape[-1]) if self.posemb_type == 'sincos2d' else None,
+        cls=self.cls if self.pool == 'tok' else None,
+        learned=self.pos_embedding if self.posemb_type == 'learn' else None)
     return self.dropout(x, train=train, rngs=rngs)
 
   def __call__(self, images: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
@@ -288,6 +300,12 @@ def from_release(flat: dict[str, np.ndarray], model: 'ViT', target: dict) -> tup
   expected = to_release(target, model.num_heads)
   notes = []
   pos_key = 'Transformer/posembed_input/pos_embedding'
+  if 'cls' in flat and 'cls' not in expected:
+    notes.append('class token dropped: the model pools without one')
+    del flat['cls']
+    rows = flat[pos_key].shape[1] if pos_key in flat else 0
+    if pos_key in expected and rows > 1 and math.isqrt(rows - 1) ** 2 == rows - 1:  # Class-token row + grid.
+      flat[pos_key] = flat[pos_key][:, 1:]
   if pos_key in flat and pos_key in expected and flat[pos_key].shape != expected[pos_key].shape:
     notes.append(f'position embeddings resampled {flat[pos_key].shape} -> {expected[pos_key].shape}')
     flat[pos_key] = resample_posemb(flat[pos_key], model.grid, has_cls_row)

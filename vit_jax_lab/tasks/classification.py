@@ -8,7 +8,7 @@ import optax
 from flax import nnx
 
 from vit_jax_lab.config import ConfigError
-from vit_jax_lab.data import images
+from vit_jax_lab.data import images, videos
 
 Batch = dict[str, jax.Array]
 
@@ -32,11 +32,11 @@ class Classification:
     return dict(num_classes=info.num_classes, input_shape=info.input_shape)
 
   def preprocess(self, data_config, info: 'images.DatasetInfo', train: bool) -> Callable:
-    return images.preprocess_fn(data_config, info, train)
+    return (videos if info.input_key == 'video' else images).preprocess_fn(data_config, info, train)
 
   def loss(self, model: nnx.Module, batch: Batch, rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Mean training loss over the batch, and metrics to log."""
-    x, labels = batch['image'], batch['label']
+    x, labels = batch['inputs'], batch['label']
     mix_rng, dropout_rng = jax.random.split(rng)
     lam = jax.random.beta(mix_rng, self.mixup, self.mixup) if self.mixup > 0.0 else None
     if lam is not None:
@@ -51,8 +51,14 @@ class Classification:
     return loss, {'loss': loss, 'accuracy': accuracy}
 
   def eval_sums(self, model: nnx.Module, batch: Batch) -> dict[str, jax.Array]:
-    """Sums over the real (mask=1) examples; the trainer divides each by `count`."""
-    logits = model(batch['image'], train=False).astype(jnp.float32)
+    """Sums over the real (mask=1) examples; the trainer divides each by `count`. An example with several
+    views ('views': (batch, views, ...), e.g. clips x crops of a video) is scored by their mean logits."""
+    if 'views' in batch:
+      views = batch['views']
+      logits = model(views.reshape(-1, *views.shape[2:]), train=False).astype(jnp.float32)
+      logits = logits.reshape(*views.shape[:2], -1).mean(1)
+    else:
+      logits = model(batch['inputs'], train=False).astype(jnp.float32)
     mask = batch['mask']
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch['label'])
     correct = logits.argmax(-1) == batch['label']

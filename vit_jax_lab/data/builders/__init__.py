@@ -4,6 +4,7 @@ import importlib
 
 BUILTIN = {
     'digits': 'vit_jax_lab.data.builders.digits',
+    'moving_digits': 'vit_jax_lab.data.builders.moving_digits',
 }
 
 

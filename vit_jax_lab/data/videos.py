@@ -1,0 +1,90 @@
+"""Video preprocessing in tf.data: clips of `data.num_frames` frames `data.frame_stride` apart, every frame
+of a clip cropped and flipped alike. Randomness is stateless and seeded per example, as for images."""
+
+from typing import Callable
+
+import tensorflow as tf
+
+from vit_jax_lab.data.images import DatasetInfo, inception_crop
+
+
+def clip_starts(length, span: int, clips: int) -> tf.Tensor:
+  """(clips,) first frames evenly spaced over [0, max(length - span, 0)], rounded half up; one clip: the centre."""
+  last = tf.maximum(length - span, 0)
+  if clips == 1:
+    return tf.reshape((last + 1) // 2, [1])
+  return (2 * tf.range(clips) * last + clips - 1) // (2 * (clips - 1))
+
+
+def frame_indices(starts: tf.Tensor, num_frames: int, stride: int, length) -> tf.Tensor:
+  """(clips, num_frames) frames of the clips at `starts`; a video shorter than a clip loops."""
+  return (starts[:, None] + stride * tf.range(num_frames)) % length
+
+
+def crop_offsets(height, width, crop_height: int, crop_width: int, crops: int) -> tf.Tensor:
+  """(crops, 2) top-left corners: 1: the centre; 3: start, centre and end of the longer side (the width
+  when square), centred on the other."""
+  room = tf.stack([height - crop_height, width - crop_width])
+  if crops == 1:
+    return (room // 2)[None]
+  along = tf.range(3)[:, None] * room // 2
+  return tf.where(tf.stack([height > width, height <= width]), along, room // 2)
+
+
+def resized_size(height, width, short: int) -> tuple:
+  """(height, width) scaled so that the shorter side is `short`, rounded half up; ints or int tensors."""
+  shorter = tf.minimum(height, width)
+  return (height * short + shorter // 2) // shorter, (width * short + shorter // 2) // shorter
+
+
+def _inception_crop(frames: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+  """One images.inception_crop box for all frames: they lie side by side on the channel axis."""
+  shape = tf.shape(frames)
+  stacked = tf.reshape(tf.transpose(frames, [1, 2, 0, 3]), [shape[1], shape[2], -1])
+  crop = inception_crop(stacked, seed)
+  crop = tf.reshape(crop, [tf.shape(crop)[0], tf.shape(crop)[1], shape[0], shape[3]])
+  return tf.transpose(crop, [2, 0, 1, 3])
+
+
+def preprocess_fn(data_config, info: DatasetInfo, train: bool) -> Callable[[dict, tf.Tensor], dict]:
+  """(example, seed) -> {'inputs': (T, H, W, C)} for training, {'views': (eval_clips * eval_crops, T, H, W, C),
+  clip-major} for evaluation; float32 in data.value_range, plus 'label': int32."""
+  num_frames, height, width, channels = info.input_shape
+  stride = data_config.frame_stride
+  span = (num_frames - 1) * stride + 1
+  short = data_config.resize_size or data_config.image_size
+  clips, crops = (1, 1) if train else (data_config.eval_clips, data_config.eval_crops)
+  low, high = data_config.value_range
+
+  def fn(example: dict, seed: tf.Tensor) -> dict:
+    time_seed, box_seed, crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 4))
+    video = example['video']
+    length = tf.shape(video)[0]
+    if train:
+      starts = tf.random.stateless_uniform([1], time_seed, 0, tf.maximum(length - span, 0) + 1, tf.int32)
+    else:
+      starts = clip_starts(length, span, clips)
+    frames = tf.gather(video, tf.reshape(frame_indices(starts, num_frames, stride, length), [-1]))
+    frames = tf.cast(frames, tf.float32)  # (clips * T, H, W, C)
+    if train and data_config.inception_crop:
+      frames = tf.image.resize(_inception_crop(frames, box_seed), (height, width), antialias=True)
+    elif short is not None:
+      frames = tf.image.resize(frames, resized_size(tf.shape(frames)[1], tf.shape(frames)[2], short), antialias=True)
+    if train:
+      if data_config.crop_padding:
+        pad = data_config.crop_padding
+        frames = tf.pad(frames, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
+      frames = tf.image.stateless_random_crop(frames, (num_frames, height, width, channels), seed=crop_seed)
+      if data_config.flip:
+        frames = tf.where(tf.random.stateless_uniform([], flip_seed) < 0.5, tf.reverse(frames, [2]), frames)
+      key, shape = 'inputs', info.input_shape
+    else:
+      offsets = crop_offsets(tf.shape(frames)[1], tf.shape(frames)[2], height, width, crops)
+      frames = tf.reshape(frames, tf.concat([[clips, num_frames], tf.shape(frames)[1:]], 0))
+      views = [frames[:, :, o[0]:o[0] + height, o[1]:o[1] + width] for o in tf.unstack(offsets, num=crops)]
+      key, shape = 'views', (clips * crops, *info.input_shape)
+      frames = tf.reshape(tf.stack(views, 1), shape)
+    frames = frames / 255.0 * (high - low) + low
+    return {key: tf.ensure_shape(frames, shape), 'label': tf.cast(example['label'], tf.int32)}
+
+  return fn

@@ -1,0 +1,302 @@
+"""Video Vision Transformer (Arnab et al. 2021): tubelet or per-frame embedding, the paper's four ways of
+attending over space and time, and initialisation from an image ViT.
+
+Tokens live on a grid of `nt` times x `ns` places. The four models differ only in how they mix them:
+  spatiotemporal             every token attends to every token (model 1);
+  factorised_encoder         a spatial encoder per time step, then a temporal encoder over their outputs (2);
+  factorised_self_attention  each block attends over time, then over space, then applies its MLP (3);
+  factorised_dot_product     half of each layer's heads attend over space, half over time (4).
+"""
+
+import dataclasses
+import functools
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from vit_jax_lab.config import ConfigError
+from vit_jax_lab.models import layers, vit
+
+MODELS = ('spatiotemporal', 'factorised_encoder', 'factorised_self_attention', 'factorised_dot_product')
+
+
+def decode_variant(variant: str | None) -> dict[str, int]:
+  """"B/16x2" -> the ViT dimensions of "B/16" and tubelet_time 2; "B/16" and "B" leave the rest out."""
+  if variant is None:
+    return {}
+  if not re.fullmatch(r'[A-Za-z]+(/\d+(x\d+)?)?', variant):
+    raise ConfigError(f'model.variant={variant!r}: expected SIZE[/PATCH[xTIME]] with SIZE one of '
+                      f'{", ".join(vit.VARIANTS)}, e.g. "B/16x2"')
+  image, _, time = variant.partition('x')
+  return vit.decode_variant(image) | ({'tubelet_time': int(time)} if time else {})
+
+
+class TubeletEmbedding(nnx.Module):
+  """Non-overlapping time x patch x patch tubelets -> tokens (B, nt, ns, D): a strided 3-D convolution,
+  computed as one matmul. With `time=None` each frame is embedded with 2-D patches (the paper's uniform
+  frame sampling; the clip's frames are sampled by the data pipeline) and the kernel is an image ViT's."""
+
+  def __init__(self, time: int | None, patch_size: int, channels: int, width: int, *, rngs: nnx.Rngs):
+    self.time, self.patch_size = time or 1, patch_size
+    shape = (patch_size, patch_size, channels, width) if time is None else (time, patch_size, patch_size, channels, width)
+    self.kernel = nnx.Param(nnx.initializers.lecun_normal()(rngs.params(), shape))
+    self.bias = nnx.Param(jnp.zeros((width,)))
+
+  def __call__(self, video: jax.Array) -> jax.Array:
+    b, frames, h, w, c = video.shape
+    t, p = self.time, self.patch_size
+    x = video.reshape(b, frames // t, t, h // p, p, w // p, p, c).transpose(0, 1, 3, 5, 2, 4, 6, 7)
+    x = x.reshape(b, frames // t, (h // p) * (w // p), t * p * p * c)
+    kernel = self.kernel[...]
+    return x @ kernel.reshape(-1, kernel.shape[-1]) + self.bias[...]
+
+
+class FactorisedDotProductAttention(layers.Attention):
+  """Model 4: the first half of the heads attend over space (tokens of the same time step), the other half
+  over time (tokens at the same place). Same parameters as full attention; tokens (B, nt * ns, D)."""
+
+  def __init__(self, width: int, num_heads: int, *, grid: tuple[int, int], dropout: float = 0.0, rngs: nnx.Rngs):
+    super().__init__(width, num_heads, dropout=dropout, rngs=rngs)
+    self.grid = grid
+
+  def __call__(self, x: jax.Array, context: jax.Array | None = None, *, train: bool = False,
+               rngs: nnx.Rngs | None = None) -> jax.Array:
+    b, n, _ = x.shape
+    (nt, ns), half = self.grid, self.num_heads // 2
+    q, k, v = (y.reshape(b, nt, ns, *y.shape[2:]) for y in self.heads(x))
+    space = [y[..., :half, :].reshape(b * nt, ns, half, -1) for y in (q, k, v)]
+    time = [y[..., half:, :].swapaxes(1, 2).reshape(b * ns, nt, self.num_heads - half, -1) for y in (q, k, v)]
+    y_space = self.attend(*space, train=train, rngs=rngs).reshape(b, nt, ns, half, -1)
+    y_time = self.attend(*time, train=train, rngs=rngs).reshape(b, ns, nt, self.num_heads - half, -1).swapaxes(1, 2)
+    return self.out(jnp.concatenate([y_space, y_time], axis=3).reshape(b, n, -1))
+
+
+class FactorisedSelfAttentionBlock(layers.EncoderBlock):
+  """Model 3: self-attention over time, then over space (or the other way round), each with its own
+  LayerNorm and residual, then the MLP. Tokens (B, nt * ns, D). `attn`/`norm1` are the spatial ones, so
+  the block holds an image ViT block plus `temporal_attn`/`temporal_norm`."""
+
+  def __init__(self, width: int, mlp_dim: int, num_heads: int, *, grid: tuple[int, int], time_first: bool,
+               attention_dropout: float, layernorm_epsilon: float, rngs: nnx.Rngs, **kwargs):
+    super().__init__(width, mlp_dim, num_heads, attention_dropout=attention_dropout,
+                     layernorm_epsilon=layernorm_epsilon, rngs=rngs, **kwargs)
+    self.grid, self.time_first = grid, time_first
+    self.temporal_norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
+    self.temporal_attn = layers.Attention(width, num_heads, dropout=attention_dropout, rngs=rngs)
+
+  def mix(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
+    b, n, d = x.shape
+    nt, ns = self.grid
+
+    def over_space(y):
+      return self.attn(y.reshape(b * nt, ns, d), train=train, rngs=rngs).reshape(b, n, d)
+
+    def over_time(y):
+      y = self.temporal_attn(y.reshape(b, nt, ns, d).swapaxes(1, 2).reshape(b * ns, nt, d), train=train, rngs=rngs)
+      return y.reshape(b, ns, nt, d).swapaxes(1, 2).reshape(b, n, d)
+
+    order = [(self.temporal_norm, over_time), (self.norm1, over_space)]
+    for norm, fn in order if self.time_first else order[::-1]:
+      x = self.residual(x, norm, fn, train=train, rngs=rngs)
+    return x
+
+
+@dataclasses.dataclass(frozen=True)
+class _ImageModel:
+  """What `vit.from_release` needs to know of the image ViT whose weights this video model takes."""
+  pool: str
+  posemb_type: str
+  num_heads: int
+  grid: tuple[int, int]
+
+
+class ViViT(nnx.Module):
+  """Video clips (B, T, H, W, C) -> class logits (B, num_classes).
+
+  Attributes:
+    num_classes: size of the classification head (from the dataset).
+    input_shape: (frames, height, width, channels) of one clip (from the data config).
+    variant: size, patch and tubelet length as a string, e.g. "B/16x2"; explicit dimensions override it.
+    model: 'spatiotemporal', 'factorised_encoder', 'factorised_self_attention' or 'factorised_dot_product'
+      (the paper's models 1-4; see the module docstring).
+    embedding: 'tubelet' (tubelet_time x patch x patch, a 3-D convolution) or 'frames' (each frame with
+      2-D patches: uniform frame sampling, with data.num_frames frames data.frame_stride apart).
+    patch_size: side of the square patches; must divide the frame height and width.
+    tubelet_time: frames per tubelet; must divide the clip length. Unused by 'frames'.
+    width: token dimension.
+    depth: encoder blocks (model 2: of the spatial encoder).
+    mlp_dim: hidden size of each block's MLP.
+    num_heads: attention heads; must divide width (and be even for model 4).
+    temporal_depth: blocks of model 2's temporal encoder.
+    attention_order: model 3's order within a block: 'time_space' or 'space_time'.
+    pool: 'tok' (class token) or 'gap' (average of the tokens); None: as the paper, 'tok' for models 1
+      and 2 (model 2 pools each time step and then the clip the same way), 'gap' for 3 and 4, which keep
+      tokens on the time x space grid and so have no class token.
+    posemb: 'learn' (learned; spatio-temporal, or spatial and temporal for model 2) or 'sincos' (fixed:
+      2-D sine-cosine over space plus 1-D over time).
+    prenorm: LayerNorm before each residual branch (ViT) or after the residual sum.
+    dropout: dropout rate after the embedding, in the MLPs and on each residual branch.
+    attention_dropout: dropout rate on the attention probabilities.
+    drop_path: stochastic-depth rate of the last block of each encoder (rising linearly from 0).
+    gelu_approximate: tanh-approximate GELU, as in the released image checkpoints; False: exact.
+    layernorm_epsilon: epsilon of every LayerNorm.
+    head_zero_init: start the classification head at zero.
+    tubelet_init: initialising from an image ViT (config.init_from), the tubelet kernel is the image kernel
+      at the central time index and zero elsewhere ('central_frame') or the image kernel at every time
+      index divided by tubelet_time ('inflate'). Either way a static clip embeds as its image does.
+    temporal_attention_init: initialising model 3 from an image ViT, the temporal attention is the spatial
+      one with a zero output projection, so each block starts as the image block ('zero'), or a copy of
+      the spatial one ('copy'). Its LayerNorm is copied from the spatial one either way.
+  """
+
+  def __init__(self, num_classes: int, input_shape: tuple[int, ...], *, variant: str | None = None,
+               model: str = 'spatiotemporal', embedding: str = 'tubelet', patch_size: int | None = None,
+               tubelet_time: int | None = None, width: int | None = None, depth: int | None = None,
+               mlp_dim: int | None = None, num_heads: int | None = None, temporal_depth: int = 4,
+               attention_order: str = 'time_space', pool: str | None = None, posemb: str = 'learn',
+               prenorm: bool = True, dropout: float = 0.0, attention_dropout: float = 0.0, drop_path: float = 0.0,
+               gelu_approximate: bool = False, layernorm_epsilon: float = 1e-6, head_zero_init: bool = True,
+               tubelet_init: str = 'central_frame', temporal_attention_init: str = 'zero', rngs: nnx.Rngs):
+    if len(input_shape) != 4:
+      raise ConfigError(f'ViViT takes clips of shape (frames, height, width, channels), got {tuple(input_shape)}; '
+                        'use a video dataset, or model.name="vit" for images')
+    frames, height, wide, channels = input_shape
+    pool = pool or ('tok' if model in MODELS[:2] else 'gap')
+    vit.check_options(
+        dict(model=(model, MODELS), embedding=(embedding, ('tubelet', 'frames')), posemb=(posemb, ('learn', 'sincos')),
+             pool=(pool, ('tok', 'gap') if model in MODELS[:2] else ('gap',)),
+             attention_order=(attention_order, ('time_space', 'space_time')),
+             tubelet_init=(tubelet_init, ('central_frame', 'inflate')),
+             temporal_attention_init=(temporal_attention_init, ('zero', 'copy'))),
+        dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path))
+    decoded = decode_variant(variant)
+    variant_time = decoded.pop('tubelet_time', None)
+    tubelet_time = None if embedding == 'frames' else tubelet_time or variant_time
+    dims = vit.resolve_dims(decoded, dict(patch_size=patch_size, width=width, depth=depth, mlp_dim=mlp_dim,
+                                          num_heads=num_heads), (height, wide), 'B/16x2')
+    if embedding == 'tubelet' and (tubelet_time is None or tubelet_time < 1 or frames % tubelet_time):
+      raise ConfigError(f'model.tubelet_time={tubelet_time} must be a positive divisor of the clip length '
+                        f'{frames} (data.num_frames); or use model.embedding="frames"')
+    if model == 'factorised_dot_product' and dims['num_heads'] % 2:
+      raise ConfigError(f'model.num_heads={dims["num_heads"]} must be even: factorised_dot_product splits the '
+                        'heads between space and time')
+    if temporal_depth < 1:
+      raise ConfigError(f'model.temporal_depth={temporal_depth} must be positive')
+    p, d = dims['patch_size'], dims['width']
+    self.model, self.pool, self.posemb_type, self.num_heads = model, pool, posemb, dims['num_heads']
+    self.space_grid = (height // p, wide // p)
+    self.grid = (frames // (tubelet_time or 1), self.space_grid[0] * self.space_grid[1])  # (nt, ns)
+    self.tubelet_init, self.temporal_attention_init = tubelet_init, temporal_attention_init
+    nt, ns = self.grid
+    learned = lambda n: nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (1, n, d))) if posemb == 'learn' else None
+    cls = lambda: nnx.Param(jnp.zeros((1, 1, d))) if pool == 'tok' else None
+    encoder = functools.partial(
+        layers.Encoder, width=d, mlp_dim=dims['mlp_dim'], num_heads=dims['num_heads'], dropout=dropout,
+        attention_dropout=attention_dropout, drop_path=drop_path, prenorm=prenorm, gelu_approximate=gelu_approximate,
+        layernorm_epsilon=layernorm_epsilon, rngs=rngs)
+    block = {'factorised_self_attention': functools.partial(FactorisedSelfAttentionBlock, grid=self.grid,
+                                                            time_first=attention_order == 'time_space'),
+             'factorised_dot_product': functools.partial(layers.EncoderBlock, attention=functools.partial(
+                 FactorisedDotProductAttention, grid=self.grid))}.get(model, layers.EncoderBlock)
+
+    self.embedding = TubeletEmbedding(tubelet_time, p, channels, d, rngs=rngs)
+    self.cls = cls()
+    self.dropout = layers.Dropout(dropout)
+    if model == 'factorised_encoder':
+      self.pos_embedding = learned(ns + (pool == 'tok'))
+      self.encoder = encoder(dims['depth'])
+      self.temporal_cls = cls()
+      self.temporal_pos_embedding = learned(nt + (pool == 'tok'))
+      self.temporal_encoder = encoder(temporal_depth)
+    else:
+      self.pos_embedding = learned(nt * ns + (pool == 'tok'))
+      self.encoder = encoder(dims['depth'], block=block)
+    head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
+    self.head = nnx.Linear(d, num_classes, kernel_init=head_init, rngs=rngs)
+
+  def __call__(self, video: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
+    x = self.embedding(video)
+    b, nt, ns, d = x.shape
+    sincos = self.posemb_type == 'sincos'
+    space = layers.sincos_2d(*self.space_grid, d) if sincos else None
+    time = layers.sincos_1d(nt, d) if sincos else None
+    if self.model == 'factorised_encoder':
+      x = self._encode(x.reshape(b * nt, ns, d), self.encoder, self.cls, self.pos_embedding, space, train, rngs)
+      x = self._encode(x.reshape(b, nt, d), self.temporal_encoder, self.temporal_cls, self.temporal_pos_embedding,
+                       time, train, rngs)
+    else:
+      fixed = (space[None] + time[:, None]).reshape(nt * ns, d) if sincos else None
+      x = self._encode(x.reshape(b, nt * ns, d), self.encoder, self.cls, self.pos_embedding, fixed, train, rngs)
+    return self.head(x)
+
+  def _encode(self, x, encoder, cls, learned, fixed, train, rngs) -> jax.Array:
+    """Tokens (B, N, D) -> one pooled vector per row: class token or average."""
+    x = self.dropout(layers.add_positions(x, fixed=fixed, cls=cls, learned=learned), train=train, rngs=rngs)
+    x = encoder(x, train=train, rngs=rngs)
+    return x[:, 0] if cls is not None else x.mean(axis=1)
+
+  # --- Initialisation from an image ViT ----------------------------------------------------------
+
+  def load_pretrained(self, source: dict, params: dict) -> tuple[dict, list[str]]:
+    """Weights for this model from an image ViT: a release .npz's flat dict, or our ViT's parameters (a pure
+    nested dict). `params` are this model's initial ones; what has no image counterpart (model 2's
+    temporal encoder, the head for another class count) keeps them."""
+    if not any('/' in k for k in source):
+      if 'embedding' not in source or np.ndim(source['embedding']['kernel']) != 4 or 'temporal_encoder' in source:
+        raise ConfigError('init_from: ViViT initialises from image ViT checkpoints (a release .npz or a ViT '
+                          'workdir); this checkpoint is not one')
+      source = vit.to_release(source, self.num_heads)
+    image_model = _ImageModel('tok' if self.cls is not None else 'gap',
+                              'learn' if self.posemb_type == 'learn' else 'sincos2d', self.num_heads, self.space_grid)
+    image, notes = vit.from_release(source, image_model, self.image_params(params))
+    return self.from_image(image, params), notes
+
+  def image_params(self, params: dict) -> dict:
+    """The part of this model's parameters (a pure dict) an image ViT has, in the ViT's layout."""
+    kernel = params['embedding']['kernel']
+    image = {'embedding': {'kernel': kernel[kernel.shape[0] // 2] if kernel.ndim == 5 else kernel,
+                           'bias': params['embedding']['bias']},
+             'head': params['head'],
+             'encoder': params['encoder'] | {'blocks': {
+                 i: {k: b[k] for k in ('norm1', 'attn', 'norm2', 'mlp')} for i, b in params['encoder']['blocks'].items()}}}
+    if 'cls' in params:
+      image['cls'] = params['cls']
+    if 'pos_embedding' in params:
+      pos, rows = params['pos_embedding'], ('cls' in params) + self.grid[1]
+      image['pos_embedding'] = pos if self.model == 'factorised_encoder' else pos[:, :rows]
+    return image
+
+  def from_image(self, image: dict, params: dict) -> dict:
+    """Inverse of `image_params`: image ViT weights spread over time; the rest of `params` kept."""
+    out = dict(params)
+    kernel = np.asarray(image['embedding']['kernel'])
+    if params['embedding']['kernel'].ndim == 5:
+      t = params['embedding']['kernel'].shape[0]
+      if self.tubelet_init == 'inflate':
+        kernel = np.repeat(kernel[None] / t, t, axis=0)
+      else:
+        kernel = np.zeros((t, *kernel.shape), kernel.dtype)
+        kernel[t // 2] = image['embedding']['kernel']
+    out['embedding'] = {'kernel': kernel, 'bias': image['embedding']['bias']}
+    out['head'] = image['head']
+    blocks = {}
+    for i, block in params['encoder']['blocks'].items():
+      blocks[i] = block | image['encoder']['blocks'][i]
+      if 'temporal_attn' in block:
+        attn = jax.tree.map(np.asarray, image['encoder']['blocks'][i]['attn'])
+        if self.temporal_attention_init == 'zero':
+          attn['out'] = jax.tree.map(np.zeros_like, attn['out'])
+        blocks[i] |= {'temporal_attn': attn, 'temporal_norm': image['encoder']['blocks'][i]['norm1']}
+    out['encoder'] = image['encoder'] | {'blocks': blocks}
+    if 'cls' in image:
+      out['cls'] = image['cls']
+    if 'pos_embedding' in image:
+      pos = image['pos_embedding']
+      if self.model != 'factorised_encoder':
+        rows = 'cls' in params
+        pos = np.concatenate([pos[:, :rows], np.tile(pos[:, rows:], (1, self.grid[0], 1))], axis=1)
+      out['pos_embedding'] = pos
+    return out
