@@ -32,9 +32,15 @@ class Digits(tfds.core.GeneratorBasedBuilder):
     return {'train': self._generate_examples(test=False), 'test': self._generate_examples(test=True)}
 
   def _generate_examples(self, test: bool):
-    from sklearn.datasets import load_digits  # Bundled data; no network.
-    digits = load_digits()
-    images = np.round(digits.images * 255.0 / 16.0).astype(np.uint8)[..., None]
-    for i, (image, label) in enumerate(zip(images, digits.target)):
-      if (i % TEST_EVERY == 0) == test:
-        yield i, {'image': image, 'label': int(label)}
+    for i, image, label in examples(test):
+      yield i, {'image': image, 'label': label}
+
+
+def examples(test: bool):
+  """(index, uint8 image (8, 8, 1), label) of the `test` or `train` split, in scikit-learn's order."""
+  from sklearn.datasets import load_digits  # Bundled data; no network.
+  digits = load_digits()
+  images = np.round(digits.images * 255.0 / 16.0).astype(np.uint8)[..., None]
+  for i, (image, label) in enumerate(zip(images, digits.target)):
+    if (i % TEST_EVERY == 0) == test:
+      yield i, image, int(label)

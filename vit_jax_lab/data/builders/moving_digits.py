@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow_datasets as tfds
 
-from vit_jax_lab.data.builders.digits import TEST_EVERY
+from vit_jax_lab.data.builders import digits
 
 DIRECTIONS = ('right', 'left', 'down', 'up')  # Label order.
 VELOCITIES = ((0, 1), (0, -1), (1, 0), (-1, 0))  # (row, col) pixels per frame, one per direction.
@@ -54,12 +54,7 @@ class MovingDigits(tfds.core.GeneratorBasedBuilder):
     return {'train': self._generate_examples(test=False), 'test': self._generate_examples(test=True)}
 
   def _generate_examples(self, test: bool):
-    from sklearn.datasets import load_digits  # Bundled data; no network.
-    digits = load_digits()
-    images = np.round(digits.images * 255.0 / 16.0).astype(np.uint8)[..., None]
-    for i, (image, digit) in enumerate(zip(images, digits.target)):
-      if (i % TEST_EVERY == 0) != test:
-        continue
+    for i, image, digit in digits.examples(test):
       centre = tuple(int(x) for x in np.random.default_rng(i).integers(4, 9, size=2))
       for label, (name, velocity) in enumerate(zip(DIRECTIONS, VELOCITIES)):
         yield f'{i}-{name}', {'video': video(image, centre, velocity), 'label': label, 'digit': int(digit)}
