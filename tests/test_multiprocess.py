@@ -40,7 +40,7 @@ def test_two_processes_match_one_process(smoke_config, data_dir, tmp_path):
       cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
   outputs = [p.communicate(timeout=300)[0] for p in procs]
   assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
-  assert "mesh {'data': 8, 'fsdp': 1}" in outputs[0]
+  assert "mesh {'data': 8, 'fsdp': 1, 'model': 1}" in outputs[0]
 
   single_losses, single_evals = losses(single)
   multi_losses, multi_evals = losses(multi)

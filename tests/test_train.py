@@ -12,12 +12,19 @@ from flax import nnx
 from vit_jax_lab import checkpoints, parallel, reporting, train
 from vit_jax_lab.config import ConfigError
 from vit_jax_lab.data import pipeline
+from vit_jax_lab.models import layers
 
 
-def run_steps(config, devices, num_steps=5):
-  """Losses of `num_steps` train steps and the final parameters, on a mesh over `devices`."""
+def run_steps(config, devices, num_steps=5, initial_from=None):
+  """Losses of `num_steps` train steps and the final parameters, on a mesh over `devices`; with
+  `initial_from` (a config), starting from the initial parameters of that config's model."""
   s = train.setup(config, devices)
   state = train.init_state(s)
+  if initial_from is not None:
+    initial = jax.device_get(train.init_state(train.setup(initial_from, devices)).params.to_pure_dict())
+    params = state.params
+    params.replace_by_pure_dict(layers.scanned_like(initial, params.to_pure_dict()))
+    state = state.replace(params=jax.device_put(params, s.state_shardings.params))
   step = train.make_train_step(s)
   batches = pipeline.train_iterator(
       s.builder, config.data, s.task.preprocess(config.data, s.info, train=True),

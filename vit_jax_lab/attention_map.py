@@ -78,8 +78,9 @@ def main(argv: list[str]) -> int:
   args, overrides = parser.parse_known_args(argv)
   try:
     config = _config(args, overrides)
-    if config.model.name != 'vit':
-      raise ConfigError(f'attention maps are drawn for image ViTs; this run has model.name={config.model.name!r}')
+    if config.model.name != 'vit' or config.model.scan:
+      raise ConfigError('attention maps are drawn for image ViTs with unscanned layers; this run has '
+                        f'model.name={config.model.name!r}, model.scan={config.model.scan}')
     s = train.setup(config, jax.devices()[:1])
     model = nnx.merge(s.graphdef, train.init_state(s).params)  # With --config.init_from applied.
     if args.workdir:

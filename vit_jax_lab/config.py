@@ -36,6 +36,8 @@ def base_config() -> ml_collections.ConfigDict:
   # workdirs / checkpoints/<step> folders. Heads and position embeddings are adapted to the model. A run
   # that has its own checkpoint resumes from that instead.
   c.accum_steps = 1  # Split each batch into this many micro-batches and sum their gradients (less memory).
+  c.compute_dtype = 'float32'  # 'float32' or 'bfloat16': the forward and backward pass run in this dtype;
+  # parameters, gradients and optimizer state stay float32 (mixed precision), losses are taken in float32.
 
   c.model = ml_collections.ConfigDict()  # Filled by `model_config(name, ...)`.
   c.task = ml_collections.ConfigDict()  # Filled by `task_config(name, ...)`.
@@ -73,6 +75,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim.b1 = 0.9  # Adam beta1.
   c.optim.b2 = 0.999  # Adam beta2.
   c.optim.eps = 1e-8  # Adam epsilon.
+  c.optim.mu_dtype = config_dict.placeholder(str)  # Adam's first moment in this dtype, e.g. 'bfloat16' (less
+  # memory); None: float32 like the parameters.
   c.optim.momentum = 0.9  # SGD momentum.
   c.optim.nesterov = False  # SGD Nesterov momentum.
   c.optim.clip_norm = 1.0  # Clip gradients to this global norm; 0 turns clipping off.
@@ -87,6 +91,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.mesh.data = -1  # Data-parallel axis size; -1: the devices left over by the other axes.
   c.mesh.fsdp = 1  # Fully sharded data parallel: parameters and optimizer state are split over this axis.
   c.mesh.fsdp_min_size = 2**14  # Arrays with fewer elements stay replicated under FSDP.
+  c.mesh.model = 1  # Tensor parallel: attention and MLP weights are split over this axis (Megatron style); the
+  # batch is split over data x fsdp only.
 
   c.distributed = ml_collections.ConfigDict()  # Multi-host start-up; empty: detected from the environment.
   c.distributed.coordinator_address = config_dict.placeholder(str)  # 'host:port' of process 0.
@@ -198,6 +204,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
     check(config[key] > 0, f'{key}={config[key]} must be a positive integer')
   check(0 <= config.seed < 2**32, f'seed={config.seed} must be in [0, 2**32)')
   check(config.accum_steps > 0, f'accum_steps={config.accum_steps} must be a positive integer')
+  check(config.compute_dtype in ('float32', 'bfloat16'),
+        f"compute_dtype={config.compute_dtype!r} is not one of 'float32', 'bfloat16' (float16 would need loss "
+        'scaling, which is not implemented)')
+  check(config.optim.mu_dtype in (None, 'float32', 'bfloat16'),
+        f"optim.mu_dtype={config.optim.mu_dtype!r} is not one of None, 'float32', 'bfloat16'")
   check(config.init_from is None or os.path.exists(config.init_from),
         f'init_from={config.init_from!r} does not exist; give a .npz file or a workdir')
   d, o, s = config.data, config.optim, config.schedule
@@ -227,7 +238,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   check(0 <= s.warmup_steps <= config.total_steps,
         f'schedule.warmup_steps={s.warmup_steps} must be between 0 and total_steps={config.total_steps}')
   check(0 <= s.end_factor <= 1, f'schedule.end_factor={s.end_factor} must be in [0, 1]')
-  sizes = {k: config.mesh[k] for k in ('data', 'fsdp')}
+  sizes = {k: config.mesh[k] for k in ('data', 'fsdp', 'model')}
   check(list(sizes.values()).count(-1) <= 1, f'mesh: at most one axis may be -1, got {sizes}')
   check(all(v == -1 or v > 0 for v in sizes.values()), f'mesh: axis sizes must be positive or -1, got {sizes}')
   dist = config.distributed

@@ -23,17 +23,20 @@ def schedule(config) -> optax.Schedule:
 
 
 def decay_mask(params):
-  """True for the weights that get weight decay: matrices, not biases, norms or position embeddings."""
+  """True for the weights that get weight decay: matrices, not biases, norms or position embeddings.
+  Scanned blocks' arrays (`blocks` not followed by a layer number) have a leading layer axis."""
   def decays(path, x):
-    names = {str(getattr(k, 'key', getattr(k, 'name', k))) for k in path}
-    return x.ndim > 1 and not names.intersection(NO_DECAY)
+    keys = [getattr(k, 'key', getattr(k, 'name', getattr(k, 'idx', k))) for k in path]
+    scanned = any(k == 'blocks' and not isinstance(nxt, int) for k, nxt in zip(keys, keys[1:]))
+    return x.ndim - scanned > 1 and not {str(k) for k in keys}.intersection(NO_DECAY)
   return jax.tree_util.tree_map_with_path(decays, params)
 
 
 def optimizer(config) -> optax.GradientTransformation:
   o, lr = config.optim, schedule(config)
   if o.name == 'adamw':
-    update = optax.adamw(lr, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay, mask=decay_mask)
+    update = optax.adamw(lr, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay, mask=decay_mask,
+                         mu_dtype=o.mu_dtype)
   else:  # sgd: weight decay added to the gradient, the classic form.
     update = optax.chain(optax.add_decayed_weights(o.weight_decay, mask=decay_mask),
                          optax.sgd(lr, momentum=o.momentum, nesterov=o.nesterov))

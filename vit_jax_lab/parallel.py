@@ -8,8 +8,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax_lab.config import check
 
-AXES = ('data', 'fsdp')
-BATCH = P(AXES)  # The batch dimension is split over every device.
+AXES = ('data', 'fsdp', 'model')
+BATCH = P(('data', 'fsdp'))  # The batch dimension is split over the data-parallel devices.
+# Tensor parallelism (Megatron): these layers' kernels are split over 'model' along their output features,
+# the layers that follow them along their input features, so each block needs one all-reduce per pair.
+SPLIT_OUTPUTS, SPLIT_INPUTS = ('qkv', 'fc1'), ('out', 'fc2')
 
 
 def initialize_distributed(config) -> None:
@@ -30,7 +33,8 @@ def enable_compilation_cache(path: str = '~/.cache/vit_jax_lab/jax') -> None:
 
 
 def make_mesh(mesh_config, devices: list[jax.Device] | None = None) -> Mesh:
-  """A mesh over `devices` (default: all) with axes ('data', 'fsdp'); an axis of size -1 takes the rest."""
+  """A mesh over `devices` (default: all) with axes ('data', 'fsdp', 'model'); an axis of size -1 takes the
+  rest."""
   devices = jax.devices() if devices is None else devices
   n = len(devices)
   sizes = [mesh_config[a] for a in AXES]
@@ -42,20 +46,32 @@ def make_mesh(mesh_config, devices: list[jax.Device] | None = None) -> Mesh:
   return jax.make_mesh(sizes, AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(AXES), devices=devices)
 
 
-def spec(shape: tuple[int, ...], mesh: Mesh, fsdp_min_size: int) -> P:
-  """Replicated, or under FSDP split along the largest dimension that the fsdp axis divides."""
+def spec(shape: tuple[int, ...], mesh: Mesh, fsdp_min_size: int, path: tuple[str, ...] = ()) -> P:
+  """Where one array lives. Tensor parallelism first: under a 'model' axis the attention and MLP weights
+  named in SPLIT_OUTPUTS / SPLIT_INPUTS (found in `path`, the array's names) are split along their output /
+  input features. Then FSDP: arrays of at least `fsdp_min_size` elements are split along the largest
+  other dimension that the fsdp axis divides. Everything else is replicated."""
+  axes = [None] * len(shape)
+  model, layer = mesh.shape['model'], next((p for p in reversed(path) if p in SPLIT_OUTPUTS + SPLIT_INPUTS), None)
+  is_bias = 'bias' in path[-2:]
+  if model > 1 and layer is not None and (layer in SPLIT_OUTPUTS or not is_bias):  # The out/fc2 biases follow
+    dim = len(shape) - 1 if layer in SPLIT_OUTPUTS else len(shape) - 2  # the all-reduce: replicated.
+    if shape[dim] % model == 0:
+      axes[dim] = 'model'
   fsdp = mesh.shape['fsdp']
-  if fsdp == 1 or int(np.prod(shape)) < fsdp_min_size:
-    return P()
-  dims = [i for i in np.argsort(shape, kind='stable')[::-1] if shape[i] % fsdp == 0]
-  if not dims:
-    return P()
-  return P(*[('fsdp' if i == dims[0] else None) for i in range(len(shape))])
+  if fsdp > 1 and int(np.prod(shape)) >= fsdp_min_size:
+    dims = [i for i in np.argsort(shape, kind='stable')[::-1] if shape[i] % fsdp == 0 and axes[i] is None]
+    if dims:
+      axes[dims[0]] = 'fsdp'
+  return P(*axes) if any(axes) else P()
 
 
 def shardings(abstract_tree, mesh: Mesh, fsdp_min_size: int):
   """A `NamedSharding` for every array of a tree (parameters, optimizer state, ...)."""
-  return jax.tree.map(lambda x: NamedSharding(mesh, spec(x.shape, mesh, fsdp_min_size)), abstract_tree)
+  def sharding(path, x):
+    names = tuple(str(getattr(k, 'key', getattr(k, 'name', k))) for k in path)
+    return NamedSharding(mesh, spec(x.shape, mesh, fsdp_min_size, names))
+  return jax.tree_util.tree_map_with_path(sharding, abstract_tree)
 
 
 def per_device_bytes(tree, shardings_tree) -> int:

@@ -65,8 +65,10 @@ def _keys(seed: jax.Array) -> tuple[jax.Array, jax.Array]:
   return init_key, jax.random.key_data(train_key)
 
 
-def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = None) -> Setup:
-  """Validates the config against the devices (default: all) and the data; builds the model abstractly."""
+def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = None,
+          data: tuple[Any, DatasetInfo] | None = None) -> Setup:
+  """Validates the config against the devices (default: all) and the data; builds the model abstractly.
+  `data`: (builder, info) instead of the dataset of `config.data` (the benchmark's random inputs)."""
   config_lib.validate(config)
   mesh = parallel.make_mesh(config.mesh, devices)
   shards = mesh.shape['data'] * mesh.shape['fsdp']
@@ -79,7 +81,7 @@ def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = 
         f'data.batch_size={config.data.batch_size} must be divisible by accum_steps={config.accum_steps} '
         f'x {shards} batch shards')
   task = tasks.build(config.task)
-  builder, info = pipeline.load(config.data)
+  builder, info = pipeline.load(config.data) if data is None else data
   tx = optim.optimizer(config)
   graphdef, params = nnx.split(nnx.eval_shape(lambda: build_model(config, task, info, _keys(0)[0])), nnx.Param)
   abstract_state = TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=params,
@@ -111,13 +113,22 @@ def init_state(s: Setup) -> TrainState:
   return jax.jit(fresh, out_shardings=s.state_shardings)(params, seed)
 
 
+def in_compute_dtype(tree: Any, config: ml_collections.ConfigDict) -> Any:
+  """Floating-point arrays of `tree` (parameters, a batch) cast to `config.compute_dtype`."""
+  dtype = jnp.dtype(config.compute_dtype)
+  if dtype == jnp.float32:
+    return tree
+  return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+
 def make_train_step(s: Setup):
   """(state, batch) -> (state, metrics), jit-compiled with donated state."""
   lr_schedule = optim.schedule(s.config)
   k = s.config.accum_steps
 
   def metrics_and_grads(params, batch, rng):
-    loss_fn = lambda p: s.task.loss(nnx.merge(s.graphdef, p), batch, rng)
+    batch = in_compute_dtype(batch, s.config)
+    loss_fn = lambda p: s.task.loss(nnx.merge(s.graphdef, in_compute_dtype(p, s.config)), batch, rng)
     (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     return metrics, grads
 
@@ -149,7 +160,8 @@ def make_train_step(s: Setup):
 def make_eval_step(s: Setup):
   """(params, batch) -> sums of the task's metrics over the batch's real examples."""
   def eval_step(params, batch):
-    return s.task.eval_sums(nnx.merge(s.graphdef, params), batch)
+    return s.task.eval_sums(nnx.merge(s.graphdef, in_compute_dtype(params, s.config)),
+                            in_compute_dtype(batch, s.config))
   batch_sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
   return jax.jit(eval_step, in_shardings=(s.state_shardings.params, batch_sharding))
 

@@ -58,12 +58,14 @@ class Dropout(nnx.Module):
     self.rate = rate
     self.per_example = per_example
 
-  def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
+  def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, rate: jax.Array | None = None) -> jax.Array:
+    """`rate` overrides `self.rate` with a traced value (a scanned layer's own stochastic-depth rate)."""
     if not train or self.rate == 0.0:
       return x
+    rate = self.rate if rate is None else rate
     shape = (x.shape[0],) + (1,) * (x.ndim - 1) if self.per_example else x.shape
-    keep = jax.random.bernoulli(rngs.dropout(), 1.0 - self.rate, shape)
-    return jnp.where(keep, x / (1.0 - self.rate), 0.0)
+    keep = jax.random.bernoulli(rngs.dropout(), 1.0 - rate, shape)
+    return jnp.where(keep, x / (1.0 - rate), 0.0)
 
 
 class Attention(nnx.Module):
@@ -149,43 +151,111 @@ class EncoderBlock(nnx.Module):
     self.drop_path = Dropout(drop_path, per_example=True)
 
   def residual(self, x: jax.Array, norm: nnx.LayerNorm, fn: Callable[[jax.Array], jax.Array], *, train: bool,
-               rngs: nnx.Rngs | None) -> jax.Array:
+               rngs: nnx.Rngs | None, drop_path: jax.Array | None = None) -> jax.Array:
     """x + fn(x) with dropout and stochastic depth on the branch, normalised before fn or after the sum."""
-    branch = lambda y: self.drop_path(self.dropout(fn(y), train=train, rngs=rngs), train=train, rngs=rngs)
+    def branch(y):
+      y = self.dropout(fn(y), train=train, rngs=rngs)
+      return self.drop_path(y, train=train, rngs=rngs, rate=drop_path)
     return x + branch(norm(x)) if self.prenorm else norm(x + branch(x))
 
-  def mix(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
+  def mix(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, drop_path: jax.Array | None) -> jax.Array:
     """The token-mixing residual branch: self-attention."""
-    return self.residual(x, self.norm1, lambda y: self.attn(y, train=train, rngs=rngs), train=train, rngs=rngs)
+    return self.residual(x, self.norm1, lambda y: self.attn(y, train=train, rngs=rngs), train=train, rngs=rngs,
+                         drop_path=drop_path)
 
-  def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
-    x = self.mix(x, train=train, rngs=rngs)
-    return self.residual(x, self.norm2, lambda y: self.mlp(y, train=train, rngs=rngs), train=train, rngs=rngs)
+  def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None,
+               drop_path: jax.Array | None = None) -> jax.Array:
+    """`drop_path`: this layer's stochastic-depth rate when it differs from the static one (scanned layers)."""
+    x = self.mix(x, train=train, rngs=rngs, drop_path=drop_path)
+    return self.residual(x, self.norm2, lambda y: self.mlp(y, train=train, rngs=rngs), train=train, rngs=rngs,
+                         drop_path=drop_path)
 
   def attention_weights(self, x: jax.Array) -> jax.Array:
     """This block's attention probabilities for input tokens `x` (batch, heads, tokens, tokens)."""
     return self.attn.weights(self.norm1(x) if self.prenorm else x)
 
 
+REMAT_POLICIES = {  # Which activations of a block are kept for the backward pass; the rest is recomputed.
+    'none': None,  # No rematerialisation: everything is kept.
+    'full': jax.checkpoint_policies.nothing_saveable,  # Only the block's input: least memory.
+    'dots': jax.checkpoint_policies.dots_saveable,  # Matmul outputs kept; norms and activations recomputed.
+    'dots_no_batch': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # Weight matmuls only.
+}
+
+
 class Encoder(nnx.Module):
   """A stack of encoder blocks (`block`: EncoderBlock or a subclass); stochastic depth rises linearly from
-  0 to `drop_path` with depth."""
+  0 to `drop_path` with depth.
+
+  `remat` names a policy of REMAT_POLICIES applied to every block. With `scan`, the blocks are one module
+  whose parameters have a leading layer axis, applied by `jax.lax.scan`: one block is compiled, whatever
+  the depth. Scanned layers draw their dropout keys differently, so only their dropout-free results equal
+  the unscanned ones; `unscanned`/`scanned` convert parameters between the two layouts.
+  """
 
   def __init__(self, depth: int, width: int, mlp_dim: int, num_heads: int, *, dropout: float,
                attention_dropout: float, drop_path: float, prenorm: bool, gelu_approximate: bool,
-               layernorm_epsilon: float, rngs: nnx.Rngs, block: Callable[..., EncoderBlock] = EncoderBlock):
-    self.blocks = nnx.List([
-        block(width, mlp_dim, num_heads, dropout=dropout, attention_dropout=attention_dropout,
-              drop_path=drop_path * i / max(depth - 1, 1), prenorm=prenorm, gelu_approximate=gelu_approximate,
-              layernorm_epsilon=layernorm_epsilon, rngs=rngs)
-        for i in range(depth)])
+               layernorm_epsilon: float, rngs: nnx.Rngs, block: Callable[..., EncoderBlock] = EncoderBlock,
+               remat: str = 'none', scan: bool = False):
+    self.remat, self.scan = remat, scan
+    self.drop_path_rates = tuple(drop_path * i / max(depth - 1, 1) for i in range(depth))
+    make = lambda rate, block_rngs: block(
+        width, mlp_dim, num_heads, dropout=dropout, attention_dropout=attention_dropout, drop_path=rate,
+        prenorm=prenorm, gelu_approximate=gelu_approximate, layernorm_epsilon=layernorm_epsilon, rngs=block_rngs)
+    if scan:
+      keys = jax.random.split(rngs.params(), depth)
+      self.blocks = nnx.vmap(lambda key: make(drop_path, nnx.Rngs(params=key)))(keys)
+    else:
+      self.blocks = nnx.List([make(rate, rngs) for rate in self.drop_path_rates])
     # Pre-norm stacks end with a LayerNorm; post-norm blocks already end with one.
     self.norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs) if prenorm else None
 
   def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
-    for block in self.blocks:
-      x = block(x, train=train, rngs=rngs)
+    policy = REMAT_POLICIES[self.remat]
+    if self.scan:
+      graphdef, params = nnx.split(self.blocks)
+      depth = len(self.drop_path_rates)
+      keys = jax.random.split(rngs.dropout() if train and rngs is not None else jax.random.key(0), depth)
+
+      def layer(y, inputs):
+        layer_params, key, rate = inputs
+        block = nnx.merge(graphdef, layer_params)
+        return block(y, train=train, rngs=nnx.Rngs(dropout=key), drop_path=rate), None
+
+      if policy is not None:
+        layer = jax.checkpoint(layer, policy=policy, prevent_cse=False)
+      x, _ = jax.lax.scan(layer, x, (params, keys, jnp.asarray(self.drop_path_rates)))
+    else:
+      apply = lambda block, y, r: block(y, train=train, rngs=r)
+      if policy is not None:
+        apply = nnx.remat(apply, policy=policy)
+      for block in self.blocks:
+        x = apply(block, x, rngs)
     return self.norm(x) if self.norm is not None else x
+
+
+def unscanned(params: dict) -> dict:
+  """A pure parameter dict with every scanned `blocks` (arrays with a leading layer axis) split into
+  {0: ..., 1: ...}, the unscanned layout; unscanned input is returned as it is."""
+  if not isinstance(params, dict):
+    return params
+  out = {k: unscanned(v) for k, v in params.items()}
+  blocks = params.get('blocks')
+  if isinstance(blocks, dict) and blocks and not all(isinstance(k, int) for k in blocks):
+    depth = jax.tree.leaves(blocks)[0].shape[0]
+    out['blocks'] = {i: jax.tree.map(lambda a: a[i], blocks) for i in range(depth)}
+  return out
+
+
+def scanned_like(params: dict, target: dict) -> dict:
+  """Unscanned `params` in the layout of `target`: stacked wherever `target`'s blocks are scanned."""
+  out = dict(params)
+  for k, v in target.items():
+    if k == 'blocks' and v and not all(isinstance(i, int) for i in v):
+      out[k] = jax.tree.map(lambda *a: np.stack(a), *[params[k][i] for i in sorted(params[k])])
+    elif k in params and isinstance(v, dict) and isinstance(params[k], dict):
+      out[k] = scanned_like(params[k], v)
+  return out
 
 
 class MAPHead(nnx.Module):

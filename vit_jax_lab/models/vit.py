@@ -105,6 +105,10 @@ class ViT(nnx.Module):
     gelu_approximate: tanh-approximate GELU, as in the released checkpoints; False is the exact one.
     layernorm_epsilon: epsilon of every LayerNorm.
     head_zero_init: start the classification head at zero (as the ViT paper fine-tunes).
+    remat: rematerialisation policy of every block: 'none', 'full', 'dots' or 'dots_no_batch'
+      (layers.REMAT_POLICIES): less activation memory for recomputation in the backward pass.
+    scan: stack the blocks' parameters on a leading layer axis and apply them with one `lax.scan`, so
+      compile time does not grow with depth. Checkpoints and releases load into either layout.
   """
 
   def __init__(self, num_classes: int, input_shape: tuple[int, ...], *, variant: str | None = None,
@@ -113,14 +117,15 @@ class ViT(nnx.Module):
                posemb: str = 'learn', prenorm: bool = True, representation_size: int | None = None,
                dropout: float = 0.0, attention_dropout: float = 0.0, drop_path: float = 0.0,
                gelu_approximate: bool = False, layernorm_epsilon: float = 1e-6, head_zero_init: bool = True,
-               rngs: nnx.Rngs):
+               remat: str = 'none', scan: bool = False, rngs: nnx.Rngs):
     if len(input_shape) != 3:
       raise ConfigError(f'ViT takes images of shape (height, width, channels), got {tuple(input_shape)}; '
                         'use a video model (model.name="vivit") for clips')
     height, wide, channels = input_shape
     dims = resolve_dims(decode_variant(variant), dict(patch_size=patch_size, width=width, depth=depth,
                                                       mlp_dim=mlp_dim, num_heads=num_heads), (height, wide), 'Ti/16')
-    check_options(dict(pool=(pool, ('tok', 'gap', 'map')), posemb=(posemb, ('learn', 'sincos2d'))),
+    check_options(dict(pool=(pool, ('tok', 'gap', 'map')), posemb=(posemb, ('learn', 'sincos2d')),
+                       remat=(remat, tuple(layers.REMAT_POLICIES))),
                   dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path))
     p, d = dims['patch_size'], dims['width']
     self.grid = (height // p, wide // p)
@@ -138,7 +143,7 @@ class ViT(nnx.Module):
     self.dropout = layers.Dropout(dropout)
     self.encoder = layers.Encoder(dims['depth'], d, dims['mlp_dim'], dims['num_heads'], dropout=dropout,
                                   attention_dropout=attention_dropout, drop_path=drop_path, prenorm=prenorm,
-                                  rngs=rngs, **norm_kwargs)
+                                  remat=remat, scan=scan, rngs=rngs, **norm_kwargs)
     if pool == 'map':
       self.map_head = layers.MAPHead(d, dims['mlp_dim'], dims['num_heads'], rngs=rngs, **norm_kwargs)
     if representation_size is not None:
@@ -225,6 +230,7 @@ def _mlp_to_release(mlp: dict) -> dict:
 
 def to_release(params: dict, num_heads: int) -> dict[str, np.ndarray]:
   """Our parameters (a pure dict) -> the vision_transformer .npz layout (MAP heads in big_vision's)."""
+  params = layers.unscanned(params)
   tree = {'embedding': _dense(params['embedding']), 'head': _dense(params['head'])}
   tree['Transformer'] = {f'encoderblock_{i}': {
       'LayerNorm_0': _norm(b['norm1']), 'LayerNorm_2': _norm(b['norm2']),
@@ -296,6 +302,7 @@ def from_release(flat: dict[str, np.ndarray], model: 'ViT', target: dict) -> tup
   Returns the parameters and notes on what was adapted.
   """
   has_cls_row = model.pool == 'tok' and model.posemb_type == 'learn'
+  target, layout = layers.unscanned(target), target
   flat = normalise_release(flat, class_token_row=has_cls_row)
   expected = to_release(target, model.num_heads)
   notes = []
@@ -323,7 +330,7 @@ def from_release(flat: dict[str, np.ndarray], model: 'ViT', target: dict) -> tup
     raise ConfigError('init_from does not fit the model: ' + '; '.join(
         f'{what}: {", ".join(keys)}' for what, keys in
         (('missing', missing), ('unexpected', unexpected), ('mis-shaped', misshaped)) if keys))
-  return _unflatten_like(flat, target), notes
+  return layers.scanned_like(_unflatten_like(flat, target), layout), notes
 
 
 def _unflatten_like(flat: dict[str, np.ndarray], target: dict) -> dict:

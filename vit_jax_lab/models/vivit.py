@@ -6,6 +6,11 @@ Tokens live on a grid of `nt` times x `ns` places. The four models differ only i
   factorised_encoder         a spatial encoder per time step, then a temporal encoder over their outputs (2);
   factorised_self_attention  each block attends over time, then over space, then applies its MLP (3);
   factorised_dot_product     half of each layer's heads attend over space, half over time (4).
+
+Initialised from an image ViT (`load_pretrained`), a clip of T copies of an image embeds as nt copies of
+the image's tokens. Without a class token that leaves softmax attention and the average pool unchanged,
+so model 1 (and model 3 with its temporal attention zeroed) gives exactly the image model's output. A
+class token is outweighed nt : 1 by the copies, so with one it holds only for nt = 1 (tests/test_vivit.py).
 """
 
 import dataclasses
@@ -87,7 +92,7 @@ class FactorisedSelfAttentionBlock(layers.EncoderBlock):
     self.temporal_norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
     self.temporal_attn = layers.Attention(width, num_heads, dropout=attention_dropout, rngs=rngs)
 
-  def mix(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
+  def mix(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, drop_path: jax.Array | None) -> jax.Array:
     b, n, d = x.shape
     nt, ns = self.grid
 
@@ -100,7 +105,7 @@ class FactorisedSelfAttentionBlock(layers.EncoderBlock):
 
     order = [(self.temporal_norm, over_time), (self.norm1, over_space)]
     for norm, fn in order if self.time_first else order[::-1]:
-      x = self.residual(x, norm, fn, train=train, rngs=rngs)
+      x = self.residual(x, norm, fn, train=train, rngs=rngs, drop_path=drop_path)
     return x
 
 
@@ -150,6 +155,8 @@ class ViViT(nnx.Module):
     temporal_attention_init: initialising model 3 from an image ViT, the temporal attention is the spatial
       one with a zero output projection, so each block starts as the image block ('zero'), or a copy of
       the spatial one ('copy'). Its LayerNorm is copied from the spatial one either way.
+    remat: rematerialisation policy of every block (layers.REMAT_POLICIES), as for the ViT.
+    scan: apply each encoder's blocks with one `lax.scan` over stacked parameters, as for the ViT.
   """
 
   def __init__(self, num_classes: int, input_shape: tuple[int, ...], *, variant: str | None = None,
@@ -159,7 +166,8 @@ class ViViT(nnx.Module):
                attention_order: str = 'time_space', pool: str | None = None, posemb: str = 'learn',
                prenorm: bool = True, dropout: float = 0.0, attention_dropout: float = 0.0, drop_path: float = 0.0,
                gelu_approximate: bool = False, layernorm_epsilon: float = 1e-6, head_zero_init: bool = True,
-               tubelet_init: str = 'central_frame', temporal_attention_init: str = 'zero', rngs: nnx.Rngs):
+               tubelet_init: str = 'central_frame', temporal_attention_init: str = 'zero', remat: str = 'none',
+               scan: bool = False, rngs: nnx.Rngs):
     if len(input_shape) != 4:
       raise ConfigError(f'ViViT takes clips of shape (frames, height, width, channels), got {tuple(input_shape)}; '
                         'use a video dataset, or model.name="vit" for images')
@@ -170,7 +178,8 @@ class ViViT(nnx.Module):
              pool=(pool, ('tok', 'gap') if model in MODELS[:2] else ('gap',)),
              attention_order=(attention_order, ('time_space', 'space_time')),
              tubelet_init=(tubelet_init, ('central_frame', 'inflate')),
-             temporal_attention_init=(temporal_attention_init, ('zero', 'copy'))),
+             temporal_attention_init=(temporal_attention_init, ('zero', 'copy')),
+             remat=(remat, tuple(layers.REMAT_POLICIES))),
         dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path))
     decoded = decode_variant(variant)
     variant_time = decoded.pop('tubelet_time', None)
@@ -196,7 +205,7 @@ class ViViT(nnx.Module):
     encoder = functools.partial(
         layers.Encoder, width=d, mlp_dim=dims['mlp_dim'], num_heads=dims['num_heads'], dropout=dropout,
         attention_dropout=attention_dropout, drop_path=drop_path, prenorm=prenorm, gelu_approximate=gelu_approximate,
-        layernorm_epsilon=layernorm_epsilon, rngs=rngs)
+        layernorm_epsilon=layernorm_epsilon, remat=remat, scan=scan, rngs=rngs)
     block = {'factorised_self_attention': functools.partial(FactorisedSelfAttentionBlock, grid=self.grid,
                                                             time_first=attention_order == 'time_space'),
              'factorised_dot_product': functools.partial(layers.EncoderBlock, attention=functools.partial(
@@ -242,7 +251,7 @@ class ViViT(nnx.Module):
 
   def load_pretrained(self, source: dict, params: dict) -> tuple[dict, list[str]]:
     """Weights for this model from an image ViT: a release .npz's flat dict, or our ViT's parameters (a pure
-    nested dict). `params` are this model's initial ones; what has no image counterpart (model 2's
+    nested dict, scanned or not). `params` are this model's initial ones; what has no image counterpart (model 2's
     temporal encoder, the head for another class count) keeps them."""
     if not any('/' in k for k in source):
       if 'embedding' not in source or np.ndim(source['embedding']['kernel']) != 4 or 'temporal_encoder' in source:
@@ -251,8 +260,9 @@ class ViViT(nnx.Module):
       source = vit.to_release(source, self.num_heads)
     image_model = _ImageModel('tok' if self.cls is not None else 'gap',
                               'learn' if self.posemb_type == 'learn' else 'sincos2d', self.num_heads, self.space_grid)
-    image, notes = vit.from_release(source, image_model, self.image_params(params))
-    return self.from_image(image, params), notes
+    unscanned = layers.unscanned(params)
+    image, notes = vit.from_release(source, image_model, self.image_params(unscanned))
+    return layers.scanned_like(self.from_image(image, unscanned), params), notes
 
   def image_params(self, params: dict) -> dict:
     """The part of this model's parameters (a pure dict) an image ViT has, in the ViT's layout."""

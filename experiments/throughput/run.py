@@ -1,0 +1,61 @@
+"""Train-step throughput of the model families on this machine, rendered into README.md.
+
+python experiments/throughput/run.py            # every row (about 15 minutes on 2 CPU cores)
+python experiments/throughput/run.py compile    # only the compile-time and memory rows
+Each row is `python -m vit_jax_lab.bench` on the config and overrides shown, with random inputs of the
+shape shown (--synthetic), so no dataset is read. Run nothing else on the machine meanwhile.
+"""
+
+import os
+import sys
+import types
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from vit_jax_lab import bench, config as config_lib, reporting  # noqa: E402
+
+VIT = ['--config.model.pool=tok', '--config.model.posemb=learn', '--config.model.dropout=0.0',
+       '--config.optim.weight_decay=0.05']
+VIDEO = ['--config.model.variant=Ti/16x2', '--config.data.batch_size=8']
+STEP_ROWS = [  # (name, config, overrides, synthetic input shape)
+    ('ViT-Ti/16', 'configs/vit/digits.py', [*VIT, '--config.model.variant=Ti/16', '--config.data.batch_size=32'],
+     '224,224,3,1000'),
+    ('ViT-S/16', 'configs/vit/digits.py', [*VIT, '--config.model.variant=S/16', '--config.data.batch_size=32'],
+     '224,224,3,1000'),
+    ('ViT-B/16', 'configs/vit/digits.py', [*VIT, '--config.model.variant=B/16', '--config.data.batch_size=32'],
+     '224,224,3,1000'),
+    ('ViViT-Ti/16x2 model 1', 'configs/vivit/moving_digits.py:spatiotemporal', VIDEO, '8,224,224,3,400'),
+    ('ViViT-Ti/16x2 model 2', 'configs/vivit/moving_digits.py:factorised_encoder', VIDEO, '8,224,224,3,400'),
+]
+COMPILE_ROWS = [  # Compile time and compiled memory, no steps.
+    (f'ViT-{v} {"scanned" if scan else "unscanned"}, remat {remat}, batch {b}', 'configs/vit/digits.py',
+     [*VIT, f'--config.model.variant={v}', f'--config.data.batch_size={b}', f'--config.model.scan={scan}',
+      f'--config.model.remat={remat}'], '224,224,3,1000')
+    for v, scan, remat, b in [('B/16', False, 'none', 32), ('B/16', True, 'none', 32), ('L/16', True, 'none', 32),
+                              ('L/16', True, 'none', 64), ('L/16', True, 'full', 64)]]
+
+
+def measure(rows, steps: int) -> list[dict]:
+  results = []
+  for name, path, overrides, shape in rows:
+    config = config_lib.load(os.path.join(ROOT, path))
+    config_lib.apply_overrides(config, overrides)
+    args = types.SimpleNamespace(steps=steps, warmup=2, input_batches=0, synthetic=shape)
+    results.append({'config': name} | bench.measure(config, args))
+    print(results[-1], flush=True)
+  return results
+
+
+def main() -> None:
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'README.md')
+  if sys.argv[1:] != ['compile']:
+    reporting.replace_table(path, [bench.table(measure(STEP_ROWS, steps=10))], '<!-- steps -->', '<!-- /steps -->')
+  reporting.replace_table(path, [bench.table(measure(COMPILE_ROWS, steps=0))], '<!-- compile -->',
+                          '<!-- /compile -->')
+  with open(path) as f:
+    print(f.read())
+
+
+if __name__ == '__main__':
+  main()

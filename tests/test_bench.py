@@ -1,0 +1,51 @@
+"""The benchmark command measures what it says, on any config, and rejects bad arguments in one line."""
+
+import json
+import os
+
+import pytest
+
+from vit_jax_lab import bench
+
+SMOKE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs/vit/digits.py:smoke')
+
+
+def test_bench_reports_a_real_and_a_synthetic_config(data_dir, tmp_path, capsys):
+  out = tmp_path / 'bench.json'
+  smoke = ['--config', SMOKE, f'--config.data.data_dir={data_dir}']
+  code = bench.main(['--steps', '3', '--warmup', '1', '--input_batches', '4', '--out', str(out), *smoke,
+                     f'--config={SMOKE}', f'--config.data.data_dir={data_dir}',
+                     '--config.data.batch_size=64'])
+  assert code == 0
+  first, second = json.loads(out.read_text())
+  assert (first['batch'], second['batch']) == (32, 64) and first['input_shape'] == [8, 8, 1]
+  for r in (first, second):
+    assert r['compile_s'] > 0 and 0 < r['step_s_min'] <= r['step_s_median'] <= r['step_s_max']
+    assert r['examples_per_s'] == pytest.approx(r['batch'] / r['step_s_median'])
+    assert r['input_examples_per_s'] > 0 and r['step_tflop'] > 0 and r['peak_memory_gib'] > 0
+    assert r['mfu'] == pytest.approx(r['achieved_tflops'] / r['peak_tflops'])
+    assert 'float32 2048^3 matmul measured now' in r['peak_source']
+  assert second['step_tflop'] == pytest.approx(2 * first['step_tflop'], rel=0.1)  # Twice the batch.
+  assert '| config | model |' in capsys.readouterr().out
+
+  code = bench.main(['--steps', '2', '--warmup', '0', '--synthetic', '16,16,3,100', '--out', str(out), *smoke])
+  assert code == 0
+  (r,) = json.loads(out.read_text())
+  assert r['input_shape'] == [16, 16, 3] and r['input_examples_per_s'] is None
+
+  code = bench.main(['--steps', '0', '--synthetic', '16,16,3,100', '--out', str(out), *smoke])  # Compile only.
+  (r,) = json.loads(out.read_text())
+  assert code == 0 and r['compile_s'] > 0 and r['peak_memory_gib'] > 0 and 'step_s_median' not in r
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--config.seed=1'], 'give --config PATH before its overrides'),
+    ([], 'give at least one --config'),
+    (['--config', SMOKE, '--synthetic', '16,16'], 'expected H,W,C,CLASSES'),
+    (['--config', SMOKE, '--config.model.widht=3'], "unknown config key 'model.widht'"),
+    (['--steps', '-1', '--config', SMOKE], '--steps and --warmup must be >= 0'),
+])
+def test_bad_arguments_are_one_line_errors(argv, message, capsys):
+  assert bench.main(argv) == 2
+  err = capsys.readouterr().err
+  assert err.startswith('error: ') and message in err and err.count('\n') == 1

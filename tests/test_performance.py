@@ -1,0 +1,97 @@
+"""Speed and memory options change how a step runs, not what it computes: bf16, remat, scanned layers,
+FSDP and tensor-parallel layouts against the plain float32 data-parallel step."""
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from test_train import run_steps
+from vit_jax_lab import optim
+from vit_jax_lab.models import layers, vit, vivit
+
+
+def assert_same_run(a, b, rtol=1e-5, atol=1e-5):
+  np.testing.assert_allclose(a[0], b[0], rtol=rtol, atol=1e-6)
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=rtol, atol=atol), a[1], b[1])
+
+
+def test_remat_policies_give_the_same_steps(smoke_config):
+  """With dropout, stochastic depth and mixup on: rematerialisation recomputes the same random masks."""
+  devices = jax.devices()[:2]
+  reference = run_steps(smoke_config(), devices, num_steps=3)
+  assert_same_run(run_steps(smoke_config(model__remat='full'), devices, num_steps=3), reference)
+
+
+def test_scanned_layers_give_the_same_steps(smoke_config):
+  """Scanned layers draw their dropout keys per layer, so the comparison runs without dropout; the scanned
+  run starts from the unscanned run's initial parameters (converted) and ends with the same ones."""
+  plain = dict(model__dropout=0.0, model__drop_path=0.0)
+  devices = jax.devices()[:2]
+  losses, params, _ = run_steps(smoke_config(**plain), devices, num_steps=3)
+  scan_losses, scan_params, _ = run_steps(smoke_config(model__scan=True, **plain), devices, num_steps=3,
+                                          initial_from=smoke_config(**plain))
+  np.testing.assert_allclose(scan_losses, losses, rtol=1e-5)
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5), layers.unscanned(scan_params),
+               params)
+
+
+def test_bfloat16_compute_is_close_to_float32(smoke_config):
+  devices = jax.devices()[:2]
+  losses, _, _ = run_steps(smoke_config(), devices, num_steps=3)
+  bf16_losses, bf16_params, state = run_steps(smoke_config(compute_dtype='bfloat16'), devices, num_steps=3)
+  np.testing.assert_allclose(bf16_losses, losses, rtol=2e-2)
+  assert not np.allclose(bf16_losses, losses, rtol=1e-6)  # It really ran in bfloat16.
+  assert all(x.dtype == np.float32 for x in jax.tree.leaves(bf16_params))  # Parameters stay float32.
+  _, _, state = run_steps(smoke_config(optim__mu_dtype='bfloat16'), devices, num_steps=1)
+  assert {x.dtype for x in jax.tree.leaves(state.opt_state[1][0].mu)} == {jax.numpy.dtype('bfloat16')}
+
+
+@pytest.mark.parametrize('mesh', [dict(data=4, fsdp=1, model=2), dict(data=2, fsdp=2, model=2)])  # FSDP alone:
+# tests/test_train.py.
+def test_fsdp_and_tensor_parallel_layouts_give_the_same_steps(smoke_config, mesh):
+  reference = run_steps(smoke_config(), jax.devices()[:1], num_steps=3)
+  config = smoke_config(**{f'mesh__{k}': v for k, v in mesh.items()})
+  losses, params, state = run_steps(config, jax.devices(), num_steps=3)
+  assert_same_run((losses, params), reference)
+  qkv = state.params['encoder']['blocks'][0]['attn']['qkv']['kernel'][...]
+  fc2 = state.params['encoder']['blocks'][0]['mlp']['fc2']['kernel'][...]
+  if mesh['model'] > 1:  # Megatron: qkv split over its outputs, fc2 over its inputs.
+    assert qkv.sharding.spec[1] == 'model' and fc2.sharding.spec[0] == 'model'
+    assert qkv.addressable_shards[0].data.shape[1] == qkv.shape[1] // 2
+
+
+def test_scanned_and_unscanned_layouts_convert_exactly():
+  kw = dict(width=32, depth=3, mlp_dim=64, num_heads=4, patch_size=4, drop_path=0.0)
+  scanned = vit.ViT(10, (16, 16, 3), scan=True, rngs=nnx.Rngs(0), **kw)
+  plain = vit.ViT(10, (16, 16, 3), rngs=nnx.Rngs(1), **kw)
+  scanned_params = nnx.state(scanned, nnx.Param).to_pure_dict()
+  state = nnx.state(plain, nnx.Param)
+  state.replace_by_pure_dict(layers.unscanned(scanned_params))
+  nnx.update(plain, state)
+  x = jax.random.normal(jax.random.key(2), (2, 16, 16, 3))
+  np.testing.assert_allclose(plain(x), scanned(x), rtol=1e-5, atol=1e-6)
+  back = layers.scanned_like(nnx.state(plain, nnx.Param).to_pure_dict(), scanned_params)
+  jax.tree.map(np.testing.assert_array_equal, back, scanned_params)
+  # A release .npz loads into both layouts alike.
+  release = vit.to_release(scanned_params, 4)
+  into_plain, _ = plain.load_pretrained(release, nnx.state(plain, nnx.Param).to_pure_dict())
+  into_scanned, _ = scanned.load_pretrained(release, scanned_params)
+  jax.tree.map(np.testing.assert_array_equal, layers.unscanned(into_scanned), into_plain)
+  # Weight decay skips biases and norms of scanned blocks too (their leading axis is the layer).
+  mask = optim.decay_mask(nnx.state(scanned, nnx.Param)).to_pure_dict()
+  assert not mask['encoder']['blocks']['attn']['qkv']['bias'] and mask['encoder']['blocks']['attn']['qkv']['kernel']
+  assert not mask['encoder']['blocks']['norm1']['scale']
+
+
+def test_scanned_vivit_initialises_from_an_image_vit():
+  image = vit.ViT(10, (16, 16, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=4, pool='gap',
+                  rngs=nnx.Rngs(0))
+  video = vivit.ViViT(10, (4, 16, 16, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=4,
+                      tubelet_time=2, model='factorised_self_attention', scan=True, rngs=nnx.Rngs(1))
+  params = nnx.state(video, nnx.Param)
+  loaded, _ = video.load_pretrained(nnx.state(image, nnx.Param).to_pure_dict(), params.to_pure_dict())
+  params.replace_by_pure_dict(loaded)
+  nnx.update(video, params)
+  images = jax.random.normal(jax.random.key(5), (2, 16, 16, 3))
+  np.testing.assert_allclose(video(np.repeat(images[:, None], 4, axis=1)), image(images), rtol=1e-5, atol=2e-6)

@@ -1,0 +1,200 @@
+"""Train-step benchmark: compile time, step time, examples/s, FLOPs, MFU, peak memory, input throughput.
+
+python -m vit_jax_lab.bench --config configs/vit/digits.py --config.model.variant=Ti/16 \
+    --config.data.batch_size=32 --synthetic 224,224,3,1000
+python -m vit_jax_lab.bench --config A.py --config.x=1 --config B.py ... --out bench.json   # one table
+
+Each `--config` starts a new entry; the `--config.KEY=VALUE` after it apply to it. The step is timed on
+one batch kept on the devices (so the input pipeline does not count), `--steps` times after `--warmup`
+steps. `--synthetic H,W,C,CLASSES` replaces the dataset by random inputs of that shape; otherwise the
+config's train pipeline is timed on its own too, to show whether data or compute bounds a step. FLOPs are
+XLA's cost analysis of the compiled step (all devices); MFU divides the achieved FLOP/s by the devices'
+peak: a table of accelerators (bf16 dense), or on CPU the float32 matmul throughput measured here.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+PEAK_TFLOPS = {  # Dense bf16 peak per chip, by a substring of jax.Device.device_kind (first match wins).
+    'H200': 989.0, 'H100': 989.0, 'A100': 312.0, 'TPU v4': 275.0, 'TPU v5 lite': 197.0, 'TPU v5e': 197.0,
+    'TPU v5p': 459.0, 'TPU v5': 459.0}
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[tuple[str, list[str]]]]:
+  """(options, [(config spec, its overrides), ...])."""
+  from vit_jax_lab.config import ConfigError
+  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.bench', description=__doc__.splitlines()[0])
+  parser.add_argument('--steps', type=int, default=10, help='timed steps (the median is reported); 0: compile only')
+  parser.add_argument('--warmup', type=int, default=2, help='untimed steps after compilation')
+  parser.add_argument('--input_batches', type=int, default=20, help='batches drawn to time the input pipeline')
+  parser.add_argument('--synthetic', help='H,W,C,CLASSES (or T,H,W,C,CLASSES): random inputs, no dataset')
+  parser.add_argument('--out', help='write the results as JSON here')
+  args, rest = parser.parse_known_args(argv)
+  entries = []
+  for item in rest:
+    if item.startswith('--config='):
+      item = item[len('--config='):]
+    elif item.startswith('--config.'):
+      if not entries:
+        raise ConfigError(f'{item}: give --config PATH before its overrides')
+      entries[-1][1].append(item)
+      continue
+    elif item == '--config':
+      continue
+    elif item.startswith('-'):
+      raise ConfigError(f'unrecognised argument {item!r}')
+    entries.append((item, []))
+  if not entries:
+    raise ConfigError('give at least one --config PATH[:ARG]')
+  if args.steps < 0 or args.warmup < 0:
+    raise ConfigError('--steps and --warmup must be >= 0')
+  return args, entries
+
+
+def matmul_flops_per_second(n: int = 2048, repeats: int = 5) -> float:
+  """The best float32 n x n matmul throughput of the first device: the ceiling MFU is taken against on CPU."""
+  import jax
+  import jax.numpy as jnp
+  a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+  matmul = jax.jit(lambda x: x @ x)
+  matmul(a).block_until_ready()
+  best = float('inf')
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    matmul(a).block_until_ready()
+    best = min(best, time.perf_counter() - t0)
+  return 2 * n ** 3 / best
+
+
+def peak_flops_per_second(devices) -> tuple[float, str]:
+  """(peak FLOP/s of all `devices`, where the figure comes from)."""
+  kind = devices[0].device_kind
+  for name, tflops in PEAK_TFLOPS.items():
+    if name.lower() in kind.lower():
+      return tflops * 1e12 * len(devices), f'{name} bf16 dense peak x {len(devices)}'
+  if devices[0].platform == 'cpu':
+    return matmul_flops_per_second(), 'float32 2048^3 matmul measured now'
+  return float('nan'), f'unknown peak for {kind!r}'
+
+
+def synthetic_setup(config, shape: str):
+  """A Setup whose data is random inputs of `shape` (H,W,C,CLASSES or T,H,W,C,CLASSES), and its batch."""
+  import jax
+  import jax.numpy as jnp
+  from vit_jax_lab import parallel, train
+  from vit_jax_lab.config import ConfigError
+  from vit_jax_lab.data.images import DatasetInfo
+  try:
+    *input_shape, classes = (int(n) for n in shape.split(','))
+  except ValueError:
+    raise ConfigError(f'--synthetic {shape}: expected H,W,C,CLASSES or T,H,W,C,CLASSES') from None
+  if len(input_shape) not in (3, 4):
+    raise ConfigError(f'--synthetic {shape}: expected H,W,C,CLASSES or T,H,W,C,CLASSES')
+  info = DatasetInfo(classes, 'image' if len(input_shape) == 3 else 'video', tuple(input_shape), 0, 0)
+  s = train.setup(config, data=(None, info))
+  sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
+  b = config.data.batch_size
+  batch = {'inputs': jax.random.normal(jax.random.key(0), (b, *input_shape), jnp.float32),
+           'label': jax.random.randint(jax.random.key(1), (b,), 0, classes)}
+  return s, jax.device_put(batch, sharding)
+
+
+def measure(config, args) -> dict[str, Any]:
+  """One config's numbers."""
+  import jax
+  from vit_jax_lab import parallel, train
+  from vit_jax_lab.data import pipeline
+  if args.synthetic:
+    s, batch = synthetic_setup(config, args.synthetic)
+    input_rate = None
+  else:
+    s = train.setup(config)
+    batches = pipeline.train_iterator(
+        s.builder, config.data, s.task.preprocess(config.data, s.info, train=True),
+        jax.sharding.NamedSharding(s.mesh, parallel.BATCH), seed=config.seed, start_step=0)
+    batch = next(batches)
+    t0 = time.perf_counter()
+    for _ in range(args.input_batches):
+      jax.block_until_ready(next(batches))
+    input_rate = args.input_batches * config.data.batch_size / (time.perf_counter() - t0)
+  state = train.init_state(s)
+  t0 = time.perf_counter()
+  compiled = train.make_train_step(s).lower(state, batch).compile()
+  compile_seconds = time.perf_counter() - t0
+  flops = float(compiled.cost_analysis().get('flops', float('nan'))) * len(s.mesh.devices.flat)
+  memory = compiled.memory_analysis()
+  peak_bytes = None if memory is None else (memory.temp_size_in_bytes + memory.argument_size_in_bytes +
+                                            memory.output_size_in_bytes - memory.alias_size_in_bytes)
+  result = {
+      'model': f'{config.model.name} {config.model.get("variant") or ""}'.strip(),
+      'devices': f'{len(s.mesh.devices.flat)} x {s.mesh.devices.flat[0].device_kind}',
+      'batch': config.data.batch_size, 'input_shape': list(s.info.input_shape), 'compile_s': compile_seconds,
+      'step_tflop': flops / 1e12, 'peak_memory_gib': None if peak_bytes is None else peak_bytes / 2**30,
+      'input_examples_per_s': input_rate}
+  if not args.steps:
+    return result
+  for _ in range(args.warmup):
+    state, metrics = compiled(state, batch)
+  jax.block_until_ready(state)
+  times = []
+  for _ in range(args.steps):
+    t0 = time.perf_counter()
+    state, metrics = compiled(state, batch)
+    jax.block_until_ready((state, metrics))
+    times.append(time.perf_counter() - t0)
+  step = statistics.median(times)
+  peak, peak_source = peak_flops_per_second(list(s.mesh.devices.flat))
+  return result | {
+      'step_s_median': step, 'step_s_min': min(times), 'step_s_max': max(times),
+      'examples_per_s': config.data.batch_size / step, 'achieved_tflops': flops / step / 1e12,
+      'peak_tflops': peak / 1e12, 'peak_source': peak_source, 'mfu': flops / step / peak,
+      'loss': float(metrics['loss'])}
+
+
+def table(results: list[dict[str, Any]]) -> str:
+  header = ('config', 'model', 'batch', 'compile s', 'step ms (min-max)', 'ex/s', 'input ex/s', 'TFLOP/step',
+            'TFLOP/s', 'MFU', 'peak GiB')
+  rows = []
+  number = lambda r, key, fmt: '—' if r.get(key) is None else format(r[key], fmt)
+  for r in results:
+    ms = '—' if 'step_s_median' not in r else (
+        f'{1e3 * r["step_s_median"]:.1f} ({1e3 * r["step_s_min"]:.1f}-{1e3 * r["step_s_max"]:.1f})')
+    rows.append((r['config'], r['model'], str(r['batch']), f'{r["compile_s"]:.1f}', ms,
+                 number(r, 'examples_per_s', '.1f'), number(r, 'input_examples_per_s', '.0f'),
+                 f'{r["step_tflop"]:.4f}', number(r, 'achieved_tflops', '.3f'), number(r, 'mfu', '.1%'),
+                 number(r, 'peak_memory_gib', '.2f')))
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  lines += ['| ' + ' | '.join(row) + ' |' for row in rows]
+  sources = sorted({f'{r["devices"]}: MFU against {r["peak_tflops"]:.3f} TFLOP/s ({r["peak_source"]})'
+                    for r in results if 'peak_tflops' in r})
+  return '\n'.join(lines + [''] + sources)
+
+
+def main(argv: list[str]) -> int:
+  from vit_jax_lab.config import ConfigError
+  try:
+    args, entries = parse(argv)
+    from vit_jax_lab import config as config_lib, parallel
+    configs = []
+    for spec, overrides in entries:  # Every config is checked before the first one runs.
+      config = config_lib.load(spec)
+      config_lib.apply_overrides(config, overrides)
+      configs.append((' '.join([spec, *overrides]), config))
+    parallel.initialize_distributed(configs[0][1])
+    results = [{'config': name} | measure(config, args) for name, config in configs]
+  except ConfigError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  print(table(results))
+  if args.out:
+    with open(args.out, 'w') as f:
+      json.dump(results, f, indent=2)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv[1:]))
