@@ -95,3 +95,19 @@ def test_scanned_vivit_initialises_from_an_image_vit():
   nnx.update(video, params)
   images = jax.random.normal(jax.random.key(5), (2, 16, 16, 3))
   np.testing.assert_allclose(video(np.repeat(images[:, None], 4, axis=1)), image(images), rtol=1e-5, atol=2e-6)
+
+
+def test_attention_implementation_is_selectable():
+  """'xla' is the path JAX takes on CPU by itself; 'cudnn' (flash attention) is refused without a GPU."""
+  kw = dict(width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=4)
+  x = jax.random.normal(jax.random.key(2), (2, 16, 16, 3))
+  auto = vit.ViT(10, (16, 16, 3), head_zero_init=False, rngs=nnx.Rngs(0), **kw)
+  xla = vit.ViT(10, (16, 16, 3), head_zero_init=False, attention_impl='xla', rngs=nnx.Rngs(0), **kw)
+  assert xla.encoder.blocks[0].attn.implementation == 'xla'
+  np.testing.assert_array_equal(xla(x), auto(x))
+  video = vivit.ViViT(10, (4, 16, 16, 3), tubelet_time=2, model='factorised_self_attention', attention_impl='xla',
+                      rngs=nnx.Rngs(0), **kw)
+  assert video.encoder.blocks[0].temporal_attn.implementation == 'xla'
+  from vit_jax_lab.config import ConfigError
+  with pytest.raises(ConfigError, match="model.attention_impl='cudnn' needs an NVIDIA GPU"):
+    vit.ViT(10, (16, 16, 3), attention_impl='cudnn', rngs=nnx.Rngs(0), **kw)

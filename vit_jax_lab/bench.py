@@ -8,8 +8,9 @@ Each `--config` starts a new entry; the `--config.KEY=VALUE` after it apply to i
 one batch kept on the devices (so the input pipeline does not count), `--steps` times after `--warmup`
 steps. `--synthetic H,W,C,CLASSES` replaces the dataset by random inputs of that shape; otherwise the
 config's train pipeline is timed on its own too, to show whether data or compute bounds a step. FLOPs are
-XLA's cost analysis of the compiled step (all devices); MFU divides the achieved FLOP/s by the devices'
-peak: a table of accelerators (bf16 dense), or on CPU the float32 matmul throughput measured here.
+XLA's cost analysis of the whole step as lowered for the mesh (`step_flops`; remat's recomputation
+included); MFU divides the achieved FLOP/s by the devices' peak: a table of accelerators (bf16 dense),
+or on CPU the float32 matmul throughput measured here. Memory is the compiled step's, per device.
 """
 
 import argparse
@@ -103,6 +104,19 @@ def synthetic_setup(config, shape: str):
   return s, jax.device_put(batch, sharding)
 
 
+def step_flops(s, config, batch) -> float:
+  """XLA's FLOP count of one whole train step: the cost analysis of the step as lowered for all devices,
+  before partitioning, so work replicated on every device (the optimizer update) counts once. XLA counts
+  a loop's body once, so a scanned model is counted through its unscanned twin."""
+  from vit_jax_lab import checkpoints, train
+  if config.model.get('scan'):
+    twin = config.copy_and_resolve_references()
+    twin.model.scan = False
+    s = train.setup(twin, list(s.mesh.devices.flat), data=(s.builder, s.info))
+  lowered = train.make_train_step(s).lower(checkpoints.abstract(s.abstract_state, s.state_shardings), batch)
+  return float(lowered.cost_analysis()['flops'])
+
+
 def measure(config, args) -> dict[str, Any]:
   """One config's numbers."""
   import jax
@@ -125,7 +139,7 @@ def measure(config, args) -> dict[str, Any]:
   t0 = time.perf_counter()
   compiled = train.make_train_step(s).lower(state, batch).compile()
   compile_seconds = time.perf_counter() - t0
-  flops = float(compiled.cost_analysis().get('flops', float('nan'))) * len(s.mesh.devices.flat)
+  flops = step_flops(s, config, batch)
   memory = compiled.memory_analysis()
   peak_bytes = None if memory is None else (memory.temp_size_in_bytes + memory.argument_size_in_bytes +
                                             memory.output_size_in_bytes - memory.alias_size_in_bytes)

@@ -17,7 +17,8 @@ from vit_jax_lab import bench, config as config_lib, reporting  # noqa: E402
 
 VIT = ['--config.model.pool=tok', '--config.model.posemb=learn', '--config.model.dropout=0.0',
        '--config.optim.weight_decay=0.05']
-VIDEO = ['--config.model.variant=Ti/16x2', '--config.data.batch_size=8']
+VIDEO = ['--config.model.variant=Ti/16x2', '--config.model.temporal_depth=4', '--config.data.batch_size=8',
+         *(f'--config.model.{k}=None' for k in ('width', 'depth', 'mlp_dim', 'num_heads', 'patch_size', 'tubelet_time'))]
 STEP_ROWS = [  # (name, config, overrides, synthetic input shape)
     ('ViT-Ti/16', 'configs/vit/digits.py', [*VIT, '--config.model.variant=Ti/16', '--config.data.batch_size=32'],
      '224,224,3,1000'),

@@ -72,12 +72,14 @@ class Attention(nnx.Module):
   """Multi-head dot-product attention with one fused query/key/value projection.
 
   Self-attention by default; with `context`, queries come from `x` and keys/values from `context`
-  (the same weights, sliced). Uses `jax.nn.dot_product_attention` except when attention dropout is
-  active, which needs the weights explicitly.
+  (the same weights, sliced). Uses `jax.nn.dot_product_attention` (its `implementation`: None picks,
+  'xla', or 'cudnn', fused flash attention on NVIDIA GPUs in bf16/fp16) except when attention dropout
+  is active, which needs the weights explicitly.
   """
 
-  def __init__(self, width: int, num_heads: int, *, dropout: float = 0.0, rngs: nnx.Rngs):
-    self.num_heads = num_heads
+  def __init__(self, width: int, num_heads: int, *, dropout: float = 0.0, implementation: str | None = None,
+               rngs: nnx.Rngs):
+    self.num_heads, self.implementation = num_heads, implementation
     self.qkv = nnx.Linear(width, 3 * width, kernel_init=xavier, rngs=rngs)
     self.out = nnx.Linear(width, width, kernel_init=xavier, rngs=rngs)
     self.dropout = Dropout(dropout)
@@ -109,7 +111,7 @@ class Attention(nnx.Module):
     if train and self.dropout.rate > 0.0:
       probs = self.dropout(self._probabilities(q, k), train=train, rngs=rngs)
       return jnp.einsum('bhqk,bkhd->bqhd', probs, v)
-    return jax.nn.dot_product_attention(q, k, v)
+    return jax.nn.dot_product_attention(q, k, v, implementation=self.implementation)
 
   def __call__(self, x: jax.Array, context: jax.Array | None = None, *, train: bool = False,
                rngs: nnx.Rngs | None = None) -> jax.Array:
@@ -141,10 +143,10 @@ class EncoderBlock(nnx.Module):
 
   def __init__(self, width: int, mlp_dim: int, num_heads: int, *, dropout: float, attention_dropout: float,
                drop_path: float, prenorm: bool, gelu_approximate: bool, layernorm_epsilon: float, rngs: nnx.Rngs,
-               attention: Callable[..., Attention] = Attention):
+               attention: Callable[..., Attention] = Attention, attention_impl: str | None = None):
     self.prenorm = prenorm
     self.norm1 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
-    self.attn = attention(width, num_heads, dropout=attention_dropout, rngs=rngs)
+    self.attn = attention(width, num_heads, dropout=attention_dropout, implementation=attention_impl, rngs=rngs)
     self.norm2 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
     self.mlp = Mlp(width, mlp_dim, dropout=dropout, gelu_approximate=gelu_approximate, rngs=rngs)
     self.dropout = Dropout(dropout)
@@ -196,12 +198,13 @@ class Encoder(nnx.Module):
   def __init__(self, depth: int, width: int, mlp_dim: int, num_heads: int, *, dropout: float,
                attention_dropout: float, drop_path: float, prenorm: bool, gelu_approximate: bool,
                layernorm_epsilon: float, rngs: nnx.Rngs, block: Callable[..., EncoderBlock] = EncoderBlock,
-               remat: str = 'none', scan: bool = False):
+               remat: str = 'none', scan: bool = False, attention_impl: str | None = None):
     self.remat, self.scan = remat, scan
     self.drop_path_rates = tuple(drop_path * i / max(depth - 1, 1) for i in range(depth))
     make = lambda rate, block_rngs: block(
         width, mlp_dim, num_heads, dropout=dropout, attention_dropout=attention_dropout, drop_path=rate,
-        prenorm=prenorm, gelu_approximate=gelu_approximate, layernorm_epsilon=layernorm_epsilon, rngs=block_rngs)
+        prenorm=prenorm, gelu_approximate=gelu_approximate, layernorm_epsilon=layernorm_epsilon,
+        attention_impl=attention_impl, rngs=block_rngs)
     if scan:
       keys = jax.random.split(rngs.params(), depth)
       self.blocks = nnx.vmap(lambda key: make(drop_path, nnx.Rngs(params=key)))(keys)

@@ -55,11 +55,17 @@ def resolve_dims(decoded: dict[str, int], given: dict[str, int | None], image_si
   return dims
 
 
+ATTENTION_IMPLS = (None, 'xla', 'cudnn')
+
+
 def check_options(choices: dict[str, tuple[str, tuple[str, ...]]], rates: dict[str, float]) -> None:
   """`choices`: key -> (value, valid values); `rates`: key -> a dropout-like rate in [0, 1)."""
   for key, (value, valid) in choices.items():
     if value not in valid:
       raise ConfigError(f'model.{key}={value!r} is not one of {", ".join(map(repr, valid))}')
+  if choices.get('attention_impl', (None,))[0] == 'cudnn' and jax.default_backend() != 'gpu':
+    raise ConfigError(f"model.attention_impl='cudnn' needs an NVIDIA GPU (backend: {jax.default_backend()}); "
+                      "use None or 'xla'")
   for key, rate in rates.items():
     if not 0.0 <= rate < 1.0:
       raise ConfigError(f'model.{key}={rate} must be in [0, 1)')
@@ -109,6 +115,8 @@ class ViT(nnx.Module):
       (layers.REMAT_POLICIES): less activation memory for recomputation in the backward pass.
     scan: stack the blocks' parameters on a leading layer axis and apply them with one `lax.scan`, so
       compile time does not grow with depth. Checkpoints and releases load into either layout.
+    attention_impl: `jax.nn.dot_product_attention`'s implementation: None (JAX picks), 'xla', or 'cudnn'
+      (fused flash attention; NVIDIA GPUs with compute_dtype='bfloat16').
   """
 
   def __init__(self, num_classes: int, input_shape: tuple[int, ...], *, variant: str | None = None,
@@ -117,7 +125,8 @@ class ViT(nnx.Module):
                posemb: str = 'learn', prenorm: bool = True, representation_size: int | None = None,
                dropout: float = 0.0, attention_dropout: float = 0.0, drop_path: float = 0.0,
                gelu_approximate: bool = False, layernorm_epsilon: float = 1e-6, head_zero_init: bool = True,
-               remat: str = 'none', scan: bool = False, rngs: nnx.Rngs):
+               remat: str = 'none', scan: bool = False, attention_impl: str | None = None, rngs: nnx.Rngs):
+    remat = remat or 'none'  # The command line reads --config.model.remat=none as None.
     if len(input_shape) != 3:
       raise ConfigError(f'ViT takes images of shape (height, width, channels), got {tuple(input_shape)}; '
                         'use a video model (model.name="vivit") for clips')
@@ -125,7 +134,7 @@ class ViT(nnx.Module):
     dims = resolve_dims(decode_variant(variant), dict(patch_size=patch_size, width=width, depth=depth,
                                                       mlp_dim=mlp_dim, num_heads=num_heads), (height, wide), 'Ti/16')
     check_options(dict(pool=(pool, ('tok', 'gap', 'map')), posemb=(posemb, ('learn', 'sincos2d')),
-                       remat=(remat, tuple(layers.REMAT_POLICIES))),
+                       remat=(remat, tuple(layers.REMAT_POLICIES)), attention_impl=(attention_impl, ATTENTION_IMPLS)),
                   dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path))
     p, d = dims['patch_size'], dims['width']
     self.grid = (height // p, wide // p)
@@ -143,7 +152,7 @@ class ViT(nnx.Module):
     self.dropout = layers.Dropout(dropout)
     self.encoder = layers.Encoder(dims['depth'], d, dims['mlp_dim'], dims['num_heads'], dropout=dropout,
                                   attention_dropout=attention_dropout, drop_path=drop_path, prenorm=prenorm,
-                                  remat=remat, scan=scan, rngs=rngs, **norm_kwargs)
+                                  remat=remat, scan=scan, attention_impl=attention_impl, rngs=rngs, **norm_kwargs)
     if pool == 'map':
       self.map_head = layers.MAPHead(d, dims['mlp_dim'], dims['num_heads'], rngs=rngs, **norm_kwargs)
     if representation_size is not None:

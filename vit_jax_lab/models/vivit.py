@@ -46,7 +46,8 @@ class TubeletEmbedding(nnx.Module):
 
   def __init__(self, time: int | None, patch_size: int, channels: int, width: int, *, rngs: nnx.Rngs):
     self.time, self.patch_size = time or 1, patch_size
-    shape = (patch_size, patch_size, channels, width) if time is None else (time, patch_size, patch_size, channels, width)
+    shape = (patch_size, patch_size, channels, width)
+    shape = shape if time is None else (time, *shape)
     self.kernel = nnx.Param(nnx.initializers.lecun_normal()(rngs.params(), shape))
     self.bias = nnx.Param(jnp.zeros((width,)))
 
@@ -63,8 +64,9 @@ class FactorisedDotProductAttention(layers.Attention):
   """Model 4: the first half of the heads attend over space (tokens of the same time step), the other half
   over time (tokens at the same place). Same parameters as full attention; tokens (B, nt * ns, D)."""
 
-  def __init__(self, width: int, num_heads: int, *, grid: tuple[int, int], dropout: float = 0.0, rngs: nnx.Rngs):
-    super().__init__(width, num_heads, dropout=dropout, rngs=rngs)
+  def __init__(self, width: int, num_heads: int, *, grid: tuple[int, int], dropout: float = 0.0,
+               implementation: str | None = None, rngs: nnx.Rngs):
+    super().__init__(width, num_heads, dropout=dropout, implementation=implementation, rngs=rngs)
     self.grid = grid
 
   def __call__(self, x: jax.Array, context: jax.Array | None = None, *, train: bool = False,
@@ -85,12 +87,14 @@ class FactorisedSelfAttentionBlock(layers.EncoderBlock):
   the block holds an image ViT block plus `temporal_attn`/`temporal_norm`."""
 
   def __init__(self, width: int, mlp_dim: int, num_heads: int, *, grid: tuple[int, int], time_first: bool,
-               attention_dropout: float, layernorm_epsilon: float, rngs: nnx.Rngs, **kwargs):
+               attention_dropout: float, layernorm_epsilon: float, rngs: nnx.Rngs, attention_impl: str | None = None,
+               **kwargs):
     super().__init__(width, mlp_dim, num_heads, attention_dropout=attention_dropout,
-                     layernorm_epsilon=layernorm_epsilon, rngs=rngs, **kwargs)
+                     layernorm_epsilon=layernorm_epsilon, attention_impl=attention_impl, rngs=rngs, **kwargs)
     self.grid, self.time_first = grid, time_first
     self.temporal_norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
-    self.temporal_attn = layers.Attention(width, num_heads, dropout=attention_dropout, rngs=rngs)
+    self.temporal_attn = layers.Attention(width, num_heads, dropout=attention_dropout, implementation=attention_impl,
+                                          rngs=rngs)
 
   def mix(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, drop_path: jax.Array | None) -> jax.Array:
     b, n, d = x.shape
@@ -157,6 +161,7 @@ class ViViT(nnx.Module):
       the spatial one ('copy'). Its LayerNorm is copied from the spatial one either way.
     remat: rematerialisation policy of every block (layers.REMAT_POLICIES), as for the ViT.
     scan: apply each encoder's blocks with one `lax.scan` over stacked parameters, as for the ViT.
+    attention_impl: `jax.nn.dot_product_attention`'s implementation (None, 'xla', 'cudnn'), as for the ViT.
   """
 
   def __init__(self, num_classes: int, input_shape: tuple[int, ...], *, variant: str | None = None,
@@ -167,7 +172,8 @@ class ViViT(nnx.Module):
                prenorm: bool = True, dropout: float = 0.0, attention_dropout: float = 0.0, drop_path: float = 0.0,
                gelu_approximate: bool = False, layernorm_epsilon: float = 1e-6, head_zero_init: bool = True,
                tubelet_init: str = 'central_frame', temporal_attention_init: str = 'zero', remat: str = 'none',
-               scan: bool = False, rngs: nnx.Rngs):
+               scan: bool = False, attention_impl: str | None = None, rngs: nnx.Rngs):
+    remat = remat or 'none'  # The command line reads --config.model.remat=none as None.
     if len(input_shape) != 4:
       raise ConfigError(f'ViViT takes clips of shape (frames, height, width, channels), got {tuple(input_shape)}; '
                         'use a video dataset, or model.name="vit" for images')
@@ -179,7 +185,7 @@ class ViViT(nnx.Module):
              attention_order=(attention_order, ('time_space', 'space_time')),
              tubelet_init=(tubelet_init, ('central_frame', 'inflate')),
              temporal_attention_init=(temporal_attention_init, ('zero', 'copy')),
-             remat=(remat, tuple(layers.REMAT_POLICIES))),
+             remat=(remat, tuple(layers.REMAT_POLICIES)), attention_impl=(attention_impl, vit.ATTENTION_IMPLS)),
         dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path))
     decoded = decode_variant(variant)
     variant_time = decoded.pop('tubelet_time', None)
@@ -200,12 +206,13 @@ class ViViT(nnx.Module):
     self.grid = (frames // (tubelet_time or 1), self.space_grid[0] * self.space_grid[1])  # (nt, ns)
     self.tubelet_init, self.temporal_attention_init = tubelet_init, temporal_attention_init
     nt, ns = self.grid
-    learned = lambda n: nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (1, n, d))) if posemb == 'learn' else None
+    init = nnx.initializers.normal(0.02)
+    learned = lambda n: nnx.Param(init(rngs.params(), (1, n, d))) if posemb == 'learn' else None
     cls = lambda: nnx.Param(jnp.zeros((1, 1, d))) if pool == 'tok' else None
     encoder = functools.partial(
         layers.Encoder, width=d, mlp_dim=dims['mlp_dim'], num_heads=dims['num_heads'], dropout=dropout,
         attention_dropout=attention_dropout, drop_path=drop_path, prenorm=prenorm, gelu_approximate=gelu_approximate,
-        layernorm_epsilon=layernorm_epsilon, remat=remat, scan=scan, rngs=rngs)
+        layernorm_epsilon=layernorm_epsilon, remat=remat, scan=scan, attention_impl=attention_impl, rngs=rngs)
     block = {'factorised_self_attention': functools.partial(FactorisedSelfAttentionBlock, grid=self.grid,
                                                             time_first=attention_order == 'time_space'),
              'factorised_dot_product': functools.partial(layers.EncoderBlock, attention=functools.partial(
@@ -267,11 +274,10 @@ class ViViT(nnx.Module):
   def image_params(self, params: dict) -> dict:
     """The part of this model's parameters (a pure dict) an image ViT has, in the ViT's layout."""
     kernel = params['embedding']['kernel']
+    blocks = {i: {k: b[k] for k in ('norm1', 'attn', 'norm2', 'mlp')} for i, b in params['encoder']['blocks'].items()}
     image = {'embedding': {'kernel': kernel[kernel.shape[0] // 2] if kernel.ndim == 5 else kernel,
                            'bias': params['embedding']['bias']},
-             'head': params['head'],
-             'encoder': params['encoder'] | {'blocks': {
-                 i: {k: b[k] for k in ('norm1', 'attn', 'norm2', 'mlp')} for i, b in params['encoder']['blocks'].items()}}}
+             'head': params['head'], 'encoder': params['encoder'] | {'blocks': blocks}}
     if 'cls' in params:
       image['cls'] = params['cls']
     if 'pos_embedding' in params:
