@@ -192,7 +192,7 @@ class Encoder(nnx.Module):
   `remat` names a policy of REMAT_POLICIES applied to every block. With `scan`, the blocks are one module
   whose parameters have a leading layer axis, applied by `jax.lax.scan`: one block is compiled, whatever
   the depth. Scanned layers draw their dropout keys differently, so only their dropout-free results equal
-  the unscanned ones; `unscanned`/`scanned` convert parameters between the two layouts.
+  the unscanned ones; `unscanned`/`scanned_like` convert parameters between the two layouts.
   """
 
   def __init__(self, depth: int, width: int, mlp_dim: int, num_heads: int, *, dropout: float,
