@@ -97,3 +97,11 @@ def replace_table(path: str, lines: list[str], begin: str = '<!-- table -->', en
   start, stop = text.index(begin) + len(begin), text.index(end)
   with open(path, 'w') as f:
     f.write(text[:start] + '\n' + '\n'.join(lines) + '\n' + text[stop:])
+
+
+def write_readme(script: str, lines: list[str]) -> None:
+  """Writes `lines` as the README.md beside the experiment `script` (its __file__), and prints them."""
+  text = '\n'.join(lines) + '\n'
+  with open(os.path.join(os.path.dirname(os.path.abspath(script)), 'README.md'), 'w') as f:
+    f.write(text)
+  print(text)

@@ -10,7 +10,7 @@ import sys
 from flax import nnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from vit_jax_lab import cost  # noqa: E402
+from vit_jax_lab import cost, reporting  # noqa: E402
 from vit_jax_lab.models import vit  # noqa: E402
 
 # Dosovitskiy et al. 2021 / timm: parameters at 224 px with 1,000 classes, forward GMACs per image.
@@ -43,10 +43,7 @@ def main() -> None:
     pub = '—' if pub_gmacs is None else f'{pub_gmacs:.2f}'
     lines.append(f'| {variant} | {params:,} | {pub_params:,} | {gmacs:.2f} | {xla:.2f} | {pub} | '
                  f'{"yes" if match else "NO"} |')
-  text = '\n'.join(lines) + '\n'
-  with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'README.md'), 'w') as f:
-    f.write(text)
-  print(text)
+  reporting.write_readme(__file__, lines)
 
 
 if __name__ == '__main__':

@@ -10,7 +10,7 @@ import sys
 from flax import nnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from vit_jax_lab import cost  # noqa: E402
+from vit_jax_lab import cost, reporting  # noqa: E402
 from vit_jax_lab.models import vivit  # noqa: E402
 
 SHAPE = (32, 224, 224, 3)
@@ -42,10 +42,7 @@ def main() -> None:
   for number, model, params, pub_params, gmacs, pub_gmacs, top1, match in rows():
     lines.append(f'| {number}: {model} | {params:,} | {pub_params} | {gmacs:.1f} | {pub_gmacs} | {top1} | '
                  f'{"yes" if match else "NO"} |')
-  text = '\n'.join(lines) + '\n'
-  with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'README.md'), 'w') as f:
-    f.write(text)
-  print(text)
+  reporting.write_readme(__file__, lines)
 
 
 if __name__ == '__main__':
