@@ -4,6 +4,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from vit_jax_lab.models import layers
+
 NO_DECAY = ('pos_embedding', 'cls')  # Besides every 1-D array (biases, norm scales).
 
 
@@ -26,7 +28,7 @@ def decay_mask(params):
   """True for the weights that get weight decay: matrices, not biases, norms or position embeddings.
   Scanned blocks' arrays (`blocks` not followed by a layer number) have a leading layer axis."""
   def decays(path, x):
-    keys = [getattr(k, 'key', getattr(k, 'name', getattr(k, 'idx', k))) for k in path]
+    keys = layers.path_keys(path)
     scanned = any(k == 'blocks' and not isinstance(nxt, int) for k, nxt in zip(keys, keys[1:]))
     return x.ndim - scanned > 1 and not {str(k) for k in keys}.intersection(NO_DECAY)
   return jax.tree_util.tree_map_with_path(decays, params)

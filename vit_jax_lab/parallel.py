@@ -7,6 +7,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax_lab.config import check
+from vit_jax_lab.models import layers
 
 AXES = ('data', 'fsdp', 'model')
 BATCH = P(('data', 'fsdp'))  # The batch dimension is split over the data-parallel devices.
@@ -53,11 +54,13 @@ def spec(shape: tuple[int, ...], mesh: Mesh, fsdp_min_size: int, path: tuple[str
   other dimension that the fsdp axis divides. Everything else is replicated."""
   axes = [None] * len(shape)
   model, layer = mesh.shape['model'], next((p for p in reversed(path) if p in SPLIT_OUTPUTS + SPLIT_INPUTS), None)
-  is_bias = 'bias' in path[-2:]
-  if model > 1 and layer is not None and (layer in SPLIT_OUTPUTS or not is_bias):  # The out/fc2 biases follow
-    dim = len(shape) - 1 if layer in SPLIT_OUTPUTS else len(shape) - 2  # the all-reduce: replicated.
-    if shape[dim] % model == 0:
-      axes[dim] = 'model'
+  dim = None
+  if model > 1 and layer in SPLIT_OUTPUTS:  # Kernel and bias: the output features.
+    dim = len(shape) - 1
+  elif model > 1 and layer in SPLIT_INPUTS and 'bias' not in path[-2:]:  # The kernel's input features; the
+    dim = len(shape) - 2  # bias is added after the all-reduce, so it stays replicated.
+  if dim is not None and shape[dim] % model == 0:
+    axes[dim] = 'model'
   fsdp = mesh.shape['fsdp']
   if fsdp > 1 and int(np.prod(shape)) >= fsdp_min_size:
     dims = [i for i in np.argsort(shape, kind='stable')[::-1] if shape[i] % fsdp == 0 and axes[i] is None]
@@ -69,7 +72,7 @@ def spec(shape: tuple[int, ...], mesh: Mesh, fsdp_min_size: int, path: tuple[str
 def shardings(abstract_tree, mesh: Mesh, fsdp_min_size: int):
   """A `NamedSharding` for every array of a tree (parameters, optimizer state, ...)."""
   def sharding(path, x):
-    names = tuple(str(getattr(k, 'key', getattr(k, 'name', k))) for k in path)
+    names = tuple(str(k) for k in layers.path_keys(path))
     return NamedSharding(mesh, spec(x.shape, mesh, fsdp_min_size, names))
   return jax.tree_util.tree_map_with_path(sharding, abstract_tree)
 

@@ -237,6 +237,11 @@ class Encoder(nnx.Module):
     return self.norm(x) if self.norm is not None else x
 
 
+def path_keys(path: tuple) -> list:
+  """The names in a `jax.tree_util` key path of a parameter tree: strings, and ints for layer numbers."""
+  return [getattr(k, 'key', getattr(k, 'name', getattr(k, 'idx', k))) for k in path]
+
+
 def unscanned(params: dict) -> dict:
   """A pure parameter dict with every scanned `blocks` (arrays with a leading layer axis) split into
   {0: ..., 1: ...}, the unscanned layout; unscanned input is returned as it is."""
