@@ -38,17 +38,21 @@ def moving_digits_dir(data_dir) -> str:
   return data_dir
 
 
+def load_config(spec: str, data_dir: str, **overrides):
+  """The config file `spec` (relative to the repository) reading `data_dir`, with overrides given as keyword
+  paths: data__batch_size=8 sets config.data.batch_size."""
+  config = config_lib.load(os.path.join(ROOT, spec))
+  config.data.data_dir = data_dir
+  for key, value in overrides.items():
+    node = config
+    *parents, leaf = key.split('__')
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  return config
+
+
 @pytest.fixture
 def smoke_config(data_dir):
   """configs/vit/digits.py:smoke reading the session's data_dir; call with overrides as keyword paths."""
-  def make(**overrides):
-    config = config_lib.load(os.path.join(ROOT, 'configs/vit/digits.py:smoke'))
-    config.data.data_dir = data_dir
-    for key, value in overrides.items():
-      node = config
-      *parents, leaf = key.split('__')
-      for p in parents:
-        node = node[p]
-      node[leaf] = value
-    return config
-  return make
+  return lambda **overrides: load_config('configs/vit/digits.py:smoke', data_dir, **overrides)

@@ -28,7 +28,8 @@ def run_steps(config, devices, num_steps=5, initial_from=None):
   step = train.make_train_step(s)
   batches = pipeline.train_iterator(
       s.builder, config.data, s.task.preprocess(config.data, s.info, train=True),
-      jax.sharding.NamedSharding(s.mesh, parallel.BATCH), seed=config.seed, start_step=0)
+      jax.sharding.NamedSharding(s.mesh, parallel.BATCH), seed=config.seed, start_step=0,
+      prepare=s.task.prepare(s.info, True), pack=s.task.pack(config.data))
   losses = []
   for _ in range(num_steps):
     state, metrics = step(state, next(batches))

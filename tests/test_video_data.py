@@ -275,7 +275,7 @@ def test_mixup_mixes_whole_clips():
     seen.append(x)
     return jnp.zeros((x.shape[0], 4))
   Classification(mixup=0.5).loss(model, {'inputs': jnp.asarray(clips), 'label': np.zeros(4, np.int32)},
-                                 jax.random.key(0))
+                                 jax.random.key(0), 0)
   mixed, rolled = np.asarray(seen[0]), np.roll(clips, 1, axis=0)
   lam = (mixed - rolled).ravel()[0] / (clips - rolled).ravel()[0]  # One mixing weight for the whole batch.
   assert 0.0 < lam < 1.0

@@ -33,6 +33,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[tuple[str, list[str
   parser.add_argument('--warmup', type=int, default=2, help='untimed steps after compilation')
   parser.add_argument('--input_batches', type=int, default=20, help='batches drawn to time the input pipeline')
   parser.add_argument('--synthetic', help='H,W,C,CLASSES (or T,H,W,C,CLASSES): random inputs, no dataset')
+  parser.add_argument('--decode', help='seq2seq: also time greedy decoding of these lengths, e.g. 32,64,128,256, '
+                      'with and without the key/value cache')
   parser.add_argument('--out', help='write the results as JSON here')
   args, rest = parser.parse_known_args(argv)
   entries = []
@@ -53,6 +55,10 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[tuple[str, list[str
     raise ConfigError('give at least one --config PATH[:ARG]')
   if args.steps < 0 or args.warmup < 0:
     raise ConfigError('--steps and --warmup must be >= 0')
+  try:
+    args.decode = [int(n) for n in args.decode.split(',')] if args.decode else []
+  except ValueError:
+    raise ConfigError(f'--decode {args.decode}: expected lengths such as 32,64,128,256') from None
   return args, entries
 
 
@@ -95,6 +101,8 @@ def synthetic_setup(config, shape: str):
     raise ConfigError(f'--synthetic {shape}: expected H,W,C,CLASSES or T,H,W,C,CLASSES') from None
   if len(input_shape) not in (3, 4):
     raise ConfigError(f'--synthetic {shape}: expected H,W,C,CLASSES or T,H,W,C,CLASSES')
+  if config.task.name != 'classification':
+    raise ConfigError(f'--synthetic makes classification inputs; a {config.task.name} config is timed on its dataset')
   info = DatasetInfo(classes, 'image' if len(input_shape) == 3 else 'video', tuple(input_shape), 0, 0)
   s = train.setup(config, data=(None, info))
   sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
@@ -129,13 +137,15 @@ def measure(config, args) -> dict[str, Any]:
     s = train.setup(config)
     batches = pipeline.train_iterator(
         s.builder, config.data, s.task.preprocess(config.data, s.info, train=True),
-        jax.sharding.NamedSharding(s.mesh, parallel.BATCH), seed=config.seed, start_step=0)
+        jax.sharding.NamedSharding(s.mesh, parallel.BATCH), seed=config.seed, start_step=0,
+        prepare=s.task.prepare(s.info, True), pack=s.task.pack(config.data))
     batch = next(batches)
     t0 = time.perf_counter()
     for _ in range(args.input_batches):
       jax.block_until_ready(next(batches))
     input_rate = args.input_batches * config.data.batch_size / (time.perf_counter() - t0)
   state = train.init_state(s)
+  decoding = {'decode': decode_speed(s, state.params, args.decode)} if args.decode else {}
   t0 = time.perf_counter()
   compiled = train.make_train_step(s).lower(state, batch).compile()
   compile_seconds = time.perf_counter() - t0
@@ -148,7 +158,7 @@ def measure(config, args) -> dict[str, Any]:
       'devices': f'{len(s.mesh.devices.flat)} x {s.mesh.devices.flat[0].device_kind}',
       'batch': config.data.batch_size, 'input_shape': list(s.info.input_shape), 'compile_s': compile_seconds,
       'step_tflop': flops / 1e12, 'peak_memory_gib': None if peak_bytes is None else peak_bytes / 2**30,
-      'input_examples_per_s': input_rate}
+      'input_examples_per_s': input_rate} | decoding
   if not args.steps:
     return result
   for _ in range(args.warmup):
@@ -167,6 +177,51 @@ def measure(config, args) -> dict[str, Any]:
       'examples_per_s': config.data.batch_size / step, 'achieved_tflops': flops / step / 1e12,
       'peak_tflops': peak / 1e12, 'peak_source': peak_source, 'mfu': flops / step / peak,
       'loss': float(metrics['loss'])}
+
+
+def decode_speed(s, params, lengths: list[int], repeats: int = 3) -> list[dict[str, Any]]:
+  """Greedy decoding of exactly L tokens (EOS held back) for each L of `lengths`, for a batch of
+  data.eval_batch_size random inputs, with the cache and without: seconds (best of `repeats`) and tokens/s."""
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+  from vit_jax_lab import decode
+  from vit_jax_lab.config import ConfigError
+  if s.config.task.name != 'seq2seq':
+    raise ConfigError(f'--decode times seq2seq models; this config is a {s.config.task.name} task')
+  b, info = s.config.data.eval_batch_size, s.info
+  if info.input_vocab is None:
+    inputs = jax.random.normal(jax.random.key(0), (b, *info.input_shape), jnp.float32)
+  else:
+    inputs = jax.random.randint(jax.random.key(0), (b, *info.input_shape), 4, info.input_vocab.size)
+    inputs = inputs.at[:, -1].set(decode.EOS)
+  results = []
+  for length in lengths:
+    row = {'length': length, 'batch': b}
+    for cached in (True, False):
+      fn = jax.jit(lambda p, x: decode.greedy(decode.stepper(nnx.merge(s.graphdef, p), x, length, cached=cached), b,
+                                              length, min_length=length)[0])
+      jax.block_until_ready(fn(params, inputs))
+      best = float('inf')
+      for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(params, inputs))
+        best = min(best, time.perf_counter() - t0)
+      name = 'cached' if cached else 'uncached'
+      row |= {f'{name}_s': best, f'{name}_tokens_per_s': b * length / best}
+    row['speedup'] = row['uncached_s'] / row['cached_s']
+    results.append(row)
+  return results
+
+
+def decode_table(results: list[dict[str, Any]]) -> str:
+  lines = ['| config | length | batch | cached s | uncached s | cached / uncached speed | cached tokens/s | '
+           'uncached tokens/s |', '|---|---:|---:|---:|---:|---:|---:|---:|']
+  for r in results:
+    for d in r.get('decode', []):
+      lines.append(f'| {r["config"]} | {d["length"]} | {d["batch"]} | {d["cached_s"]:.3f} | {d["uncached_s"]:.3f} | '
+                   f'{d["speedup"]:.1f}x | {d["cached_tokens_per_s"]:.0f} | {d["uncached_tokens_per_s"]:.0f} |')
+  return '\n'.join(lines)
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -204,6 +259,8 @@ def main(argv: list[str]) -> int:
     print(f'error: {e}', file=sys.stderr)
     return 2
   print(table(results))
+  if any('decode' in r for r in results):
+    print('\n' + decode_table(results))
   if args.out:
     with open(args.out, 'w') as f:
       json.dump(results, f, indent=2)

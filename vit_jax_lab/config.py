@@ -65,6 +65,20 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.eval_clips = 1  # Evaluation views: this many evenly spaced temporal clips per video...
   c.data.eval_crops = 3  # ...times this many spatial crops (1: centre; 3: both ends and centre of the longer
   # side). The logits of all eval_clips x eval_crops views of a video are averaged.
+  # Text (the seq2seq task): which features, their vocabulary, and sequence lengths.
+  c.data.source = config_dict.placeholder(str)  # Input feature (text, or an image); None: the dataset's first
+  # supervised key.
+  c.data.target = config_dict.placeholder(str)  # Target text feature; None: the second supervised key.
+  c.data.vocab = 'words'  # 'words' (word-level, from the train split; one vocabulary per side), 'sentencepiece'
+  # (trained on the train split's source and target text, one shared vocabulary, saved as
+  # <workdir>/sentencepiece.model and reused on resume), or the path of a SentencePiece .model file.
+  c.data.vocab_size = 32_000  # Pieces of a trained SentencePiece vocabulary.
+  c.data.vocab_sentences = 1_000_000  # Train a SentencePiece vocabulary on this many training examples.
+  c.data.max_input_length = 64  # Source tokens (EOS included). Longer training examples are left out; evaluation
+  # keeps every example and cuts it to this.
+  c.data.max_target_length = 64  # Target tokens (EOS included); the same rules.
+  c.data.pack_factor = 1  # > 1: pack this many batches' worth of sequences into each training batch (sequence
+  # packing: fewer padding tokens; sequences that do not fit are left out, see train/packed_fraction).
   c.data.shards = -1  # Input shards, each a disjoint part of the split with its own stream; -1: one per
   # process. Fix it (to a multiple of the process count) to get the same batches on any host count.
 
@@ -99,6 +113,15 @@ def base_config() -> ml_collections.ConfigDict:
   c.distributed.num_processes = config_dict.placeholder(int)
   c.distributed.process_id = config_dict.placeholder(int)
   return c
+
+
+def smoke(c: ml_collections.ConfigDict, *, steps: int = 4, warmup: int = 1, batch_size: int = 32,
+          eval_batch_size: int = 64) -> None:
+  """Makes `c` a run of seconds, for tests: `steps` steps logged each, evaluated and checkpointed halfway and at
+  the end, small batches."""
+  c.data.batch_size, c.data.eval_batch_size = batch_size, eval_batch_size
+  c.total_steps, c.log_every, c.eval_every, c.checkpoint_every = steps, 1, steps // 2, steps // 2
+  c.schedule.warmup_steps = warmup
 
 
 def config_from_signature(fn: Callable[..., Any], name: str, skip: tuple[str, ...] = ()) -> ml_collections.ConfigDict:
@@ -226,8 +249,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
         'then cropped')
   check(d.eval_clips > 0, f'data.eval_clips={d.eval_clips} must be a positive integer')
   check(d.eval_crops in (1, 3), f'data.eval_crops={d.eval_crops} must be 1 (centre) or 3 (both ends and centre)')
+  check(d.vocab in ('words', 'sentencepiece') or d.vocab.endswith('.model'),
+        f"data.vocab={d.vocab!r} is not 'words', 'sentencepiece' or the path of a SentencePiece .model file")
+  for key in ('vocab_size', 'vocab_sentences', 'max_input_length', 'max_target_length', 'pack_factor'):
+    check(d[key] > 0, f'data.{key}={d[key]} must be a positive integer')
   check(d.shards == -1 or d.shards > 0, f'data.shards={d.shards} must be -1 (one per process) or positive')
-  check(d.data_dir is None or os.path.isdir(d.data_dir) or d.name in _builtin_datasets(),
+  check(d.data_dir is None or os.path.isdir(d.data_dir) or d.name.split('/')[0] in _builtin_datasets(),
         f'data.data_dir={d.data_dir!r} does not exist; point it at the folder holding prepared TFDS data')
   check(o.name in ('adamw', 'sgd'), f"optim.name={o.name!r} is not one of 'adamw', 'sgd'")
   check(o.lr > 0, f'optim.lr={o.lr} must be positive')

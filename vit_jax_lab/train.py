@@ -66,9 +66,10 @@ def _keys(seed: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = None,
-          data: tuple[Any, DatasetInfo] | None = None) -> Setup:
+          data: tuple[Any, DatasetInfo] | None = None, workdir: str | None = None) -> Setup:
   """Validates the config against the devices (default: all) and the data; builds the model abstractly.
-  `data`: (builder, info) instead of the dataset of `config.data` (the benchmark's random inputs)."""
+  `data`: (builder, info) instead of the dataset of `config.data` (the benchmark's random inputs).
+  `workdir`: where the task keeps what it derives from the data (a trained vocabulary)."""
   config_lib.validate(config)
   mesh = parallel.make_mesh(config.mesh, devices)
   shards = mesh.shape['data'] * mesh.shape['fsdp']
@@ -81,7 +82,7 @@ def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = 
         f'data.batch_size={config.data.batch_size} must be divisible by accum_steps={config.accum_steps} '
         f'x {shards} batch shards')
   task = tasks.build(config.task)
-  builder, info = pipeline.load(config.data) if data is None else data
+  builder, info = pipeline.load(config.data, lambda b, d: task.dataset_info(b, d, workdir)) if data is None else data
   tx = optim.optimizer(config)
   graphdef, params = nnx.split(nnx.eval_shape(lambda: build_model(config, task, info, _keys(0)[0])), nnx.Param)
   abstract_state = TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=params,
@@ -126,25 +127,26 @@ def make_train_step(s: Setup):
   lr_schedule = optim.schedule(s.config)
   k = s.config.accum_steps
 
-  def metrics_and_grads(params, batch, rng):
+  def metrics_and_grads(params, batch, rng, step):
     batch = in_compute_dtype(batch, s.config)
-    loss_fn = lambda p: s.task.loss(nnx.merge(s.graphdef, in_compute_dtype(p, s.config)), batch, rng)
+    loss_fn = lambda p: s.task.loss(nnx.merge(s.graphdef, in_compute_dtype(p, s.config)), batch, rng, step)
     (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     return metrics, grads
 
   def train_step(state: TrainState, batch):
     rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
     if k == 1:
-      metrics, grads = metrics_and_grads(state.params, batch, rng)
+      metrics, grads = metrics_and_grads(state.params, batch, rng, state.step)
     else:  # Micro-batch i is rows i, i + k, ...: every device keeps its own rows.
       micro = jax.tree.map(lambda x: x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1), batch)
 
       def accumulate(total, i):
         mb = jax.tree.map(lambda x: x[i], micro)
-        return jax.tree.map(jnp.add, total, metrics_and_grads(state.params, mb, jax.random.fold_in(rng, i))), None
+        return jax.tree.map(jnp.add, total, metrics_and_grads(state.params, mb, jax.random.fold_in(rng, i),
+                                                             state.step)), None
 
       zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(
-          metrics_and_grads, state.params, jax.tree.map(lambda x: x[0], micro), rng))
+          metrics_and_grads, state.params, jax.tree.map(lambda x: x[0], micro), rng, state.step))
       total, _ = jax.lax.scan(accumulate, zeros, jnp.arange(k))
       metrics, grads = jax.tree.map(lambda x: x / k, total)
     updates, opt_state = s.tx.update(grads, state.opt_state, state.params)
@@ -167,17 +169,20 @@ def make_eval_step(s: Setup):
 
 
 def evaluate(s: Setup, eval_step, params) -> dict[str, float]:
-  """Task metrics over the whole eval split: sums over all batches divided by the example count."""
+  """Task metrics over the whole eval split, from sums over all batches. Outputs a task scores on the host
+  (decoded text for BLEU) come under the sums' 'host' key and are turned into more sums there."""
   preprocess = s.task.preprocess(s.config.data, s.info, train=False)
   batches = pipeline.eval_batches(s.builder, s.config.data, preprocess,
-                                  jax.sharding.NamedSharding(s.mesh, parallel.BATCH))
+                                  jax.sharding.NamedSharding(s.mesh, parallel.BATCH), s.task.prepare(s.info, False))
   totals = None
   for batch in batches:
     sums = eval_step(params, batch)
-    totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
-  sums = jax.device_get(totals)
-  count = sums.pop('count')
-  return {f'eval/{k}': float(v) / float(count) for k, v in sums.items()} | {'eval/examples': float(count)}
+    host = sums.pop('host', None)
+    sums = jax.device_get(sums)
+    if host is not None:
+      sums |= s.task.host_sums(multihost_utils.process_allgather(host, tiled=True))
+    totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
+  return {f'eval/{k}': v for k, v in s.task.summarize(totals).items()}
 
 
 def prepare_workdir(config: ml_collections.ConfigDict, workdir: str) -> None:
@@ -223,8 +228,8 @@ def _flatten(d: dict, prefix: str = '') -> dict[str, Any]:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
   """Trains to `config.total_steps` (resuming from the latest checkpoint) and returns the last eval."""
-  s = setup(config)
   prepare_workdir(config, workdir)
+  s = setup(config, workdir=workdir)
   checkpointer = checkpoints.Checkpointer(workdir, every=config.checkpoint_every, keep=config.keep)
   start = checkpointer.latest_step() or 0
   if start >= config.total_steps:
@@ -243,7 +248,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   batch_sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
   preprocess = s.task.preprocess(config.data, s.info, train=True)
   batches = pipeline.train_iterator(s.builder, config.data, preprocess, batch_sharding, seed=config.seed,
-                                    start_step=start)
+                                    start_step=start, prepare=s.task.prepare(s.info, True),
+                                    pack=s.task.pack(config.data))
   train_step, eval_step = make_train_step(s), make_eval_step(s)
   writer = reporting.writer(workdir, start)
   progress = reporting.Progress(config.total_steps, config.data.batch_size, start)

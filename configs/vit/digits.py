@@ -28,13 +28,7 @@ def get_config(arg: str | None = None):
     c.model.update(width=32, depth=2, mlp_dim=64, num_heads=2, patch_size=4, pool='tok', posemb='learn',
                    dropout=0.1, drop_path=0.1)
     c.task.mixup = 0.2
-    c.data.batch_size = 32
-    c.data.eval_batch_size = 64
-    c.total_steps = 6
-    c.log_every = 1
-    c.eval_every = 3
-    c.checkpoint_every = 3
-    c.schedule.warmup_steps = 2
+    config_lib.smoke(c, steps=6, warmup=2)
     c.mesh.fsdp_min_size = 256
   elif arg is not None:
     raise config_lib.ConfigError(f'configs/vit/digits.py takes no argument or "smoke", got {arg!r}')

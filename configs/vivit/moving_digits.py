@@ -45,12 +45,6 @@ def get_config(arg: str | None = None):
     c.model.update(width=32, depth=1, mlp_dim=64, num_heads=2, temporal_depth=1, dropout=0.1, drop_path=0.1)
     c.task.mixup = 0.2
     c.data.num_frames = 1 if single else 4
-    c.data.batch_size = 16
-    c.data.eval_batch_size = 64
-    c.total_steps = 4
-    c.log_every = 1
-    c.eval_every = 2
-    c.checkpoint_every = 2
-    c.schedule.warmup_steps = 1
+    config_lib.smoke(c, batch_size=16)
     c.mesh.fsdp_min_size = 256
   return c

@@ -7,7 +7,7 @@ epoch floor(s * b / n) and skips the rest of that epoch's consumed examples (rea
 """
 
 import math
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import jax
 import tensorflow as tf
@@ -19,12 +19,14 @@ from vit_jax_lab.data.images import DatasetInfo
 
 Batch = dict[str, jax.Array]
 Preprocess = Callable[[dict, tf.Tensor], dict]
+Prepare = Callable[[tf.data.Dataset], tf.data.Dataset]
 
 
-def load(data_config) -> tuple[tfds.core.DatasetBuilder, DatasetInfo]:
-  """The TFDS builder (built-in datasets are generated on first use) and what the model needs to know."""
+def load(data_config, info_fn: Callable | None = None) -> tuple[tfds.core.DatasetBuilder, Any]:
+  """The TFDS builder (built-in datasets are generated on first use) and what the model needs to know:
+  `info_fn(builder, data_config)`, by default `classification_info`."""
   name, data_dir = data_config.name, data_config.data_dir
-  if name in builders.BUILTIN:
+  if builders.is_builtin(name):
     builders.register(name)
     builder = tfds.builder(name, data_dir=data_dir)
     _prepare_once(builder)
@@ -36,7 +38,18 @@ def load(data_config) -> tuple[tfds.core.DatasetBuilder, DatasetInfo]:
     check(builder.is_prepared(),
           f'data.name={name!r} is not prepared in data.data_dir={data_dir!r}: run `tfds build {name} '
           '--data_dir DIR` where there is network, then set data.data_dir=DIR')
-  features = builder.info.features
+  for key in ('train_split', 'eval_split'):
+    try:
+      builder.info.splits[data_config[key]]
+    except (KeyError, ValueError) as e:
+      raise ConfigError(f'data.{key}={data_config[key]!r} is not a split of {name}: '
+                        f'valid ones are {", ".join(builder.info.splits)} (TFDS slicing allowed)') from e
+  return builder, (info_fn or classification_info)(builder, data_config)
+
+
+def classification_info(builder: tfds.core.DatasetBuilder, data_config) -> DatasetInfo:
+  """Input shape and classes of an image or video classification dataset."""
+  name, features = data_config.name, builder.info.features
   input_key = _input_key(features)
   check(input_key is not None and 'label' in features,
         f'data.name={name!r} has features {list(features)}; classification needs "label" and one of "image", "video"')
@@ -54,16 +67,9 @@ def load(data_config) -> tuple[tfds.core.DatasetBuilder, DatasetInfo]:
     elif data_config.resize_size is not None:
       height, width = (int(n) for n in videos.resized_size(height, width, data_config.resize_size))
     shape = (data_config.num_frames, height, width, channels)
-  for key in ('train_split', 'eval_split'):
-    try:
-      builder.info.splits[data_config[key]]
-    except (KeyError, ValueError) as e:
-      raise ConfigError(f'data.{key}={data_config[key]!r} is not a split of {name}: '
-                        f'valid ones are {", ".join(builder.info.splits)} (TFDS slicing allowed)') from e
-  info = DatasetInfo(num_classes=features['label'].num_classes, input_key=input_key, input_shape=shape,
+  return DatasetInfo(num_classes=features['label'].num_classes, input_key=input_key, input_shape=shape,
                      num_train=builder.info.splits[data_config.train_split].num_examples,
                      num_eval=builder.info.splits[data_config.eval_split].num_examples)
-  return builder, info
 
 
 def _input_key(features) -> str | None:
@@ -96,12 +102,23 @@ def shards(data_config, batch_key: str) -> tuple[list[int], int, int]:
   return list(range(first, first + per_process)), count, global_batch // count
 
 
-def _read(builder, split: str, cache: bool) -> tf.data.Dataset:
+def _read(builder, split: str, cache: bool, prepare: Prepare | None) -> tf.data.Dataset:
+  """The split's examples in order, after `prepare` (deterministic: feature selection, tokenisation, length
+  filtering; default: the classification features)."""
   ds = builder.as_dataset(split=split, shuffle_files=False,
                           read_config=tfds.ReadConfig(add_tfds_id=False, try_autocache=False))
-  key = _input_key(builder.info.features)
-  ds = ds.map(lambda ex: {key: ex[key], 'label': ex['label']})
+  if prepare is None:
+    key = _input_key(builder.info.features)
+    ds = ds.map(lambda ex: {key: ex[key], 'label': ex['label']})
+  else:
+    ds = prepare(ds)
   return ds.cache() if cache else ds
+
+
+def _count(ds: tf.data.Dataset) -> int:
+  """Examples in `ds`; a filtered dataset is read once to count them."""
+  n = int(ds.cardinality())
+  return n if n >= 0 else int(ds.reduce(0, lambda count, _: count + 1))
 
 
 def _to_global(ds: tf.data.Dataset, sharding: jax.sharding.Sharding) -> Iterator[Batch]:
@@ -114,31 +131,38 @@ def _example_seed(seed: int, shard: int, index: tf.Tensor) -> tf.Tensor:
 
 
 def train_iterator(builder, data_config, preprocess: Preprocess, sharding: jax.sharding.Sharding, *,
-                   seed: int, start_step: int) -> Iterator[Batch]:
-  """Endless global train batches, starting at `start_step` exactly as an uninterrupted run would."""
+                   seed: int, start_step: int, prepare: Prepare | None = None,
+                   pack: tuple[int, Callable[[dict, int], dict]] | None = None) -> Iterator[Batch]:
+  """Endless global train batches, starting at `start_step` exactly as an uninterrupted run would.
+  `pack`: (k, fn): fn(examples, rows) packs k batches' worth of examples into a batch of `rows` rows."""
   local_shards, num_shards, shard_batch = shards(data_config, 'batch_size')
+  per_batch = shard_batch * (pack[0] if pack else 1)
   streams = []
   for shard in local_shards:
     split = tfds.split_for_jax_process(data_config.train_split, process_index=shard, process_count=num_shards)
-    n = builder.info.splits[split].num_examples
-    check(n >= shard_batch, f'data shard {shard} has {n} examples, fewer than its batch {shard_batch}')
-    base = _read(builder, split, data_config.cache)
+    base = _read(builder, split, data_config.cache, prepare)
+    n = _count(base)
+    check(n >= per_batch, f'data shard {shard} has {n} examples, fewer than its batch {per_batch}')
     buffer = min(data_config.shuffle_buffer, n)
 
     def epoch(e, base=base, n=n, shard=shard):
       order = base.shuffle(buffer, seed=(seed * 1_000_003 + shard) * 1_000_003 + e, reshuffle_each_iteration=False)
       return tf.data.Dataset.zip(tf.data.Dataset.range(e * n, (e + 1) * n), order)
 
-    start_epoch, offset = divmod(start_step * shard_batch, n)
+    start_epoch, offset = divmod(start_step * per_batch, n)
     ds = tf.data.Dataset.range(start_epoch, 2**62).flat_map(epoch).skip(offset)
     ds = ds.map(lambda i, ex, shard=shard: preprocess(ex, _example_seed(seed, shard, i)),
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    streams.append(ds.batch(shard_batch, drop_remainder=True))
+    ds = ds.batch(per_batch, drop_remainder=True)
+    if pack:
+      ds = ds.map(lambda b: pack[1](b, shard_batch), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    streams.append(ds)
   ds = _concat(streams).prefetch(tf.data.AUTOTUNE)
   return _to_global(ds, sharding)
 
 
-def eval_batches(builder, data_config, preprocess: Preprocess, sharding: jax.sharding.Sharding) -> Iterator[Batch]:
+def eval_batches(builder, data_config, preprocess: Preprocess, sharding: jax.sharding.Sharding,
+                 prepare: Prepare | None = None) -> Iterator[Batch]:
   """The whole eval split once, in order; the last batches are padded with `mask` = 0."""
   local_shards, num_shards, shard_batch = shards(data_config, 'eval_batch_size')
   splits = [tfds.split_for_jax_process(data_config.eval_split, process_index=s, process_count=num_shards)
@@ -146,7 +170,7 @@ def eval_batches(builder, data_config, preprocess: Preprocess, sharding: jax.sha
   num_batches = max(math.ceil(builder.info.splits[s].num_examples / shard_batch) for s in splits)
   streams = []
   for shard in local_shards:
-    ds = _read(builder, splits[shard], data_config.cache).map(
+    ds = _read(builder, splits[shard], data_config.cache, prepare).map(
         lambda ex: preprocess(ex, tf.zeros([2], tf.int64)) | {'mask': tf.constant(1.0)},
         num_parallel_calls=tf.data.AUTOTUNE)
     padding = tf.data.Dataset.from_tensors(

@@ -3,9 +3,9 @@
 from flax import nnx
 
 from vit_jax_lab.config import ConfigError
-from vit_jax_lab.models import vit, vivit
+from vit_jax_lab.models import seq2seq, vit, vivit
 
-MODELS: dict[str, type[nnx.Module]] = {'vit': vit.ViT, 'vivit': vivit.ViViT}
+MODELS: dict[str, type[nnx.Module]] = {'vit': vit.ViT, 'vivit': vivit.ViViT, 'transformer': seq2seq.Transformer}
 
 
 def get(name: str) -> type[nnx.Module]:

@@ -47,6 +47,9 @@ def gelu(x: jax.Array, approximate: bool) -> jax.Array:
   return jax.nn.gelu(x, approximate=approximate)
 
 
+ACTIVATIONS = ('gelu', 'relu')  # Of the MLPs: GELU (ViT, BERT) or ReLU (the original Transformer).
+
+
 class Dropout(nnx.Module):
   """Dropout whose randomness comes from the call's `rngs`, so the train step stays a pure function.
 
@@ -86,19 +89,29 @@ class Attention(nnx.Module):
 
   def heads(self, x: jax.Array, context: jax.Array | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Queries, keys and values as (batch, tokens, heads, head_dim)."""
-    d = x.shape[-1]
-    split = lambda y: y.reshape(*y.shape[:-1], -1, self.num_heads, d // self.num_heads)
     if context is None:
-      q, k, v = jnp.unstack(split(self.qkv(x)), axis=-3)
-    else:
-      w, b = self.qkv.kernel[...], self.qkv.bias[...]
-      q = split(x @ w[:, :d] + b[:d])[..., 0, :, :]
-      k, v = jnp.unstack(split(context @ w[:, d:] + b[d:]), axis=-3)
-    return q, k, v
+      return jnp.unstack(self._split(self.qkv(x)), axis=-3)
+    return self.queries(x), *self.keys_values(context)
+
+  def _split(self, y: jax.Array) -> jax.Array:
+    """(..., k * width) -> (..., k, heads, head_dim)."""
+    return y.reshape(*y.shape[:-1], -1, self.num_heads, self.out.in_features // self.num_heads)
+
+  def queries(self, x: jax.Array) -> jax.Array:
+    """The queries of tokens `x` alone (cross-attention), (batch, tokens, heads, head_dim)."""
+    d = x.shape[-1]
+    return self._split(x @ self.qkv.kernel[:, :d] + self.qkv.bias[:d])[..., 0, :, :]
+
+  def keys_values(self, context: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Keys and values of `context` alone: computed once per sequence for cached cross-attention."""
+    d = context.shape[-1]
+    return jnp.unstack(self._split(context @ self.qkv.kernel[:, d:] + self.qkv.bias[d:]), axis=-3)
 
   @staticmethod
-  def _probabilities(q: jax.Array, k: jax.Array) -> jax.Array:
+  def _probabilities(q: jax.Array, k: jax.Array, mask: jax.Array | None = None) -> jax.Array:
     logits = jnp.einsum('bqhd,bkhd->bhqk', q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+    if mask is not None:
+      logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
     return jax.nn.softmax(logits, axis=-1)
 
   def weights(self, x: jax.Array, context: jax.Array | None = None) -> jax.Array:
@@ -106,31 +119,39 @@ class Attention(nnx.Module):
     q, k, _ = self.heads(x, context)
     return self._probabilities(q, k)
 
-  def attend(self, q: jax.Array, k: jax.Array, v: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
-    """Heads (batch, tokens, heads, head_dim) -> attention outputs of the same shape."""
+  def attend(self, q: jax.Array, k: jax.Array, v: jax.Array, *, train: bool, rngs: nnx.Rngs | None,
+             mask: jax.Array | None = None) -> jax.Array:
+    """Heads (batch, tokens, heads, head_dim) -> attention outputs of the same shape. `mask`: bool, broadcastable
+    to (batch, heads, queries, keys), True where a query may attend to a key."""
     if train and self.dropout.rate > 0.0:
-      probs = self.dropout(self._probabilities(q, k), train=train, rngs=rngs)
+      probs = self.dropout(self._probabilities(q, k, mask), train=train, rngs=rngs)
       return jnp.einsum('bhqk,bkhd->bqhd', probs, v)
-    return jax.nn.dot_product_attention(q, k, v, implementation=self.implementation)
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=self.implementation)
 
   def __call__(self, x: jax.Array, context: jax.Array | None = None, *, train: bool = False,
-               rngs: nnx.Rngs | None = None) -> jax.Array:
-    y = self.attend(*self.heads(x, context), train=train, rngs=rngs)
-    return self.out(y.reshape(*x.shape[:-1], -1))
+               rngs: nnx.Rngs | None = None, mask: jax.Array | None = None) -> jax.Array:
+    return self.output(self.attend(*self.heads(x, context), train=train, rngs=rngs, mask=mask))
+
+  def output(self, y: jax.Array) -> jax.Array:
+    """Attention outputs (batch, tokens, heads, head_dim) -> the output projection (batch, tokens, width)."""
+    return self.out(y.reshape(*y.shape[:-2], -1))
 
 
 class Mlp(nnx.Module):
-  """Two dense layers with GELU between them."""
+  """Two dense layers with GELU (or ReLU) between them."""
 
-  def __init__(self, width: int, mlp_dim: int, *, dropout: float, gelu_approximate: bool, rngs: nnx.Rngs):
+  def __init__(self, width: int, mlp_dim: int, *, dropout: float, gelu_approximate: bool, rngs: nnx.Rngs,
+               activation: str = 'gelu'):
     bias_init = nnx.initializers.normal(1e-6)
     self.fc1 = nnx.Linear(width, mlp_dim, kernel_init=xavier, bias_init=bias_init, rngs=rngs)
     self.fc2 = nnx.Linear(mlp_dim, width, kernel_init=xavier, bias_init=bias_init, rngs=rngs)
     self.dropout = Dropout(dropout)
-    self.gelu_approximate = gelu_approximate
+    self.gelu_approximate, self.activation = gelu_approximate, activation
 
   def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
-    x = self.dropout(gelu(self.fc1(x), self.gelu_approximate), train=train, rngs=rngs)
+    x = self.fc1(x)
+    x = jax.nn.relu(x) if self.activation == 'relu' else gelu(x, self.gelu_approximate)
+    x = self.dropout(x, train=train, rngs=rngs)
     return self.fc2(x)
 
 
@@ -143,12 +164,14 @@ class EncoderBlock(nnx.Module):
 
   def __init__(self, width: int, mlp_dim: int, num_heads: int, *, dropout: float, attention_dropout: float,
                drop_path: float, prenorm: bool, gelu_approximate: bool, layernorm_epsilon: float, rngs: nnx.Rngs,
-               attention: Callable[..., Attention] = Attention, attention_impl: str | None = None):
+               attention: Callable[..., Attention] = Attention, attention_impl: str | None = None,
+               activation: str = 'gelu'):
     self.prenorm = prenorm
     self.norm1 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
     self.attn = attention(width, num_heads, dropout=attention_dropout, implementation=attention_impl, rngs=rngs)
     self.norm2 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
-    self.mlp = Mlp(width, mlp_dim, dropout=dropout, gelu_approximate=gelu_approximate, rngs=rngs)
+    self.mlp = Mlp(width, mlp_dim, dropout=dropout, gelu_approximate=gelu_approximate, activation=activation,
+                   rngs=rngs)
     self.dropout = Dropout(dropout)
     self.drop_path = Dropout(drop_path, per_example=True)
 
@@ -160,17 +183,24 @@ class EncoderBlock(nnx.Module):
       return self.drop_path(y, train=train, rngs=rngs, rate=drop_path)
     return x + branch(norm(x)) if self.prenorm else norm(x + branch(x))
 
-  def mix(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, drop_path: jax.Array | None) -> jax.Array:
-    """The token-mixing residual branch: self-attention."""
-    return self.residual(x, self.norm1, lambda y: self.attn(y, train=train, rngs=rngs), train=train, rngs=rngs,
-                         drop_path=drop_path)
+  def mix(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, drop_path: jax.Array | None,
+          mask: jax.Array | None = None) -> jax.Array:
+    """The token-mixing residual branch: self-attention (over the keys `mask` allows)."""
+    return self.residual(x, self.norm1, lambda y: self.attn(y, train=train, rngs=rngs, mask=mask), train=train,
+                         rngs=rngs, drop_path=drop_path)
 
-  def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None,
-               drop_path: jax.Array | None = None) -> jax.Array:
-    """`drop_path`: this layer's stochastic-depth rate when it differs from the static one (scanned layers)."""
-    x = self.mix(x, train=train, rngs=rngs, drop_path=drop_path)
+  def feed_forward(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None,
+                   drop_path: jax.Array | None = None) -> jax.Array:
+    """The MLP residual branch."""
     return self.residual(x, self.norm2, lambda y: self.mlp(y, train=train, rngs=rngs), train=train, rngs=rngs,
                          drop_path=drop_path)
+
+  def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, drop_path: jax.Array | None = None,
+               mask: jax.Array | None = None) -> jax.Array:
+    """`drop_path`: this layer's stochastic-depth rate when it differs from the static one (scanned layers).
+    `mask`: which tokens attend to which (padding, packed sequences), broadcastable to (B, heads, N, N)."""
+    x = self.mix(x, train=train, rngs=rngs, drop_path=drop_path, mask=mask)
+    return self.feed_forward(x, train=train, rngs=rngs, drop_path=drop_path)
 
   def attention_weights(self, x: jax.Array) -> jax.Array:
     """This block's attention probabilities for input tokens `x` (batch, heads, tokens, tokens)."""
@@ -198,13 +228,13 @@ class Encoder(nnx.Module):
   def __init__(self, depth: int, width: int, mlp_dim: int, num_heads: int, *, dropout: float,
                attention_dropout: float, drop_path: float, prenorm: bool, gelu_approximate: bool,
                layernorm_epsilon: float, rngs: nnx.Rngs, block: Callable[..., EncoderBlock] = EncoderBlock,
-               remat: str = 'none', scan: bool = False, attention_impl: str | None = None):
+               remat: str = 'none', scan: bool = False, attention_impl: str | None = None, activation: str = 'gelu'):
     self.remat, self.scan = remat, scan
     self.drop_path_rates = tuple(drop_path * i / max(depth - 1, 1) for i in range(depth))
     make = lambda rate, block_rngs: block(
         width, mlp_dim, num_heads, dropout=dropout, attention_dropout=attention_dropout, drop_path=rate,
         prenorm=prenorm, gelu_approximate=gelu_approximate, layernorm_epsilon=layernorm_epsilon,
-        attention_impl=attention_impl, rngs=block_rngs)
+        attention_impl=attention_impl, activation=activation, rngs=block_rngs)
     if scan:
       keys = jax.random.split(rngs.params(), depth)
       self.blocks = nnx.vmap(lambda key: make(drop_path, nnx.Rngs(params=key)))(keys)
@@ -213,7 +243,8 @@ class Encoder(nnx.Module):
     # Pre-norm stacks end with a LayerNorm; post-norm blocks already end with one.
     self.norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs) if prenorm else None
 
-  def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
+  def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, **block_kwargs) -> jax.Array:
+    """`block_kwargs` (attention masks, the encoder output of a decoder, ...) go to every block."""
     policy = REMAT_POLICIES[self.remat]
     if self.scan:
       graphdef, params = nnx.split(self.blocks)
@@ -223,13 +254,13 @@ class Encoder(nnx.Module):
       def layer(y, inputs):
         layer_params, key, rate = inputs
         block = nnx.merge(graphdef, layer_params)
-        return block(y, train=train, rngs=nnx.Rngs(dropout=key), drop_path=rate), None
+        return block(y, train=train, rngs=nnx.Rngs(dropout=key), drop_path=rate, **block_kwargs), None
 
       if policy is not None:
         layer = jax.checkpoint(layer, policy=policy, prevent_cse=False)
       x, _ = jax.lax.scan(layer, x, (params, keys, jnp.asarray(self.drop_path_rates)))
     else:
-      apply = lambda block, y, r: block(y, train=train, rngs=r)
+      apply = lambda block, y, r: block(y, train=train, rngs=r, **block_kwargs)
       if policy is not None:
         apply = nnx.remat(apply, policy=policy)
       for block in self.blocks:

@@ -70,7 +70,8 @@ class FactorisedDotProductAttention(layers.Attention):
     self.grid = grid
 
   def __call__(self, x: jax.Array, context: jax.Array | None = None, *, train: bool = False,
-               rngs: nnx.Rngs | None = None) -> jax.Array:
+               rngs: nnx.Rngs | None = None, mask: jax.Array | None = None) -> jax.Array:
+    del context, mask  # Self-attention over every token of a clip.
     b, n, _ = x.shape
     (nt, ns), half = self.grid, self.num_heads // 2
     q, k, v = (y.reshape(b, nt, ns, *y.shape[2:]) for y in self.heads(x))
@@ -96,7 +97,9 @@ class FactorisedSelfAttentionBlock(layers.EncoderBlock):
     self.temporal_attn = layers.Attention(width, num_heads, dropout=attention_dropout, implementation=attention_impl,
                                           rngs=rngs)
 
-  def mix(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, drop_path: jax.Array | None) -> jax.Array:
+  def mix(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, drop_path: jax.Array | None,
+          mask: jax.Array | None = None) -> jax.Array:
+    del mask  # Every token of a clip is real.
     b, n, d = x.shape
     nt, ns = self.grid
 

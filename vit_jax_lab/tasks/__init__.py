@@ -1,9 +1,9 @@
 """What a model is trained to do, by config name: inputs it needs, loss, metrics."""
 
 from vit_jax_lab.config import ConfigError
-from vit_jax_lab.tasks import classification
+from vit_jax_lab.tasks import classification, seq2seq
 
-TASKS = {'classification': classification.Classification}
+TASKS = {'classification': classification.Classification, 'seq2seq': seq2seq.Seq2Seq}
 
 
 def get(name: str) -> type:

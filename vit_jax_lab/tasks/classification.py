@@ -8,7 +8,7 @@ import optax
 from flax import nnx
 
 from vit_jax_lab.config import ConfigError
-from vit_jax_lab.data import images, videos
+from vit_jax_lab.data import images, pipeline, videos
 
 Batch = dict[str, jax.Array]
 
@@ -28,14 +28,26 @@ class Classification:
     self.label_smoothing = label_smoothing
     self.mixup = mixup
 
+  def dataset_info(self, builder, data_config, workdir: str | None) -> 'images.DatasetInfo':
+    del workdir  # Nothing is derived from the data.
+    return pipeline.classification_info(builder, data_config)
+
+  def prepare(self, info: 'images.DatasetInfo', train: bool) -> None:
+    """The pipeline's default preparation: the input and label features."""
+
+  def pack(self, data_config) -> None:
+    """Examples are never packed."""
+
   def model_kwargs(self, info: 'images.DatasetInfo') -> dict[str, Any]:
     return dict(num_classes=info.num_classes, input_shape=info.input_shape)
 
   def preprocess(self, data_config, info: 'images.DatasetInfo', train: bool) -> Callable:
     return (videos if info.input_key == 'video' else images).preprocess_fn(data_config, info, train)
 
-  def loss(self, model: nnx.Module, batch: Batch, rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+  def loss(self, model: nnx.Module, batch: Batch, rng: jax.Array,
+           step: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Mean training loss over the batch, and metrics to log."""
+    del step  # No schedule of its own.
     x, labels = batch['inputs'], batch['label']
     mix_rng, dropout_rng = jax.random.split(rng)
     lam = jax.random.beta(mix_rng, self.mixup, self.mixup) if self.mixup > 0.0 else None
@@ -63,3 +75,8 @@ class Classification:
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch['label'])
     correct = logits.argmax(-1) == batch['label']
     return {'loss': (loss * mask).sum(), 'accuracy': (correct * mask).sum(), 'count': mask.sum()}
+
+  def summarize(self, sums: dict[str, Any]) -> dict[str, float]:
+    """Summed metrics over the eval split -> means per example."""
+    count = float(sums['count'])
+    return {k: float(v) / count for k, v in sums.items() if k != 'count'} | {'examples': count}

@@ -3,11 +3,18 @@
 import importlib
 
 BUILTIN = {
+    'digit_scenes': 'vit_jax_lab.data.builders.digit_scenes',
     'digits': 'vit_jax_lab.data.builders.digits',
     'moving_digits': 'vit_jax_lab.data.builders.moving_digits',
+    'scan': 'vit_jax_lab.data.builders.scan',
 }
 
 
+def is_builtin(name: str) -> bool:
+  """Whether `name` ('scan' or with a config, 'scan/length') is one of ours."""
+  return name.split('/')[0] in BUILTIN
+
+
 def register(name: str) -> None:
-  """Imports the builder module, which registers `name` with TFDS."""
-  importlib.import_module(BUILTIN[name])
+  """Imports the builder module, which registers `name` (less any '/config') with TFDS."""
+  importlib.import_module(BUILTIN[name.split('/')[0]])

@@ -1,0 +1,173 @@
+"""The seq2seq Transformer and decoding: causality, padding, packing, cache = no cache, beam search = exhaustive
+search, and the paper's parameter counts."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from vit_jax_lab import decode
+from vit_jax_lab.config import ConfigError
+from vit_jax_lab.models import seq2seq
+from vit_jax_lab.tasks.seq2seq import decoder_inputs
+
+
+def tiny(vocab=11, input_vocab=13, **kwargs):
+  options = dict(variant='tiny', share_embeddings='none', dropout=0.0) | kwargs
+  return seq2seq.Transformer(vocab, input_vocab, None, 16, rngs=nnx.Rngs(0), **options)
+
+
+SOURCE = jnp.array([[5, 6, 7, 2, 0, 0], [4, 3, 2, 0, 0, 0]])
+TARGET_IN = jnp.array([[1, 5, 6, 7, 0], [1, 9, 8, 4, 10]])
+
+
+@pytest.mark.parametrize('prenorm', [False, True])
+def test_changing_a_future_target_token_never_changes_earlier_logits(prenorm):
+  model = tiny(prenorm=prenorm)
+  logits = model(SOURCE, TARGET_IN)
+  for t in range(1, TARGET_IN.shape[1]):
+    changed = model(SOURCE, TARGET_IN.at[:, t].set(3))
+    np.testing.assert_allclose(changed[:, :t], logits[:, :t], atol=1e-6)
+    assert np.abs(changed[:, t:] - logits[:, t:]).max() > 1e-3  # The changed position itself does change.
+
+
+def test_padding_never_changes_real_tokens():
+  model = tiny()
+  logits = model(SOURCE, TARGET_IN)
+  longer = model(jnp.pad(SOURCE, ((0, 0), (0, 5))), jnp.pad(TARGET_IN, ((0, 0), (0, 3))))
+  real = np.asarray(TARGET_IN != 0)
+  np.testing.assert_allclose(np.asarray(longer[:, :5])[real], np.asarray(logits)[real], atol=1e-5)
+  # A real source token changed where the padding was: the outputs change.
+  assert np.abs(model(SOURCE.at[1, 3].set(5), TARGET_IN) - logits)[1].max() > 1e-3
+
+
+def test_packed_sequences_equal_each_alone():
+  model = tiny(posemb='learn')
+  a_src, a_tgt = jnp.array([5, 6, 2]), jnp.array([1, 7, 8])
+  b_src, b_tgt = jnp.array([9, 4, 3, 2]), jnp.array([1, 6])
+  alone_a = model(a_src[None], a_tgt[None])[0]
+  alone_b = model(b_src[None], b_tgt[None])[0]
+  row = lambda x, y: jnp.concatenate([x, y, jnp.zeros(1, x.dtype)])[None]
+  packed = model(row(a_src, b_src), row(a_tgt, b_tgt),
+                 inputs_segments=jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]]),
+                 inputs_positions=jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]]),
+                 targets_segments=jnp.array([[1, 1, 1, 2, 2, 0]]), targets_positions=jnp.array([[0, 1, 2, 0, 1, 0]]))[0]
+  np.testing.assert_allclose(packed[:3], alone_a, atol=1e-5)
+  np.testing.assert_allclose(packed[3:5], alone_b, atol=1e-5)
+
+
+def test_decoder_inputs_shift_within_each_packed_sequence():
+  targets = jnp.array([[7, 8, 2, 9, 2, 0]])
+  positions = jnp.array([[0, 1, 2, 0, 1, 0]])
+  np.testing.assert_array_equal(decoder_inputs(targets, positions), [[1, 7, 8, 1, 9, 0]])
+  np.testing.assert_array_equal(decoder_inputs(targets[:, :3]), [[1, 7, 8]])
+
+
+@pytest.mark.parametrize('scan', [False, True])
+def test_cached_decoding_equals_uncached(scan):
+  model = tiny(scan=scan)
+  for length in (1, 7):
+    cached = decode.greedy(decode.stepper(model, SOURCE, length), 2, length)
+    uncached = decode.greedy(decode.stepper(model, SOURCE, length, cached=False), 2, length)
+    np.testing.assert_array_equal(cached[0], uncached[0])
+    np.testing.assert_allclose(cached[1], uncached[1], rtol=1e-5)
+  beams = [decode.beam_search(decode.stepper(model, SOURCE, 7, cached=c, repeat=3), 2, 7, beam_size=3)
+           for c in (True, False)]
+  np.testing.assert_array_equal(beams[0][0], beams[1][0])
+  np.testing.assert_allclose(beams[0][1], beams[1][1], rtol=1e-5)
+  # The cache holds each step's keys: its logits equal the full forward pass on the decoded prefix.
+  tokens = cached[0]
+  full = jax.nn.log_softmax(model(SOURCE, jnp.concatenate([jnp.ones((2, 1), jnp.int32), tokens[:, :-1]], 1),
+                                  targets_segments=jnp.ones_like(tokens)))
+  scores = jnp.take_along_axis(full, tokens[..., None], -1)[..., 0]
+  ended = jnp.cumsum(tokens == decode.EOS, axis=1) - (tokens == decode.EOS) > 0
+  np.testing.assert_allclose(jnp.where(ended, 0.0, scores).sum(1), cached[1], rtol=1e-5)
+
+
+def test_beam_search_with_one_beam_is_greedy():
+  model = tiny()
+  greedy_tokens, greedy_scores = decode.greedy(decode.stepper(model, SOURCE, 9), 2, 9)
+  tokens, scores = decode.beam_search(decode.stepper(model, SOURCE, 9), 2, 9, beam_size=1, alpha=0.0)
+  np.testing.assert_array_equal(tokens[:, 0], greedy_tokens)
+  np.testing.assert_allclose(scores[:, 0], greedy_scores, rtol=1e-6)
+
+
+@pytest.mark.parametrize('alpha', [0.0, 0.6])
+def test_full_width_beam_search_finds_the_best_of_all_sequences(alpha):
+  """Vocabulary {0, 1, EOS=2}, length 4: a beam of 27 holds every live prefix, so the search is exhaustive."""
+  model = seq2seq.Transformer(3, 5, None, 8, variant='tiny', share_embeddings='none', dropout=0.0,
+                              rngs=nnx.Rngs(1))
+  source, length = jnp.array([[3, 4, 2, 0], [4, 4, 3, 2]]), 4
+  tokens, scores = decode.beam_search(decode.stepper(model, source, length, repeat=27), 2, length,
+                                      beam_size=27, alpha=alpha)
+  encoded, segments = model.encode(source)
+  sequences = [list(body) + [decode.EOS] for n in range(length) for body in itertools.product([0, 1], repeat=n)]
+  sequences += [list(body) for body in itertools.product([0, 1], repeat=length)]
+  for b in range(2):
+    prefixes = jnp.array([[decode.BOS] + (seq + [0] * length)[:length - 1] for seq in sequences])
+    log_probs = jax.nn.log_softmax(model.decode(prefixes, jnp.repeat(encoded[b:b + 1], len(sequences), 0),
+                                                jnp.repeat(segments[b:b + 1], len(sequences), 0),
+                                                segments=jnp.ones_like(prefixes)))
+    totals = [float(sum(log_probs[i, t, token] for t, token in enumerate(seq))) for i, seq in enumerate(sequences)]
+    ranked = sorted(zip([t / float(decode.length_penalty(len(s), alpha)) for t, s in zip(totals, sequences)],
+                        sequences), reverse=True)
+    best_score, best = ranked[0]
+    assert ranked[0][0] - ranked[1][0] > 1e-4  # A unique best sequence, so the comparison is meaningful.
+    assert list(np.asarray(tokens[b, 0])) == best + [0] * (length - len(best))
+    np.testing.assert_allclose(float(scores[b, 0]), best_score, rtol=1e-5)
+    # The beam lists the finished sequences best first, as the enumeration does.
+    np.testing.assert_allclose(np.asarray(scores[b, :5]), [r[0] for r in ranked[:5]], rtol=1e-5)
+
+
+def test_sampling():
+  model = tiny()
+  s = lambda: decode.stepper(model, SOURCE, 9)
+  greedy_tokens = decode.greedy(s(), 2, 9)[0]
+  for options in (dict(top_k=1), dict(top_p=1e-6), dict(temperature=1e-4)):
+    np.testing.assert_array_equal(decode.greedy(s(), 2, 9, rng=jax.random.key(0), **options)[0], greedy_tokens)
+  draws = [decode.greedy(s(), 2, 9, rng=jax.random.key(i), temperature=2.0)[0] for i in range(4)]
+  np.testing.assert_array_equal(draws[0], decode.greedy(s(), 2, 9, rng=jax.random.key(0), temperature=2.0)[0])
+  assert any(not np.array_equal(d, greedy_tokens) for d in draws)  # Sampling is not greedy...
+  top2 = np.asarray(jax.lax.top_k(model.decode(jnp.ones((2, 1), jnp.int32), *model.encode(SOURCE))[:, 0], 2)[1])
+  for i in range(8):  # ...and top-k keeps only the k most likely first tokens.
+    first = np.asarray(decode.greedy(s(), 2, 1, rng=jax.random.key(i), top_k=2, temperature=5.0)[0][:, 0])
+    assert all(first[b] in top2[b] for b in range(2))
+
+
+def test_filter_keeps_the_smallest_set_reaching_top_p():
+  logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]]))
+  kept = lambda p: np.asarray(decode._filter(logits, 1.0, 0, p) > decode.NEG_INF / 2)[0].tolist()
+  assert kept(0.5) == [True, False, False, False]
+  assert kept(0.6) == [True, True, False, False]
+  assert kept(0.95) == [True, True, True, False]
+  assert kept(0.96) == [True, True, True, True]
+
+
+def test_paper_parameter_counts():
+  counts = {}
+  for size in ('base', 'big'):
+    model = nnx.eval_shape(lambda: seq2seq.Transformer(37_000, 37_000, None, 256, variant=size, rngs=nnx.Rngs(0)))
+    counts[size] = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+  # Tied embeddings (37,000 x d, counted once), biases on every dense layer, post-norm (no final norms).
+  assert counts == {'base': 63_082_496, 'big': 214_245_376}
+  assert abs(counts['base'] / 65e6 - 1) < 0.05 and abs(counts['big'] / 213e6 - 1) < 0.05
+
+
+def test_image_encoder_and_errors():
+  model = seq2seq.Transformer(9, None, (8, 24, 1), 4, variant='tiny', share_embeddings='decoder', rngs=nnx.Rngs(0))
+  images = jnp.zeros((2, 8, 24, 1))
+  assert model(images, jnp.ones((2, 3), jnp.int32)).shape == (2, 3, 9)
+  tokens, _ = decode.greedy(decode.stepper(model, images, 4), 2, 4)
+  assert tokens.shape == (2, 4)
+  with pytest.raises(ConfigError, match='one vocabulary'):
+    seq2seq.Transformer(9, None, (8, 24, 1), 4, variant='tiny', share_embeddings='all', rngs=nnx.Rngs(0))
+  with pytest.raises(ConfigError, match='patch_size=5'):
+    seq2seq.Transformer(9, None, (8, 24, 1), 4, variant='tiny', patch_size=5, share_embeddings='none',
+                        rngs=nnx.Rngs(0))
+  with pytest.raises(ConfigError, match='variant'):
+    seq2seq.Transformer(9, 9, None, 4, variant='huge', rngs=nnx.Rngs(0))
+  with pytest.raises(ConfigError, match='divisible'):
+    seq2seq.Transformer(9, 9, None, 4, variant='tiny', num_heads=3, rngs=nnx.Rngs(0))

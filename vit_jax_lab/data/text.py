@@ -1,0 +1,204 @@
+"""Text for sequence-to-sequence tasks: vocabularies, tokenisation in tf.data, length filtering, packing.
+
+Every vocabulary numbers PAD 0, BOS 1, EOS 2, UNK 3 (`decode.PAD`... hold the same values). Word-level
+vocabularies are built from the training split's words (SCAN, captions); SentencePiece ones (translation)
+are trained on the training text when no model file is given, or loaded from `data.vocab`.
+"""
+
+import dataclasses
+import os
+import tempfile
+from typing import Callable
+
+import jax
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from vit_jax_lab.config import check
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+SPECIALS = ('<pad>', '<s>', '</s>', '<unk>')
+
+
+class WordVocab:
+  """Words split on spaces; `words` (sorted, unique) take the ids after the special tokens."""
+
+  def __init__(self, words: list[str]):
+    self.words = list(SPECIALS) + sorted(set(words))
+    self.size = len(self.words)
+    keys, values = tf.constant(self.words[len(SPECIALS):]), tf.range(len(SPECIALS), self.size, dtype=tf.int32)
+    self._table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, values), UNK)
+
+  def encode_tf(self, text: tf.Tensor) -> tf.Tensor:
+    """A scalar string -> int32 ids (unknown words: UNK), without EOS."""
+    return self._table.lookup(tf.strings.split(text))
+
+  def decode(self, ids: np.ndarray) -> str:
+    """Ids up to the first EOS -> text; PAD and BOS are skipped."""
+    return ' '.join(self.words[i] for i in _until_eos(ids) if i not in (PAD, BOS))
+
+
+class SentencePieceVocab:
+  """A SentencePiece model (Kudo & Richardson 2018) trained with our special-token ids."""
+
+  def __init__(self, path: str):
+    import sentencepiece as spm
+    self.path = path
+    self._sp = spm.SentencePieceProcessor(model_file=path)
+    self.size = self._sp.get_piece_size()
+
+  def encode_tf(self, text: tf.Tensor) -> tf.Tensor:
+    encode = lambda s: np.asarray(self._sp.encode(np.asarray(s).item().decode('utf-8')), np.int32)
+    return tf.ensure_shape(tf.numpy_function(encode, [text], tf.int32, stateful=False), [None])
+
+  def decode(self, ids: np.ndarray) -> str:
+    return self._sp.decode([int(i) for i in _until_eos(ids) if i not in (PAD, BOS)])
+
+
+def _until_eos(ids: np.ndarray) -> list[int]:
+  ids = [int(i) for i in ids]
+  return ids[:ids.index(EOS)] if EOS in ids else ids
+
+
+def train_sentencepiece(texts: list[str], vocab_size: int, path: str) -> SentencePieceVocab:
+  """Trains a unigram SentencePiece model on `texts` and saves it as `path` (+ '.vocab')."""
+  import sentencepiece as spm
+  os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=iter(texts), model_prefix=path.removesuffix('.model'), vocab_size=vocab_size,
+      model_type='unigram', character_coverage=1.0, pad_id=PAD, bos_id=BOS, eos_id=EOS, unk_id=UNK,
+      shuffle_input_sentence=False, minloglevel=2)
+  return SentencePieceVocab(path)
+
+
+@dataclasses.dataclass(frozen=True)
+class TextInfo:
+  """What a seq2seq model and task need to know about the data before anything is built."""
+  input_key: str  # Source feature: text, or an image.
+  target_key: str  # Target text feature.
+  input_vocab: WordVocab | SentencePieceVocab | None  # None: the inputs are images.
+  target_vocab: WordVocab | SentencePieceVocab
+  input_shape: tuple[int, ...]  # (max_input_length,) tokens, or (height, width, channels).
+  max_target_length: int  # Target tokens, EOS included.
+  num_train: int
+  num_eval: int
+
+
+def _texts(builder, split: str, key: str, limit: int = -1) -> list[str]:
+  """The `key` text of the first `limit` examples of `split` (-1: all)."""
+  ds = builder.as_dataset(split=split, shuffle_files=False).take(limit).map(lambda ex: ex[key])
+  return [t.decode('utf-8') for t in ds.as_numpy_iterator()]
+
+
+def dataset_info(builder, data_config, vocab_dir: str | None = None) -> TextInfo:
+  """Source and target features and their vocabularies (built or trained here when needed; a trained
+  SentencePiece model is saved in `vocab_dir`, and loaded from there when a run resumes)."""
+  features = builder.info.features
+  supervised = builder.info.supervised_keys or (None, None)
+  source, target = data_config.source or supervised[0], data_config.target or supervised[1]
+  for side, key in (('source', source), ('target', target)):
+    check(key in features, f'data.{side}={key!r} is not a feature of {data_config.name}: it has {list(features)}')
+  image = isinstance(features[source], tfds.features.Image)
+  check(isinstance(features[target], tfds.features.Text),
+        f'data.target={target!r} of {data_config.name} is not text')
+  train = data_config.train_split
+  vocab = data_config.vocab
+  if vocab == 'words':
+    target_vocab = WordVocab([w for t in _texts(builder, train, target) for w in t.split()])
+    input_vocab = None if image else WordVocab([w for t in _texts(builder, train, source) for w in t.split()])
+  else:
+    if vocab == 'sentencepiece':
+      path = os.path.join(vocab_dir or tempfile.mkdtemp(), 'sentencepiece.model')
+      if not os.path.exists(path):
+        if jax.process_index() == 0:
+          texts = _texts(builder, train, target, data_config.vocab_sentences)
+          if not image:
+            texts += _texts(builder, train, source, data_config.vocab_sentences)
+          train_sentencepiece(texts, data_config.vocab_size, path)
+        if jax.process_count() > 1:
+          from jax.experimental import multihost_utils
+          multihost_utils.sync_global_devices('vocabulary trained')
+    else:
+      path = vocab
+      check(os.path.isfile(path), f"data.vocab={vocab!r}: not 'words', 'sentencepiece' or an existing .model file")
+    target_vocab = SentencePieceVocab(path)
+    input_vocab = None if image else target_vocab
+  input_shape = tuple(features[source].shape) if image else (data_config.max_input_length,)
+  check(None not in input_shape, f'data.source={source!r} has images of varying size {input_shape}')
+  return TextInfo(input_key=source, target_key=target, input_vocab=input_vocab, target_vocab=target_vocab,
+                  input_shape=input_shape, max_target_length=data_config.max_target_length,
+                  num_train=builder.info.splits[train].num_examples,
+                  num_eval=builder.info.splits[data_config.eval_split].num_examples)
+
+
+def prepare_fn(info: TextInfo, train: bool) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
+  """Raw examples -> {'inputs', 'targets'} token ids (EOS-terminated) or images. For training, examples longer
+  than the maximum lengths are left out; for evaluation every example is kept and cut to them."""
+  max_input, max_target = info.input_shape[0], info.max_target_length
+
+  def tokenize(ex):
+    targets = tf.concat([info.target_vocab.encode_tf(ex[info.target_key]), [EOS]], 0)
+    if info.input_vocab is None:
+      return {'inputs': ex[info.input_key], 'targets': targets}
+    return {'inputs': tf.concat([info.input_vocab.encode_tf(ex[info.input_key]), [EOS]], 0), 'targets': targets}
+
+  def fits(ex):
+    fit = tf.shape(ex['targets'])[0] <= max_target
+    return fit if info.input_vocab is None else fit & (tf.shape(ex['inputs'])[0] <= max_input)
+
+  def prepare(ds):
+    ds = ds.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.filter(fits) if train else ds
+
+  return prepare
+
+
+def pad_to(ids: tf.Tensor, length: int) -> tf.Tensor:
+  """Cut or pad with PAD to exactly `length`."""
+  ids = ids[:length]
+  return tf.ensure_shape(tf.pad(ids, [[0, length - tf.shape(ids)[0]]]), [length])
+
+
+def pack(inputs: np.ndarray, targets: np.ndarray, rows: int) -> dict[str, np.ndarray]:
+  """Packs the sequences of a batch into `rows` rows (first-fit, longest first, in input order for ties).
+
+  Returns inputs/targets with `*_segments` (1, 2, ... per row; 0 is padding) and `*_positions` (restarting
+  at 0 in each sequence). A sequence pair that fits in no row is left out: a batch of `pack_factor` x rows
+  sequences should rarely overflow, and `packed_fraction` in the output counts the ones kept.
+  """
+  li, lt = inputs.shape[1], targets.shape[1]
+  lengths = [(int((x != PAD).sum()), int((y != PAD).sum())) for x, y in zip(inputs, targets)]
+  out = {k: np.zeros((rows, n), np.int32) for k, n in (('inputs', li), ('targets', lt), ('inputs_segments', li),
+                                                        ('targets_segments', lt), ('inputs_positions', li),
+                                                        ('targets_positions', lt))}
+  used = np.zeros((rows, 2), np.int64)
+  count = np.zeros(rows, np.int32)
+  kept = 0
+  for i in sorted(range(len(lengths)), key=lambda i: (-sum(lengths[i]), i)):
+    n_in, n_tg = lengths[i]
+    if n_tg == 0:
+      continue
+    row = next((r for r in range(rows) if used[r, 0] + n_in <= li and used[r, 1] + n_tg <= lt), None)
+    if row is None:
+      continue
+    count[row] += 1
+    kept += 1
+    for side, n, seq in (('inputs', n_in, inputs[i]), ('targets', n_tg, targets[i])):
+      start = used[row, 0 if side == 'inputs' else 1]
+      out[side][row, start:start + n] = seq[:n]
+      out[f'{side}_segments'][row, start:start + n] = count[row]
+      out[f'{side}_positions'][row, start:start + n] = np.arange(n)
+    used[row] += (n_in, n_tg)
+  out['packed_fraction'] = np.full((rows,), kept / max(sum(1 for _, t in lengths if t), 1), np.float32)
+  return out
+
+
+def pack_batch(batch: dict, rows: int) -> dict:
+  """In tf.data: a batch of token sequences -> `rows` packed rows (see `pack`)."""
+  keys = ('inputs', 'targets', 'inputs_segments', 'targets_segments', 'inputs_positions', 'targets_positions',
+          'packed_fraction')
+  run = lambda inputs, targets: [pack(inputs, targets, rows)[k] for k in keys]
+  values = tf.numpy_function(run, [batch['inputs'], batch['targets']], [tf.int32] * 6 + [tf.float32], stateful=False)
+  shapes = [batch['inputs'].shape[1:], batch['targets'].shape[1:]] * 3 + [[]]
+  return {k: tf.ensure_shape(v, [rows, *s]) for k, v, s in zip(keys, values, shapes)}

@@ -1,0 +1,145 @@
+"""Autoregressive decoding: greedy, sampling and beam search, as `lax.while_loop`s inside jit.
+
+A decoder is any `Stepper`: next-token logits from the last tokens and a state. `stepper(model, ...)`
+makes one from a seq2seq model, with the key/value cache (each token costs work linear in the length so
+far) or without it (the whole prefix is run again every step; the reference the cache is tested against).
+Sequences start after BOS; EOS ends one, and the positions after it hold PAD.
+"""
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+PAD, BOS, EOS = 0, 1, 2  # Special token ids shared by every vocabulary of this project.
+NEG_INF = -1e9  # Score of impossible candidates (finite, so arithmetic on it stays well defined).
+
+
+@dataclasses.dataclass(frozen=True)
+class Stepper:
+  """`step(tokens (N,), index, state) -> (logits (N, V), state)`; every array in `state` has N first."""
+  step: Callable[[jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
+  state: Any
+
+
+def stepper(model, inputs: jax.Array, length: int, *, cached: bool = True, repeat: int = 1) -> Stepper:
+  """Decodes `model` (a seq2seq Transformer) for `inputs`, up to `length` tokens; each example repeated
+  `repeat` times (the beams of beam search) next to each other."""
+  encoded, segments = model.encode(inputs)
+  encoded, segments = (jnp.repeat(x, repeat, axis=0) for x in (encoded, segments))
+  if cached:
+    return Stepper(model.decode_step, model.init_cache(encoded, segments, length))
+
+  def step(tokens, index, state):
+    prefix = jax.lax.dynamic_update_slice_in_dim(state['prefix'], tokens[:, None], index, 1)
+    logits = model.decode(prefix, state['encoded'], state['segments'], segments=jnp.ones_like(prefix))
+    return jax.lax.dynamic_index_in_dim(logits, index, 1, keepdims=False), state | {'prefix': prefix}
+
+  prefix = jnp.zeros((encoded.shape[0], length), jnp.int32)
+  return Stepper(step, {'prefix': prefix, 'encoded': encoded, 'segments': segments})
+
+
+def _filter(logits: jax.Array, temperature: float, top_k: int, top_p: float) -> jax.Array:
+  """Logits to sample from: divided by `temperature`, then only the `top_k` most likely tokens (0: all) and the
+  smallest set whose probability reaches `top_p` (1: all)."""
+  logits = logits / temperature
+  if top_k:
+    kth = jax.lax.top_k(logits, top_k)[0][:, -1:]
+    logits = jnp.where(logits < kth, NEG_INF, logits)
+  if top_p < 1.0:
+    sorted_logits = jnp.sort(logits, axis=-1)[:, ::-1]
+    cumulative = jnp.cumsum(jax.nn.softmax(sorted_logits, axis=-1), axis=-1)
+    # The smallest logit kept: that of the first token where the mass before it already reaches top_p, or the last.
+    cutoff_index = jnp.sum(cumulative - jax.nn.softmax(sorted_logits, axis=-1) < top_p, axis=-1, keepdims=True) - 1
+    cutoff = jnp.take_along_axis(sorted_logits, cutoff_index, axis=-1)
+    logits = jnp.where(logits < cutoff, NEG_INF, logits)
+  return logits
+
+
+def greedy(s: Stepper, batch: int, length: int, *, rng: jax.Array | None = None, temperature: float = 1.0,
+           top_k: int = 0, top_p: float = 1.0, min_length: int = 0) -> tuple[jax.Array, jax.Array]:
+  """The most likely next token at every step (or, with `rng`, a sampled one) -> tokens (batch, length) and
+  their log-probabilities summed up to EOS (batch,). EOS is not chosen before `min_length` tokens. Stops
+  early once every sequence has ended."""
+
+  def body(carry):
+    index, last, state, tokens, scores, done = carry
+    logits, state = s.step(last, index, state)
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
+    if min_length:
+      log_probs = log_probs.at[:, EOS].set(jnp.where(index < min_length, NEG_INF, log_probs[:, EOS]))
+    if rng is None:
+      token = log_probs.argmax(-1)
+    else:
+      token = jax.random.categorical(jax.random.fold_in(rng, index), _filter(log_probs, temperature, top_k, top_p))
+    token = jnp.where(done, PAD, token).astype(jnp.int32)
+    scores += jnp.where(done, 0.0, jnp.take_along_axis(log_probs, token[:, None], -1)[:, 0])
+    tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], index, 1)
+    return index + 1, token, state, tokens, scores, done | (token == EOS)
+
+  def cond(carry):
+    index, *_, done = carry
+    return (index < length) & ~done.all()
+
+  init = (jnp.asarray(0), jnp.full((batch,), BOS, jnp.int32), s.state, jnp.zeros((batch, length), jnp.int32),
+          jnp.zeros((batch,), jnp.float32), jnp.zeros((batch,), bool))
+  _, _, _, tokens, scores, _ = jax.lax.while_loop(cond, body, init)
+  return tokens, scores
+
+
+def length_penalty(length: jax.Array, alpha: float) -> jax.Array:
+  """((5 + length) / 6) ** alpha (Wu et al. 2016): a sequence's score is its log-probability divided by this."""
+  return ((5.0 + length) / 6.0) ** alpha
+
+
+def beam_search(s: Stepper, batch: int, length: int, *, beam_size: int, alpha: float = 0.6
+                ) -> tuple[jax.Array, jax.Array]:
+  """The `beam_size` best-scoring sequences per example -> tokens (batch, beam, length) and scores
+  (batch, beam), best first. `s` must hold each example `beam_size` times (`stepper(..., repeat=beam_size)`).
+
+  Each step keeps the `beam_size` best extensions of the live beams; those that end in EOS (or reach `length`)
+  move to the finished set, scored by log-probability / length_penalty. The search stops when no live beam
+  can still beat the worst finished one: log-probabilities only fall, so a live beam's best possible score is
+  its log-probability over the penalty of the longest length. With `beam_size` 1 this is greedy decoding.
+  """
+  k = beam_size
+  offsets = (jnp.arange(batch) * k)[:, None]
+
+  def body(carry):
+    index, alive, alive_logp, state, finished, finished_scores = carry
+    logits, state = s.step(_last(alive, index), index, state)
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(batch, k, -1)
+    vocab = log_probs.shape[-1]
+    candidates = (alive_logp[:, :, None] + log_probs).reshape(batch, k * vocab)
+    top_logp, top = jax.lax.top_k(candidates, k)
+    beam, token = top // vocab, (top % vocab).astype(jnp.int32)
+    state = jax.tree.map(lambda x: x[(offsets + beam).reshape(-1)], state)
+    seqs = jnp.take_along_axis(alive, beam[:, :, None], axis=1)
+    seqs = jax.lax.dynamic_update_slice_in_dim(seqs, token[:, :, None], index, 2)
+    ends = (token == EOS) | (index == length - 1)
+    new_scores = jnp.where(ends & (top_logp > NEG_INF / 2), top_logp / length_penalty(index + 1.0, alpha), NEG_INF)
+    pool_scores = jnp.concatenate([finished_scores, new_scores], axis=1)
+    pool = jnp.concatenate([finished, seqs], axis=1)
+    finished_scores, best = jax.lax.top_k(pool_scores, k)
+    finished = jnp.take_along_axis(pool, best[:, :, None], axis=1)
+    alive_logp = jnp.where(token == EOS, NEG_INF, top_logp)
+    return index + 1, seqs, alive_logp, state, finished, finished_scores
+
+  def cond(carry):
+    index, _, alive_logp, _, _, finished_scores = carry
+    best_possible = alive_logp.max(-1) / length_penalty(float(length), alpha)
+    can_improve = (best_possible > finished_scores.min(-1)) & (alive_logp.max(-1) > NEG_INF / 2)
+    return (index < length) & can_improve.any()
+
+  alive_logp = jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1)), (batch, 1))  # One live beam to start from.
+  init = (jnp.asarray(0), jnp.zeros((batch, k, length), jnp.int32), alive_logp, s.state,
+          jnp.zeros((batch, k, length), jnp.int32), jnp.full((batch, k), NEG_INF))
+  _, _, _, _, finished, finished_scores = jax.lax.while_loop(cond, body, init)
+  return finished, finished_scores
+
+
+def _last(alive: jax.Array, index: jax.Array) -> jax.Array:
+  """The tokens the live beams (batch, beam, length) end with after `index` steps: BOS at first."""
+  previous = jax.lax.dynamic_index_in_dim(alive, jnp.maximum(index - 1, 0), 2, keepdims=False)
+  return jnp.where(index == 0, BOS, previous).reshape(-1)

@@ -1,0 +1,249 @@
+"""Encoder-decoder Transformer (Vaswani et al. 2017) with a key/value cache for decoding.
+
+The encoder reads tokens, or images as a ViT does (image captioning); the decoder is the same either way.
+Sequences may be packed: `segments` number the sequences of a row (0 is padding) and `positions` count
+within each, so no token attends across sequences or to padding.
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from vit_jax_lab.config import ConfigError
+from vit_jax_lab.models import layers, vit
+
+# width, encoder_depth, decoder_depth, mlp_dim, num_heads. "tiny" is for tests and small built-in tasks.
+PRESETS = {
+    'tiny': (64, 2, 2, 128, 4),
+    'base': (512, 6, 6, 2048, 8),
+    'big': (1024, 6, 6, 4096, 16),
+}
+SHARING = ('all', 'decoder', 'none')
+
+
+def attention_mask(query_segments: jax.Array, key_segments: jax.Array, causal: bool = False) -> jax.Array:
+  """(B, Q) and (B, K) segment ids -> bool (B, 1, Q, K): a query sees the keys of its own sequence (and for
+  `causal` only those at or before it). Padding (segment 0) only sees padding, which no real token sees."""
+  mask = query_segments[:, None, :, None] == key_segments[:, None, None, :]
+  if causal:
+    mask &= jnp.tril(jnp.ones((query_segments.shape[1], key_segments.shape[1]), bool))
+  return mask
+
+
+class DecoderBlock(layers.EncoderBlock):
+  """Causal self-attention, cross-attention to the encoder output, then the MLP, each a residual branch.
+
+  `step` applies the block to one new token per sequence with a cache of the keys and values of the
+  earlier ones (and of the encoder output), so a token costs work linear in the length so far.
+  """
+
+  def __init__(self, width: int, mlp_dim: int, num_heads: int, *, attention_dropout: float,
+               layernorm_epsilon: float, rngs: nnx.Rngs, attention_impl: str | None = None, **kwargs):
+    super().__init__(width, mlp_dim, num_heads, attention_dropout=attention_dropout,
+                     layernorm_epsilon=layernorm_epsilon, attention_impl=attention_impl, rngs=rngs, **kwargs)
+    self.cross_norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
+    self.cross_attn = layers.Attention(width, num_heads, dropout=attention_dropout, implementation=attention_impl,
+                                       rngs=rngs)
+
+  def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, drop_path: jax.Array | None = None,
+               mask: jax.Array | None = None, encoded: jax.Array | None = None,
+               cross_mask: jax.Array | None = None) -> jax.Array:
+    x = self.mix(x, train=train, rngs=rngs, drop_path=drop_path, mask=mask)
+    x = self.residual(x, self.cross_norm, lambda y: self.cross_attn(y, encoded, train=train, rngs=rngs,
+                                                                    mask=cross_mask),
+                      train=train, rngs=rngs, drop_path=drop_path)
+    return self.feed_forward(x, train=train, rngs=rngs, drop_path=drop_path)
+
+  def init_cache(self, encoded: jax.Array, length: int) -> dict[str, jax.Array]:
+    """Empty self-attention keys/values for `length` tokens, and the encoder output's keys/values."""
+    cross_k, cross_v = self.cross_attn.keys_values(encoded)
+    empty = jnp.zeros((encoded.shape[0], length, *cross_k.shape[2:]), cross_k.dtype)
+    return {'k': empty, 'v': empty, 'cross_k': cross_k, 'cross_v': cross_v}
+
+  def step(self, x: jax.Array, cache: dict[str, jax.Array], index: jax.Array,
+           cross_mask: jax.Array | None) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Tokens (B, 1, D) at position `index` -> outputs (B, 1, D) and the cache with their keys/values."""
+    cache = dict(cache)
+
+    def self_attention(y):
+      q, k, v = self.attn.heads(y)
+      for name, new in (('k', k), ('v', v)):
+        cache[name] = jax.lax.dynamic_update_slice_in_dim(cache[name], new.astype(cache[name].dtype), index, 1)
+      visible = (jnp.arange(cache['k'].shape[1]) <= index)[None, None, None, :]
+      return self.attn.output(self.attn.attend(q, cache['k'], cache['v'], train=False, rngs=None, mask=visible))
+
+    def cross_attention(y):
+      q = self.cross_attn.queries(y)
+      return self.cross_attn.output(self.cross_attn.attend(q, cache['cross_k'], cache['cross_v'], train=False,
+                                                           rngs=None, mask=cross_mask))
+
+    x = self.residual(x, self.norm1, self_attention, train=False, rngs=None)
+    x = self.residual(x, self.cross_norm, cross_attention, train=False, rngs=None)
+    return self.feed_forward(x, train=False, rngs=None), cache
+
+
+class Transformer(nnx.Module):
+  """Source tokens (B, S) or images (B, H, W, C), and decoder inputs (B, T) -> next-token logits (B, T, V).
+
+  Attributes:
+    vocab_size: target vocabulary (from the data).
+    input_vocab_size: source vocabulary; None when the inputs are images (from the data).
+    input_shape: (height, width, channels) of image inputs; None for token inputs (from the data).
+    max_len: longest sequence the data holds (from the data); only learned position embeddings need it.
+    variant: a preset of PRESETS ('tiny', 'base', 'big'); explicit dimensions below override it.
+    width: d_model, the token dimension.
+    encoder_depth: encoder layers.
+    decoder_depth: decoder layers.
+    mlp_dim: hidden size of each block's MLP (d_ff).
+    num_heads: attention heads; must divide width.
+    patch_size: side of the square image patches (image inputs only).
+    share_embeddings: 'all' ties source, target and output embeddings (one vocabulary, as the paper);
+      'decoder' ties the target embedding and the output projection; 'none' ties nothing.
+    posemb: 'sincos' (fixed, as the paper) or 'learn'.
+    prenorm: LayerNorm before each residual branch (with a final one after each stack), or after the sum as
+      the paper ("post-norm").
+    activation: of the MLPs, 'relu' (the paper) or 'gelu'.
+    dropout: on embeddings, residual branches and MLP activations (the paper: 0.1 base, 0.3 big).
+    attention_dropout: on the attention probabilities.
+    layernorm_epsilon: epsilon of every LayerNorm.
+    remat: rematerialisation policy of every block (layers.REMAT_POLICIES).
+    scan: stack the layers of each stack and apply them with one `lax.scan`.
+    attention_impl: `jax.nn.dot_product_attention`'s implementation: None, 'xla' or 'cudnn'.
+  """
+
+  def __init__(self, vocab_size: int, input_vocab_size: int | None, input_shape: tuple[int, ...] | None,
+               max_len: int, *, variant: str | None = 'base',
+               width: int | None = None, encoder_depth: int | None = None, decoder_depth: int | None = None,
+               mlp_dim: int | None = None, num_heads: int | None = None, patch_size: int = 4,
+               share_embeddings: str = 'all', posemb: str = 'sincos', prenorm: bool = False,
+               activation: str = 'relu', dropout: float = 0.1, attention_dropout: float = 0.0,
+               layernorm_epsilon: float = 1e-6, remat: str = 'none', scan: bool = False,
+               attention_impl: str | None = None, rngs: nnx.Rngs):
+    remat = remat or 'none'
+    if variant is not None and variant not in PRESETS:
+      raise ConfigError(f'model.variant={variant!r} is not one of {", ".join(PRESETS)} (or None with explicit sizes)')
+    preset = dict(zip(('width', 'encoder_depth', 'decoder_depth', 'mlp_dim', 'num_heads'), PRESETS.get(variant, ())))
+    given = dict(width=width, encoder_depth=encoder_depth, decoder_depth=decoder_depth, mlp_dim=mlp_dim,
+                 num_heads=num_heads)
+    dims = preset | {k: v for k, v in given.items() if v is not None}
+    missing = [k for k in given if k not in dims]
+    if missing:
+      raise ConfigError(f'model.{missing[0]} is not set: give model.variant (e.g. "base") or model.{missing[0]}')
+    d = dims['width']
+    if d % dims['num_heads']:
+      raise ConfigError(f'model.width={d} must be divisible by model.num_heads={dims["num_heads"]}')
+    vit.check_options(dict(share_embeddings=(share_embeddings, SHARING), posemb=(posemb, ('sincos', 'learn')),
+                           activation=(activation, layers.ACTIVATIONS), remat=(remat, tuple(layers.REMAT_POLICIES)),
+                           attention_impl=(attention_impl, vit.ATTENTION_IMPLS)),
+                      dict(dropout=dropout, attention_dropout=attention_dropout))
+    images = input_vocab_size is None
+    if images and (input_shape is None or len(input_shape) != 3):
+      raise ConfigError(f'the inputs are neither tokens nor images (height, width, channels): {input_shape}')
+    if share_embeddings == 'all' and (images or input_vocab_size != vocab_size):
+      raise ConfigError(f"model.share_embeddings='all' needs one vocabulary for inputs and targets, but the data has "
+                        f"{'images' if images else input_vocab_size} -> {vocab_size}; use 'decoder' or 'none'")
+    if posemb == 'sincos' and d % 2:
+      raise ConfigError(f'model.width={d} must be even for sin-cos position embeddings')
+    self.posemb, self.max_len, self.share_embeddings = posemb, max_len, share_embeddings
+    stack = dict(mlp_dim=dims['mlp_dim'], num_heads=dims['num_heads'], dropout=dropout,
+                 attention_dropout=attention_dropout, drop_path=0.0, prenorm=prenorm, gelu_approximate=False,
+                 layernorm_epsilon=layernorm_epsilon, remat=remat, scan=scan, attention_impl=attention_impl,
+                 activation=activation, rngs=rngs)
+    embed_init = nnx.initializers.normal(d ** -0.5)  # Scaled by sqrt(d) at the input: unit-variance tokens.
+    self.target_embedding = nnx.Embed(vocab_size, d, embedding_init=embed_init, rngs=rngs)
+    if images:
+      height, wide, channels = input_shape
+      if height % patch_size or wide % patch_size:
+        raise ConfigError(f'model.patch_size={patch_size} must divide the image size {height}x{wide}')
+      self.grid = (height // patch_size, wide // patch_size)
+      self.patch_embedding = vit.PatchEmbedding(patch_size, channels, d, rngs=rngs)
+      self.image_posemb = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (1, self.grid[0] * self.grid[1], d)))
+    elif share_embeddings != 'all':
+      self.input_embedding = nnx.Embed(input_vocab_size, d, embedding_init=embed_init, rngs=rngs)
+    if posemb == 'learn':
+      self.input_posemb = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (max_len, d)))
+      self.target_posemb = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (max_len, d)))
+    self.dropout = layers.Dropout(dropout)
+    self.encoder = layers.Encoder(dims['encoder_depth'], d, **stack)
+    self.decoder = layers.Encoder(dims['decoder_depth'], d, block=DecoderBlock, **stack)
+    if share_embeddings == 'none':
+      self.logits = nnx.Linear(d, vocab_size, use_bias=False, kernel_init=layers.xavier, rngs=rngs)
+
+  def _embed(self, tokens: jax.Array, embedding: nnx.Embed, positions: jax.Array | None,
+             learned: nnx.Param | None) -> jax.Array:
+    """Tokens (B, L) -> sqrt(d)-scaled embeddings plus the position embeddings of `positions` (default 0..L-1)."""
+    x = embedding(tokens) * jnp.sqrt(embedding.features).astype(embedding.embedding.dtype)
+    if positions is None:
+      positions = jnp.arange(tokens.shape[1])[None]
+    table = learned[...] if learned is not None else layers.sincos_1d(max(tokens.shape[1], 1), x.shape[-1])
+    return x + jnp.take(table, positions, axis=0)
+
+  def encode(self, inputs: jax.Array, *, segments: jax.Array | None = None, positions: jax.Array | None = None,
+             train: bool = False, rngs: nnx.Rngs | None = None) -> tuple[jax.Array, jax.Array]:
+    """Source tokens (B, S) or images -> encoder outputs (B, S', D) and their segment ids (B, S')."""
+    if hasattr(self, 'patch_embedding'):
+      x = self.patch_embedding(inputs) + self.image_posemb[...]
+      segments = jnp.ones(x.shape[:2], jnp.int32)
+      mask = None
+    else:
+      segments = (inputs != 0).astype(jnp.int32) if segments is None else segments
+      embedding = self.target_embedding if self.share_embeddings == 'all' else self.input_embedding
+      x = self._embed(inputs, embedding, positions, getattr(self, 'input_posemb', None))
+      mask = attention_mask(segments, segments)
+    x = self.dropout(x, train=train, rngs=rngs)
+    return self.encoder(x, train=train, rngs=rngs, mask=mask), segments
+
+  def output_logits(self, y: jax.Array) -> jax.Array:
+    return self.logits(y) if self.share_embeddings == 'none' else self.target_embedding.attend(y)
+
+  def decode(self, decoder_inputs: jax.Array, encoded: jax.Array, encoder_segments: jax.Array, *,
+             segments: jax.Array | None = None, positions: jax.Array | None = None, train: bool = False,
+             rngs: nnx.Rngs | None = None) -> jax.Array:
+    """Decoder inputs (B, T) (targets shifted right) and the encoder output -> logits (B, T, V), all at once."""
+    segments = (decoder_inputs != 0).astype(jnp.int32) if segments is None else segments
+    x = self._embed(decoder_inputs, self.target_embedding, positions, getattr(self, 'target_posemb', None))
+    x = self.dropout(x, train=train, rngs=rngs)
+    y = self.decoder(x, train=train, rngs=rngs, mask=attention_mask(segments, segments, causal=True),
+                     encoded=encoded, cross_mask=attention_mask(segments, encoder_segments))
+    return self.output_logits(y)
+
+  def __call__(self, inputs: jax.Array, decoder_inputs: jax.Array, *, inputs_segments: jax.Array | None = None,
+               inputs_positions: jax.Array | None = None, targets_segments: jax.Array | None = None,
+               targets_positions: jax.Array | None = None, train: bool = False,
+               rngs: nnx.Rngs | None = None) -> jax.Array:
+    encoded, encoder_segments = self.encode(inputs, segments=inputs_segments, positions=inputs_positions,
+                                            train=train, rngs=rngs)
+    return self.decode(decoder_inputs, encoded, encoder_segments, segments=targets_segments,
+                       positions=targets_positions, train=train, rngs=rngs)
+
+  # --- Cached decoding -------------------------------------------------------------------------------------------
+
+  def _decoder_blocks(self) -> list[DecoderBlock]:
+    """The decoder's blocks, one module per layer in either layout."""
+    if not self.decoder.scan:
+      return list(self.decoder.blocks)
+    graphdef, params = nnx.split(self.decoder.blocks)
+    depth = len(self.decoder.drop_path_rates)
+    return [nnx.merge(graphdef, jax.tree.map(lambda a, i=i: a[i], params)) for i in range(depth)]
+
+  def init_cache(self, encoded: jax.Array, encoder_segments: jax.Array, length: int) -> dict:
+    """A decoding cache for up to `length` tokens after the encoder output (B, S, D). Every array in it
+    has the batch first, so beam search can reorder it."""
+    return {'layers': [block.init_cache(encoded, length) for block in self._decoder_blocks()],
+            'cross_mask': (encoder_segments > 0)[:, None, None, :]}
+
+  def decode_step(self, tokens: jax.Array, index: jax.Array, cache: dict) -> tuple[jax.Array, dict]:
+    """The last tokens (B,) at position `index` -> next-token logits (B, V) and the updated cache."""
+    x = self.target_embedding(tokens[:, None]) * jnp.sqrt(self.target_embedding.features).astype(
+        self.target_embedding.embedding.dtype)
+    length = cache['layers'][0]['k'].shape[1]
+    table = self.target_posemb[...] if self.posemb == 'learn' else layers.sincos_1d(length, x.shape[-1])
+    x = x + jax.lax.dynamic_index_in_dim(table, index, keepdims=True)[None]
+    new_layers = []
+    for block, layer_cache in zip(self._decoder_blocks(), cache['layers']):
+      x, layer_cache = block.step(x, layer_cache, index, cache['cross_mask'])
+      new_layers.append(layer_cache)
+    if self.decoder.norm is not None:
+      x = self.decoder.norm(x)
+    return self.output_logits(x)[:, 0], cache | {'layers': new_layers}
+

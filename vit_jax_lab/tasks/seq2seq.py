@@ -1,0 +1,196 @@
+"""Sequence to sequence: teacher-forced cross-entropy on real target tokens; evaluation decodes (greedy or
+beam search) and scores exact match, token accuracy and corpus BLEU (sacreBLEU, 13a tokenisation)."""
+
+import collections
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tensorflow as tf
+from flax import nnx
+
+from vit_jax_lab import decode
+from vit_jax_lab.config import ConfigError
+from vit_jax_lab.data import images, text
+
+Batch = dict[str, jax.Array]
+BLEU_ORDER = 4
+
+
+def decoder_inputs(targets: jax.Array, positions: jax.Array | None = None) -> jax.Array:
+  """Targets shifted right within each sequence: BOS where a sequence starts (position 0), PAD on padding."""
+  positions = jnp.arange(targets.shape[1])[None] if positions is None else positions
+  shifted = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
+  return jnp.where(targets == decode.PAD, decode.PAD, jnp.where(positions == 0, decode.BOS, shifted))
+
+
+class Seq2Seq:
+  """Attributes:
+    label_smoothing: mass spread uniformly over the vocabulary in the training targets (the paper: 0.1).
+    eval_decode: how evaluation produces outputs: 'greedy' or 'beam'.
+    beam_size: beams of 'beam' decoding.
+    alpha: length-penalty exponent of beam search, ((5 + length) / 6) ** alpha.
+    max_decode_length: tokens to decode at most (EOS included); None: data.max_target_length.
+    scheduled_sampling: final probability that a decoder input is the model's own prediction instead of the
+      gold token (Bengio et al. 2015), in the parallel two-pass form of Duckworth et al. 2019: a first pass
+      without gradients predicts every position from the gold prefix, the second trains on the mixed inputs.
+      0 is teacher forcing.
+    scheduled_sampling_steps: the probability rises linearly from 0 to `scheduled_sampling` over these
+      optimizer steps, then stays.
+  """
+
+  def __init__(self, *, label_smoothing: float = 0.1, eval_decode: str = 'greedy', beam_size: int = 4,
+               alpha: float = 0.6, max_decode_length: int | None = None, scheduled_sampling: float = 0.0,
+               scheduled_sampling_steps: int = 1):
+    if not 0.0 <= label_smoothing < 1.0:
+      raise ConfigError(f'task.label_smoothing={label_smoothing} must be in [0, 1)')
+    if eval_decode not in ('greedy', 'beam'):
+      raise ConfigError(f"task.eval_decode={eval_decode!r} is not one of 'greedy', 'beam'")
+    if beam_size < 1:
+      raise ConfigError(f'task.beam_size={beam_size} must be a positive integer')
+    if alpha < 0:
+      raise ConfigError(f'task.alpha={alpha} must be >= 0')
+    if max_decode_length is not None and max_decode_length < 1:
+      raise ConfigError(f'task.max_decode_length={max_decode_length} must be positive or None')
+    if not 0.0 <= scheduled_sampling <= 1.0:
+      raise ConfigError(f'task.scheduled_sampling={scheduled_sampling} must be in [0, 1]')
+    if scheduled_sampling_steps < 1:
+      raise ConfigError(f'task.scheduled_sampling_steps={scheduled_sampling_steps} must be a positive integer')
+    self.label_smoothing, self.eval_decode, self.beam_size, self.alpha = label_smoothing, eval_decode, beam_size, alpha
+    self.max_decode_length = max_decode_length
+    self.scheduled_sampling, self.scheduled_sampling_steps = scheduled_sampling, scheduled_sampling_steps
+    self.vocab = None  # The target vocabulary, known once the data is: detokenises for BLEU.
+
+  # --- Data --------------------------------------------------------------------------------------------------
+
+  def dataset_info(self, builder, data_config, workdir: str | None) -> text.TextInfo:
+    info = text.dataset_info(builder, data_config, workdir)
+    self.vocab = info.target_vocab
+    return info
+
+  def model_kwargs(self, info: text.TextInfo) -> dict[str, Any]:
+    tokens = info.input_vocab is not None
+    return dict(vocab_size=info.target_vocab.size, input_vocab_size=info.input_vocab.size if tokens else None,
+                input_shape=None if tokens else info.input_shape,
+                max_len=max(info.max_target_length, info.input_shape[0] if tokens else 0))
+
+  def prepare(self, info: text.TextInfo, train: bool) -> Callable:
+    return text.prepare_fn(info, train)
+
+  def preprocess(self, data_config, info: text.TextInfo, train: bool) -> Callable:
+    """(example, seed) -> {'inputs': padded token ids or a preprocessed image, 'targets': padded ids}."""
+    image_fn = None
+    if info.input_vocab is None:
+      image_info = images.DatasetInfo(0, 'image', info.input_shape, info.num_train, info.num_eval)
+      image_fn = images.preprocess_fn(data_config, image_info, train)
+
+    def fn(example: dict, seed: tf.Tensor) -> dict:
+      if image_fn is None:
+        inputs = text.pad_to(example['inputs'], info.input_shape[0])
+      else:
+        inputs = image_fn({'image': example['inputs'], 'label': 0}, seed)['inputs']
+      return {'inputs': inputs, 'targets': text.pad_to(example['targets'], info.max_target_length)}
+
+    return fn
+
+  def pack(self, data_config) -> tuple[int, Callable] | None:
+    """(examples per row, the batch map) when `data.pack_factor` asks for sequence packing."""
+    return (data_config.pack_factor, text.pack_batch) if data_config.pack_factor > 1 else None
+
+  # --- Training ----------------------------------------------------------------------------------------------
+
+  def sampling_rate(self, step: jax.Array) -> jax.Array:
+    return self.scheduled_sampling * jnp.minimum(step / self.scheduled_sampling_steps, 1.0)
+
+  def loss(self, model: nnx.Module, batch: Batch, rng: jax.Array,
+           step: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Mean cross-entropy over the real target tokens of the batch, and metrics to log."""
+    targets = batch['targets']
+    segments, positions = batch.get('targets_segments'), batch.get('targets_positions')
+    dropout_rng, mix_rng = jax.random.split(rng)
+    rngs = nnx.Rngs(dropout=dropout_rng)
+    encoded, encoder_segments = model.encode(batch['inputs'], segments=batch.get('inputs_segments'),
+                                             positions=batch.get('inputs_positions'), train=True, rngs=rngs)
+    inputs = decoder_inputs(targets, positions)
+    run = lambda x: model.decode(x, encoded, encoder_segments, segments=segments, positions=positions, train=True,
+                                 rngs=rngs)
+    metrics = {'packed_fraction': batch['packed_fraction'].mean()} if 'packed_fraction' in batch else {}
+    if self.scheduled_sampling > 0.0:
+      rate = self.sampling_rate(step)
+      predicted = decoder_inputs(jax.lax.stop_gradient(run(inputs)).argmax(-1).astype(targets.dtype), positions)
+      use = jax.random.bernoulli(mix_rng, rate, inputs.shape) & (inputs != decode.BOS) & (inputs != decode.PAD)
+      inputs = jnp.where(use, predicted, inputs)
+      metrics['sampling_rate'] = rate
+    logits = run(inputs).astype(jnp.float32)
+    weights = (targets != decode.PAD).astype(jnp.float32)
+    soft = optax.smooth_labels(jax.nn.one_hot(targets, logits.shape[-1]), self.label_smoothing)
+    tokens = jnp.maximum(weights.sum(), 1.0)
+    loss = (optax.softmax_cross_entropy(logits, soft) * weights).sum() / tokens
+    accuracy = ((logits.argmax(-1) == targets) * weights).sum() / tokens
+    return loss, metrics | {'loss': loss, 'token_accuracy': accuracy}
+
+  # --- Evaluation --------------------------------------------------------------------------------------------
+
+  def generate(self, model: nnx.Module, inputs: jax.Array, length: int) -> jax.Array:
+    """Token ids (B, length) by the configured decoding, with the cache."""
+    batch = inputs.shape[0]
+    if self.eval_decode == 'greedy':
+      return decode.greedy(decode.stepper(model, inputs, length), batch, length)[0]
+    s = decode.stepper(model, inputs, length, repeat=self.beam_size)
+    return decode.beam_search(s, batch, length, beam_size=self.beam_size, alpha=self.alpha)[0][:, 0]
+
+  def eval_sums(self, model: nnx.Module, batch: Batch) -> dict[str, Any]:
+    """Sums over the real (mask=1) examples, and under 'host' the arrays BLEU is computed from on the host."""
+    targets, mask = batch['targets'], batch['mask']
+    encoded, encoder_segments = model.encode(batch['inputs'])
+    logits = model.decode(decoder_inputs(targets), encoded, encoder_segments).astype(jnp.float32)
+    weights = (targets != decode.PAD) * mask[:, None]
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    length = self.max_decode_length or targets.shape[1]
+    decoded = self.generate(model, batch['inputs'], length)
+    width = max(length, targets.shape[1])
+    pad = lambda x: jnp.pad(x, ((0, 0), (0, width - x.shape[1])))
+    exact = (pad(decoded) == pad(targets)).all(-1)
+    return {'loss': (loss * weights).sum(), 'token_accuracy': ((logits.argmax(-1) == targets) * weights).sum(),
+            'tokens': weights.sum(), 'exact_match': (exact * mask).sum(), 'count': mask.sum(),
+            'host': {'decoded': decoded, 'targets': targets, 'mask': mask}}
+
+  def host_sums(self, host: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """BLEU statistics of detokenised outputs against detokenised targets."""
+    keep = host['mask'] > 0
+    hypotheses = [self.vocab.decode(ids) for ids in host['decoded'][keep]]
+    references = [self.vocab.decode(ids) for ids in host['targets'][keep]]
+    return {'bleu_stats': bleu_stats(hypotheses, references)}
+
+  def summarize(self, sums: dict[str, Any]) -> dict[str, float]:
+    tokens, count = max(float(sums['tokens']), 1.0), max(float(sums['count']), 1.0)
+    return {'loss': float(sums['loss']) / tokens, 'token_accuracy': float(sums['token_accuracy']) / tokens,
+            'exact_match': float(sums['exact_match']) / count, 'bleu': bleu(sums['bleu_stats']),
+            'examples': float(sums['count'])}
+
+
+def bleu_stats(hypotheses: list[str], references: list[str]) -> np.ndarray:
+  """Sufficient statistics of corpus BLEU, summable over batches and hosts: hypothesis length, reference
+  length, then n-gram matches and hypothesis n-gram counts for n = 1..4, after sacreBLEU's 13a tokenisation."""
+  from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+  tokenize = Tokenizer13a()
+  stats = np.zeros(2 + 2 * BLEU_ORDER, np.int64)
+  for hypothesis, reference in zip(hypotheses, references):
+    hyp, ref = tokenize(hypothesis.strip()).split(), tokenize(reference.strip()).split()
+    stats[:2] += len(hyp), len(ref)
+    for n in range(1, BLEU_ORDER + 1):
+      hyp_ngrams = collections.Counter(tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 1))
+      ref_ngrams = collections.Counter(tuple(ref[i:i + n]) for i in range(len(ref) - n + 1))
+      stats[1 + n] += sum((hyp_ngrams & ref_ngrams).values())
+      stats[1 + BLEU_ORDER + n] += sum(hyp_ngrams.values())
+  return stats
+
+
+def bleu(stats: np.ndarray) -> float:
+  """Corpus BLEU (0-100) from summed `bleu_stats`, with sacreBLEU's default exponential smoothing."""
+  from sacrebleu.metrics import BLEU
+  stats = [int(x) for x in stats]
+  return BLEU.compute_bleu(correct=stats[2:2 + BLEU_ORDER], total=stats[2 + BLEU_ORDER:], sys_len=stats[0],
+                           ref_len=stats[1], smooth_method='exp').score
