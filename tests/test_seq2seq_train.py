@@ -13,8 +13,8 @@ from flax import nnx
 
 from conftest import load_config as load
 from test_train import run_steps
-from vit_jax_lab import config as config_lib, parallel, train
-from vit_jax_lab.data import builders, pipeline, text
+from vit_jax_lab import config as config_lib, train
+from vit_jax_lab.data import builders, text
 from vit_jax_lab.tasks import seq2seq as task_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -116,13 +116,9 @@ def test_packed_batches_resume_exactly_and_keep_every_token(seq_data_dir):
   config = load('configs/seq2seq/scan.py:simple,smoke', seq_data_dir, data__pack_factor=3,
                 data__max_input_length=30, data__max_target_length=64)
   s = train.setup(config, jax.devices()[:1])
-  make = lambda start: pipeline.train_iterator(
-      s.builder, config.data, s.task.preprocess(config.data, s.info, True),
-      jax.sharding.NamedSharding(s.mesh, parallel.BATCH), seed=0, start_step=start,
-      prepare=s.task.prepare(s.info, True), pack=s.task.pack(config.data))
-  fresh = make(0)
+  fresh = train.train_batches(s)
   batches = [jax.device_get(next(fresh)) for _ in range(4)]
-  resumed = jax.device_get(next(make(3)))
+  resumed = jax.device_get(next(train.train_batches(s, 3)))
   for k in batches[3]:
     np.testing.assert_array_equal(resumed[k], batches[3][k])
   b = batches[0]
@@ -170,9 +166,7 @@ def test_scheduled_sampling_mixes_in_the_models_predictions(seq_data_dir):
   np.testing.assert_allclose([task.sampling_rate(s) for s in (0, 5, 10, 20)], [0.0, 0.25, 0.5, 0.5])
   s = train.setup(config, jax.devices()[:1])
   model = nnx.merge(s.graphdef, train.init_state(s).params)
-  batch = jax.device_get(next(pipeline.train_iterator(
-      s.builder, config.data, s.task.preprocess(config.data, s.info, True),
-      jax.sharding.NamedSharding(s.mesh, parallel.BATCH), seed=0, start_step=0, prepare=s.task.prepare(s.info, True))))
+  batch = jax.device_get(next(train.train_batches(s)))
   forced = s.task.loss(model, batch, jax.random.key(0), 0)[0]
   at_start = task.loss(model, batch, jax.random.key(0), 0)
   later = task.loss(model, batch, jax.random.key(0), 10)

@@ -9,9 +9,8 @@ import pytest
 import tensorflow as tf
 from flax import nnx
 
-from vit_jax_lab import checkpoints, parallel, reporting, train
+from vit_jax_lab import checkpoints, reporting, train
 from vit_jax_lab.config import ConfigError
-from vit_jax_lab.data import pipeline
 from vit_jax_lab.models import layers
 
 
@@ -26,10 +25,7 @@ def run_steps(config, devices, num_steps=5, initial_from=None):
     params.replace_by_pure_dict(layers.scanned_like(initial, params.to_pure_dict()))
     state = state.replace(params=jax.device_put(params, s.state_shardings.params))
   step = train.make_train_step(s)
-  batches = pipeline.train_iterator(
-      s.builder, config.data, s.task.preprocess(config.data, s.info, train=True),
-      jax.sharding.NamedSharding(s.mesh, parallel.BATCH), seed=config.seed, start_step=0,
-      prepare=s.task.prepare(s.info, True), pack=s.task.pack(config.data))
+  batches = train.train_batches(s)
   losses = []
   for _ in range(num_steps):
     state, metrics = step(state, next(batches))

@@ -128,17 +128,13 @@ def step_flops(s, config, batch) -> float:
 def measure(config, args) -> dict[str, Any]:
   """One config's numbers."""
   import jax
-  from vit_jax_lab import parallel, train
-  from vit_jax_lab.data import pipeline
+  from vit_jax_lab import train
   if args.synthetic:
     s, batch = synthetic_setup(config, args.synthetic)
     input_rate = None
   else:
     s = train.setup(config)
-    batches = pipeline.train_iterator(
-        s.builder, config.data, s.task.preprocess(config.data, s.info, train=True),
-        jax.sharding.NamedSharding(s.mesh, parallel.BATCH), seed=config.seed, start_step=0,
-        prepare=s.task.prepare(s.info, True), pack=s.task.pack(config.data))
+    batches = train.train_batches(s)
     batch = next(batches)
     t0 = time.perf_counter()
     for _ in range(args.input_batches):

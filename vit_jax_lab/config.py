@@ -254,7 +254,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for key in ('vocab_size', 'vocab_sentences', 'max_input_length', 'max_target_length', 'pack_factor'):
     check(d[key] > 0, f'data.{key}={d[key]} must be a positive integer')
   check(d.shards == -1 or d.shards > 0, f'data.shards={d.shards} must be -1 (one per process) or positive')
-  check(d.data_dir is None or os.path.isdir(d.data_dir) or d.name.split('/')[0] in _builtin_datasets(),
+  check(d.data_dir is None or os.path.isdir(d.data_dir) or _is_builtin(d.name),
         f'data.data_dir={d.data_dir!r} does not exist; point it at the folder holding prepared TFDS data')
   check(o.name in ('adamw', 'sgd'), f"optim.name={o.name!r} is not one of 'adamw', 'sgd'")
   check(o.lr > 0, f'optim.lr={o.lr} must be positive')
@@ -274,9 +274,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
         'distributed: set coordinator_address, num_processes and process_id together, or none of them')
 
 
-def _builtin_datasets() -> tuple[str, ...]:
+def _is_builtin(name: str) -> bool:
   from vit_jax_lab.data import builders  # Imports TensorFlow only when validating data keys.
-  return tuple(builders.BUILTIN)
+  return builders.is_builtin(name)
 
 
 def model_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:

@@ -23,10 +23,12 @@ class Stepper:
   state: Any
 
 
-def stepper(model, inputs: jax.Array, length: int, *, cached: bool = True, repeat: int = 1) -> Stepper:
+def stepper(model, inputs: jax.Array, length: int, *, cached: bool = True, repeat: int = 1,
+            encoded: tuple[jax.Array, jax.Array] | None = None) -> Stepper:
   """Decodes `model` (a seq2seq Transformer) for `inputs`, up to `length` tokens; each example repeated
-  `repeat` times (the beams of beam search) next to each other."""
-  encoded, segments = model.encode(inputs)
+  `repeat` times (the beams of beam search) next to each other. `encoded`: `model.encode(inputs)` when the
+  caller has it already."""
+  encoded, segments = model.encode(inputs) if encoded is None else encoded
   encoded, segments = (jnp.repeat(x, repeat, axis=0) for x in (encoded, segments))
   if cached:
     return Stepper(model.decode_step, model.init_cache(encoded, segments, length))

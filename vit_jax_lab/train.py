@@ -9,7 +9,7 @@ import dataclasses
 import json
 import os
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import flax
 import jax
@@ -114,6 +114,14 @@ def init_state(s: Setup) -> TrainState:
   return jax.jit(fresh, out_shardings=s.state_shardings)(params, seed)
 
 
+def train_batches(s: Setup, start_step: int = 0) -> Iterator[dict[str, jax.Array]]:
+  """The task's global train batches (prepared, preprocessed, packed as it asks), from `start_step` on."""
+  data = s.config.data
+  return pipeline.train_iterator(s.builder, data, s.task.preprocess(data, s.info, train=True),
+                                 jax.sharding.NamedSharding(s.mesh, parallel.BATCH), seed=s.config.seed,
+                                 start_step=start_step, prepare=s.task.prepare(s.info, True), pack=s.task.pack(data))
+
+
 def in_compute_dtype(tree: Any, config: ml_collections.ConfigDict) -> Any:
   """Floating-point arrays of `tree` (parameters, a batch) cast to `config.compute_dtype`."""
   dtype = jnp.dtype(config.compute_dtype)
@@ -180,7 +188,7 @@ def evaluate(s: Setup, eval_step, params) -> dict[str, float]:
     host = sums.pop('host', None)
     sums = jax.device_get(sums)
     if host is not None:
-      sums |= s.task.host_sums(multihost_utils.process_allgather(host, tiled=True))
+      sums |= s.task.host_sums(multihost_utils.process_allgather(host, tiled=True), s.info)
     totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
   return {f'eval/{k}': v for k, v in s.task.summarize(totals).items()}
 
@@ -245,11 +253,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   log(f'mesh {dict(s.mesh.shape)}; parameters + optimizer state per device: '
       f'{parallel.per_device_bytes(s.abstract_state, s.state_shardings) / 2**20:.1f} MiB')
 
-  batch_sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
-  preprocess = s.task.preprocess(config.data, s.info, train=True)
-  batches = pipeline.train_iterator(s.builder, config.data, preprocess, batch_sharding, seed=config.seed,
-                                    start_step=start, prepare=s.task.prepare(s.info, True),
-                                    pack=s.task.pack(config.data))
+  batches = train_batches(s, start)
   train_step, eval_step = make_train_step(s), make_eval_step(s)
   writer = reporting.writer(workdir, start)
   progress = reporting.Progress(config.total_steps, config.data.batch_size, start)

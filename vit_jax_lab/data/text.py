@@ -85,10 +85,14 @@ class TextInfo:
   num_eval: int
 
 
-def _texts(builder, split: str, key: str, limit: int = -1) -> list[str]:
-  """The `key` text of the first `limit` examples of `split` (-1: all)."""
-  ds = builder.as_dataset(split=split, shuffle_files=False).take(limit).map(lambda ex: ex[key])
-  return [t.decode('utf-8') for t in ds.as_numpy_iterator()]
+def _texts(builder, split: str, keys: tuple[str, ...], limit: int = -1) -> dict[str, list[str]]:
+  """The text features `keys` of the first `limit` examples of `split` (-1: all), read in one pass."""
+  ds = builder.as_dataset(split=split, shuffle_files=False).take(limit).map(lambda ex: {k: ex[k] for k in keys})
+  texts = {k: [] for k in keys}
+  for example in ds.as_numpy_iterator():
+    for k in keys:
+      texts[k].append(example[k].decode('utf-8'))
+  return texts
 
 
 def dataset_info(builder, data_config, vocab_dir: str | None = None) -> TextInfo:
@@ -104,18 +108,19 @@ def dataset_info(builder, data_config, vocab_dir: str | None = None) -> TextInfo
         f'data.target={target!r} of {data_config.name} is not text')
   train = data_config.train_split
   vocab = data_config.vocab
+  text_keys = (target,) if image else (target, source)
   if vocab == 'words':
-    target_vocab = WordVocab([w for t in _texts(builder, train, target) for w in t.split()])
-    input_vocab = None if image else WordVocab([w for t in _texts(builder, train, source) for w in t.split()])
+    texts = _texts(builder, train, text_keys)
+    words = lambda key: [w for t in texts[key] for w in t.split()]
+    target_vocab = WordVocab(words(target))
+    input_vocab = None if image else WordVocab(words(source))
   else:
     if vocab == 'sentencepiece':
       path = os.path.join(vocab_dir or tempfile.mkdtemp(), 'sentencepiece.model')
       if not os.path.exists(path):
         if jax.process_index() == 0:
-          texts = _texts(builder, train, target, data_config.vocab_sentences)
-          if not image:
-            texts += _texts(builder, train, source, data_config.vocab_sentences)
-          train_sentencepiece(texts, data_config.vocab_size, path)
+          texts = _texts(builder, train, text_keys, data_config.vocab_sentences)
+          train_sentencepiece([t for key in text_keys for t in texts[key]], data_config.vocab_size, path)
         if jax.process_count() > 1:
           from jax.experimental import multihost_utils
           multihost_utils.sync_global_devices('vocabulary trained')

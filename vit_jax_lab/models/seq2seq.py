@@ -144,7 +144,7 @@ class Transformer(nnx.Module):
                         f"{'images' if images else input_vocab_size} -> {vocab_size}; use 'decoder' or 'none'")
     if posemb == 'sincos' and d % 2:
       raise ConfigError(f'model.width={d} must be even for sin-cos position embeddings')
-    self.posemb, self.max_len, self.share_embeddings = posemb, max_len, share_embeddings
+    self.share_embeddings = share_embeddings
     stack = dict(mlp_dim=dims['mlp_dim'], num_heads=dims['num_heads'], dropout=dropout,
                  attention_dropout=attention_dropout, drop_path=0.0, prenorm=prenorm, gelu_approximate=False,
                  layernorm_epsilon=layernorm_epsilon, remat=remat, scan=scan, attention_impl=attention_impl,
@@ -170,12 +170,13 @@ class Transformer(nnx.Module):
       self.logits = nnx.Linear(d, vocab_size, use_bias=False, kernel_init=layers.xavier, rngs=rngs)
 
   def _embed(self, tokens: jax.Array, embedding: nnx.Embed, positions: jax.Array | None,
-             learned: nnx.Param | None) -> jax.Array:
-    """Tokens (B, L) -> sqrt(d)-scaled embeddings plus the position embeddings of `positions` (default 0..L-1)."""
+             learned: nnx.Param | None, length: int | None = None) -> jax.Array:
+    """Tokens (B, L) -> sqrt(d)-scaled embeddings plus the position embeddings of `positions` (default 0..L-1),
+    which are below `length` (default L)."""
     x = embedding(tokens) * jnp.sqrt(embedding.features).astype(embedding.embedding.dtype)
     if positions is None:
       positions = jnp.arange(tokens.shape[1])[None]
-    table = learned[...] if learned is not None else layers.sincos_1d(max(tokens.shape[1], 1), x.shape[-1])
+    table = learned[...] if learned is not None else layers.sincos_1d(length or tokens.shape[1], x.shape[-1])
     return x + jnp.take(table, positions, axis=0)
 
   def encode(self, inputs: jax.Array, *, segments: jax.Array | None = None, positions: jax.Array | None = None,
@@ -234,11 +235,8 @@ class Transformer(nnx.Module):
 
   def decode_step(self, tokens: jax.Array, index: jax.Array, cache: dict) -> tuple[jax.Array, dict]:
     """The last tokens (B,) at position `index` -> next-token logits (B, V) and the updated cache."""
-    x = self.target_embedding(tokens[:, None]) * jnp.sqrt(self.target_embedding.features).astype(
-        self.target_embedding.embedding.dtype)
-    length = cache['layers'][0]['k'].shape[1]
-    table = self.target_posemb[...] if self.posemb == 'learn' else layers.sincos_1d(length, x.shape[-1])
-    x = x + jax.lax.dynamic_index_in_dim(table, index, keepdims=True)[None]
+    x = self._embed(tokens[:, None], self.target_embedding, jnp.reshape(index, (1, 1)),
+                    getattr(self, 'target_posemb', None), length=cache['layers'][0]['k'].shape[1])
     new_layers = []
     for block, layer_cache in zip(self._decoder_blocks(), cache['layers']):
       x, layer_cache = block.step(x, layer_cache, index, cache['cross_mask'])

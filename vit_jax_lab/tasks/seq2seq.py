@@ -61,14 +61,11 @@ class Seq2Seq:
     self.label_smoothing, self.eval_decode, self.beam_size, self.alpha = label_smoothing, eval_decode, beam_size, alpha
     self.max_decode_length = max_decode_length
     self.scheduled_sampling, self.scheduled_sampling_steps = scheduled_sampling, scheduled_sampling_steps
-    self.vocab = None  # The target vocabulary, known once the data is: detokenises for BLEU.
 
   # --- Data --------------------------------------------------------------------------------------------------
 
   def dataset_info(self, builder, data_config, workdir: str | None) -> text.TextInfo:
-    info = text.dataset_info(builder, data_config, workdir)
-    self.vocab = info.target_vocab
-    return info
+    return text.dataset_info(builder, data_config, workdir)
 
   def model_kwargs(self, info: text.TextInfo) -> dict[str, Any]:
     tokens = info.input_vocab is not None
@@ -133,12 +130,13 @@ class Seq2Seq:
 
   # --- Evaluation --------------------------------------------------------------------------------------------
 
-  def generate(self, model: nnx.Module, inputs: jax.Array, length: int) -> jax.Array:
-    """Token ids (B, length) by the configured decoding, with the cache."""
+  def generate(self, model: nnx.Module, inputs: jax.Array, length: int,
+               encoded: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
+    """Token ids (B, length) by the configured decoding, with the cache; `encoded`: `model.encode(inputs)`."""
     batch = inputs.shape[0]
     if self.eval_decode == 'greedy':
-      return decode.greedy(decode.stepper(model, inputs, length), batch, length)[0]
-    s = decode.stepper(model, inputs, length, repeat=self.beam_size)
+      return decode.greedy(decode.stepper(model, inputs, length, encoded=encoded), batch, length)[0]
+    s = decode.stepper(model, inputs, length, repeat=self.beam_size, encoded=encoded)
     return decode.beam_search(s, batch, length, beam_size=self.beam_size, alpha=self.alpha)[0][:, 0]
 
   def eval_sums(self, model: nnx.Module, batch: Batch) -> dict[str, Any]:
@@ -149,7 +147,7 @@ class Seq2Seq:
     weights = (targets != decode.PAD) * mask[:, None]
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
     length = self.max_decode_length or targets.shape[1]
-    decoded = self.generate(model, batch['inputs'], length)
+    decoded = self.generate(model, batch['inputs'], length, (encoded, encoder_segments))
     width = max(length, targets.shape[1])
     pad = lambda x: jnp.pad(x, ((0, 0), (0, width - x.shape[1])))
     exact = (pad(decoded) == pad(targets)).all(-1)
@@ -157,11 +155,11 @@ class Seq2Seq:
             'tokens': weights.sum(), 'exact_match': (exact * mask).sum(), 'count': mask.sum(),
             'host': {'decoded': decoded, 'targets': targets, 'mask': mask}}
 
-  def host_sums(self, host: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  def host_sums(self, host: dict[str, np.ndarray], info: text.TextInfo) -> dict[str, np.ndarray]:
     """BLEU statistics of detokenised outputs against detokenised targets."""
-    keep = host['mask'] > 0
-    hypotheses = [self.vocab.decode(ids) for ids in host['decoded'][keep]]
-    references = [self.vocab.decode(ids) for ids in host['targets'][keep]]
+    keep, vocab = host['mask'] > 0, info.target_vocab
+    hypotheses = [vocab.decode(ids) for ids in host['decoded'][keep]]
+    references = [vocab.decode(ids) for ids in host['targets'][keep]]
     return {'bleu_stats': bleu_stats(hypotheses, references)}
 
   def summarize(self, sums: dict[str, Any]) -> dict[str, float]:
