@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from test_train import run_steps
-from vit_jax_lab import optim
+from vit_jax_lab import optim, train
 from vit_jax_lab.models import layers, vit, vivit
 
 
@@ -36,15 +36,42 @@ def test_scanned_layers_give_the_same_steps(smoke_config):
                params)
 
 
-def test_bfloat16_compute_is_close_to_float32(smoke_config):
+def test_bfloat16_and_float16_compute_are_close_to_float32(smoke_config):
+  """Parameters stay float32; float16's dynamic loss scale doubles after `loss_scale_period` finite steps."""
   devices = jax.devices()[:2]
-  losses, _, _ = run_steps(smoke_config(), devices, num_steps=3)
-  bf16_losses, bf16_params, state = run_steps(smoke_config(compute_dtype='bfloat16'), devices, num_steps=3)
-  np.testing.assert_allclose(bf16_losses, losses, rtol=2e-2)
-  assert not np.allclose(bf16_losses, losses, rtol=1e-6)  # It really ran in bfloat16.
-  assert all(x.dtype == np.float32 for x in jax.tree.leaves(bf16_params))  # Parameters stay float32.
+  losses, params, _ = run_steps(smoke_config(), devices, num_steps=3)
+  runs = {'bfloat16': run_steps(smoke_config(compute_dtype='bfloat16'), devices, num_steps=3),
+          'float16': run_steps(smoke_config(compute_dtype='float16', loss_scale_period=2), devices, num_steps=3)}
+  for dtype, (low_losses, low_params, _) in runs.items():
+    np.testing.assert_allclose(low_losses, losses, rtol=2e-2, err_msg=dtype)
+    # It really ran in low precision (the first losses agree closely: the head starts at zero).
+    assert not all(jax.tree.leaves(jax.tree.map(lambda a, b: np.allclose(a, b, rtol=1e-4), low_params, params)))
+    assert all(x.dtype == np.float32 for x in jax.tree.leaves(low_params))
+  state = runs['float16'][2]
+  assert float(state.loss_scale.scale) == 2.0**16 and int(state.loss_scale.finite_steps) == 1  # 2**15, doubled once.
   _, _, state = run_steps(smoke_config(optim__mu_dtype='bfloat16'), devices, num_steps=1)
   assert {x.dtype for x in jax.tree.leaves(state.opt_state[1][0].mu)} == {jax.numpy.dtype('bfloat16')}
+
+
+def test_float16_overflow_skips_the_step_and_halves_the_loss_scale(smoke_config):
+  """A scale of 2**24 overflows float16 gradients: the steps leave the parameters alone and halve the scale
+  until the gradients fit, then training goes on (total_steps: the learning rate is not yet 0 then)."""
+  config = smoke_config(compute_dtype='float16', loss_scale_init=2.0**24, total_steps=100)
+  s = train.setup(config, jax.devices()[:2])
+  state = train.init_state(s)
+  initial = jax.device_get(state.params.to_pure_dict())
+  step, batches = train.make_train_step(s), train.train_batches(s)
+  state, metrics = step(state, next(batches))
+  assert float(metrics['skipped']) == 1.0 and float(state.loss_scale.scale) == 2.0**23
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params.to_pure_dict()), initial)
+  skipped = [1.0]
+  while skipped[-1] and len(skipped) < 20:
+    state, metrics = step(state, next(batches))
+    skipped.append(float(metrics['skipped']))
+  assert not skipped[-1] and int(state.loss_scale.skipped) == len(skipped) - 1
+  state, metrics = step(state, next(batches))  # The optimizer has taken one step: its schedule says so.
+  assert float(metrics['lr']) == float(optim.schedule(config)(1))
+  assert not np.allclose(jax.device_get(state.params.to_pure_dict())['head']['kernel'], initial['head']['kernel'])
 
 
 @pytest.mark.parametrize('mesh', [dict(data=4, fsdp=1, model=2), dict(data=2, fsdp=2, model=2)])  # FSDP alone:

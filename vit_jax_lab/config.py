@@ -36,8 +36,12 @@ def base_config() -> ml_collections.ConfigDict:
   # workdirs / checkpoints/<step> folders. Heads and position embeddings are adapted to the model. A run
   # that has its own checkpoint resumes from that instead.
   c.accum_steps = 1  # Split each batch into this many micro-batches and sum their gradients (less memory).
-  c.compute_dtype = 'float32'  # 'float32' or 'bfloat16': the forward and backward pass run in this dtype;
-  # parameters, gradients and optimizer state stay float32 (mixed precision), losses are taken in float32.
+  c.compute_dtype = 'float32'  # 'float32', 'bfloat16' or 'float16': the forward and backward pass run in this
+  # dtype; parameters, gradients and optimizer state stay float32 (mixed precision), losses are taken in float32.
+  # float16 adds dynamic loss scaling: the loss is multiplied by a scale before the backward pass; a step whose
+  # gradients overflow is skipped and halves the scale, `loss_scale_period` finite steps in a row double it.
+  c.loss_scale_init = 2.0**15  # float16: the first loss scale.
+  c.loss_scale_period = 2000  # float16: double the loss scale after this many finite steps in a row.
 
   c.model = ml_collections.ConfigDict()  # Filled by `model_config(name, ...)`.
   c.task = ml_collections.ConfigDict()  # Filled by `task_config(name, ...)`.
@@ -227,9 +231,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
     check(config[key] > 0, f'{key}={config[key]} must be a positive integer')
   check(0 <= config.seed < 2**32, f'seed={config.seed} must be in [0, 2**32)')
   check(config.accum_steps > 0, f'accum_steps={config.accum_steps} must be a positive integer')
-  check(config.compute_dtype in ('float32', 'bfloat16'),
-        f"compute_dtype={config.compute_dtype!r} is not one of 'float32', 'bfloat16' (float16 would need loss "
-        'scaling, which is not implemented)')
+  check(config.compute_dtype in ('float32', 'bfloat16', 'float16'),
+        f"compute_dtype={config.compute_dtype!r} is not one of 'float32', 'bfloat16', 'float16'")
+  check(config.loss_scale_init >= 1 and config.loss_scale_period > 0,
+        f'loss_scale_init={config.loss_scale_init} must be >= 1 and loss_scale_period={config.loss_scale_period} '
+        'a positive integer')
   check(config.optim.mu_dtype in (None, 'float32', 'bfloat16'),
         f"optim.mu_dtype={config.optim.mu_dtype!r} is not one of None, 'float32', 'bfloat16'")
   check(config.init_from is None or os.path.exists(config.init_from),

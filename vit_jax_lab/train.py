@@ -39,6 +39,28 @@ class TrainState:
   opt_state: optax.OptState
   rng: jax.Array  # Raw key data; step i draws from fold_in(rng, i). A value, not a constant of the
   # compiled step, so runs that differ only in their seed share one compilation.
+  loss_scale: 'LossScale | None' = None  # float16 compute only.
+
+
+@flax.struct.dataclass
+class LossScale:
+  """Dynamic loss scaling for float16, whose small gradients would otherwise underflow to zero."""
+  scale: jax.Array  # The loss is multiplied by this before the backward pass, the gradients divided after.
+  finite_steps: jax.Array  # Steps in a row whose gradients were finite; at loss_scale_period the scale doubles.
+  skipped: jax.Array  # Steps skipped so far: the optimizer (and its learning-rate schedule) is that many behind.
+
+  def update(self, finite: jax.Array, period: int) -> 'LossScale':
+    """Halved after an overflow (the step is skipped), doubled after `period` finite steps in a row."""
+    grow = finite & (self.finite_steps + 1 >= period)
+    scale = jnp.where(finite, jnp.where(grow, 2 * self.scale, self.scale), jnp.maximum(self.scale / 2, 1.0))
+    return LossScale(scale, jnp.where(finite & ~grow, self.finite_steps + 1, 0), self.skipped + 1 - finite)
+
+
+def initial_loss_scale(config: ml_collections.ConfigDict) -> LossScale | None:
+  if config.compute_dtype != 'float16':
+    return None
+  return LossScale(jnp.asarray(config.loss_scale_init, jnp.float32), jnp.zeros((), jnp.int32),
+                   jnp.zeros((), jnp.int32))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +108,8 @@ def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = 
   tx = optim.optimizer(config)
   graphdef, params = nnx.split(nnx.eval_shape(lambda: build_model(config, task, info, _keys(0)[0])), nnx.Param)
   abstract_state = TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=params,
-                              opt_state=jax.eval_shape(tx.init, params), rng=jax.eval_shape(lambda: _keys(0)[1]))
+                              opt_state=jax.eval_shape(tx.init, params), rng=jax.eval_shape(lambda: _keys(0)[1]),
+                              loss_scale=jax.eval_shape(lambda: initial_loss_scale(config)))
   state_shardings = parallel.shardings(abstract_state, mesh, config.mesh.fsdp_min_size)
   return Setup(config, mesh, task, builder, info, graphdef, tx, abstract_state, state_shardings)
 
@@ -95,7 +118,8 @@ def init_state(s: Setup) -> TrainState:
   """The initial state, created directly in its shardings (never whole on one device), with the
   weights of `config.init_from` when it is set."""
   def fresh(params, seed):
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=s.tx.init(params), rng=_keys(seed)[1])
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=s.tx.init(params), rng=_keys(seed)[1],
+                      loss_scale=initial_loss_scale(s.config))
 
   def init(seed):
     return fresh(nnx.state(build_model(s.config, s.task, s.info, _keys(seed)[0]), nnx.Param), seed)
@@ -135,32 +159,46 @@ def make_train_step(s: Setup):
   lr_schedule = optim.schedule(s.config)
   k = s.config.accum_steps
 
-  def metrics_and_grads(params, batch, rng, step):
+  def metrics_and_grads(params, batch, rng, step, scale):
     batch = in_compute_dtype(batch, s.config)
-    loss_fn = lambda p: s.task.loss(nnx.merge(s.graphdef, in_compute_dtype(p, s.config)), batch, rng, step)
+
+    def loss_fn(p):
+      loss, metrics = s.task.loss(nnx.merge(s.graphdef, in_compute_dtype(p, s.config)), batch, rng, step)
+      return loss if scale is None else loss * scale, metrics
+
     (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-    return metrics, grads
+    return metrics, grads if scale is None else jax.tree.map(lambda g: g / scale, grads)
 
   def train_step(state: TrainState, batch):
     rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+    scale = None if state.loss_scale is None else state.loss_scale.scale
     if k == 1:
-      metrics, grads = metrics_and_grads(state.params, batch, rng, state.step)
+      metrics, grads = metrics_and_grads(state.params, batch, rng, state.step, scale)
     else:  # Micro-batch i is rows i, i + k, ...: every device keeps its own rows.
       micro = jax.tree.map(lambda x: x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1), batch)
 
       def accumulate(total, i):
         mb = jax.tree.map(lambda x: x[i], micro)
         return jax.tree.map(jnp.add, total, metrics_and_grads(state.params, mb, jax.random.fold_in(rng, i),
-                                                             state.step)), None
+                                                             state.step, scale)), None
 
       zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(
-          metrics_and_grads, state.params, jax.tree.map(lambda x: x[0], micro), rng, state.step))
+          metrics_and_grads, state.params, jax.tree.map(lambda x: x[0], micro), rng, state.step, scale))
       total, _ = jax.lax.scan(accumulate, zeros, jnp.arange(k))
       metrics, grads = jax.tree.map(lambda x: x / k, total)
     updates, opt_state = s.tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics |= {'lr': lr_schedule(state.step), 'grad_norm': optax.global_norm(grads)}
-    return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+    metrics |= {'grad_norm': optax.global_norm(grads)}
+    loss_scale = state.loss_scale
+    if loss_scale is None:
+      metrics['lr'] = lr_schedule(state.step)
+    else:  # An overflowing step changes nothing but the scale.
+      finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
+      params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), (params, opt_state),
+                                       (state.params, state.opt_state))
+      metrics |= {'lr': lr_schedule(state.step - loss_scale.skipped), 'loss_scale': scale, 'skipped': 1.0 - finite}
+      loss_scale = loss_scale.update(finite, s.config.loss_scale_period)
+    return state.replace(step=state.step + 1, params=params, opt_state=opt_state, loss_scale=loss_scale), metrics
 
   batch_sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
   return jax.jit(train_step, in_shardings=(s.state_shardings, batch_sharding),
