@@ -6,9 +6,9 @@ python -m vit_jax_lab.bench --config A.py --config.x=1 --config B.py ... --out b
 
 Each `--config` starts a new entry; the `--config.KEY=VALUE` after it apply to it. The step is timed on
 one batch kept on the devices (so the input pipeline does not count), `--steps` times after `--warmup`
-steps. `--synthetic H,W,C,CLASSES` replaces the dataset by random inputs of that shape; otherwise the
-config's train pipeline is timed on its own too, to show whether data or compute bounds a step. FLOPs are
-XLA's cost analysis of the whole step as lowered for the mesh (`step_flops`; remat's recomputation
+steps. `--synthetic H,W,C,CLASSES` (seq2seq: LENGTH,VOCAB) replaces the dataset by random inputs of that
+shape; otherwise the config's train pipeline is timed on its own too, to show whether data or compute
+bounds a step. FLOPs are XLA's cost analysis of the whole step as lowered for the mesh (`step_flops`; remat's recomputation
 included); MFU divides the achieved FLOP/s by the devices' peak: a table of accelerators (bf16 dense),
 or on CPU the float32 matmul throughput measured here. Memory is the compiled step's, per device.
 """
@@ -32,7 +32,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[tuple[str, list[str
   parser.add_argument('--steps', type=int, default=10, help='timed steps (the median is reported); 0: compile only')
   parser.add_argument('--warmup', type=int, default=2, help='untimed steps after compilation')
   parser.add_argument('--input_batches', type=int, default=20, help='batches drawn to time the input pipeline')
-  parser.add_argument('--synthetic', help='H,W,C,CLASSES (or T,H,W,C,CLASSES): random inputs, no dataset')
+  parser.add_argument('--synthetic', help='H,W,C,CLASSES (or T,H,W,C,CLASSES; seq2seq: LENGTH,VOCAB): random '
+                      'inputs, no dataset')
   parser.add_argument('--decode', help='seq2seq: also time greedy decoding of these lengths, e.g. 32,64,128,256, '
                       'with and without the key/value cache')
   parser.add_argument('--out', help='write the results as JSON here')
@@ -89,27 +90,37 @@ def peak_flops_per_second(devices) -> tuple[float, str]:
 
 
 def synthetic_setup(config, shape: str):
-  """A Setup whose data is random inputs of `shape` (H,W,C,CLASSES or T,H,W,C,CLASSES), and its batch."""
+  """A Setup whose data is random inputs of `shape`, and its batch: H,W,C,CLASSES or T,H,W,C,CLASSES for
+  classification; LENGTH,VOCAB (source and target tokens, one shared vocabulary) for seq2seq."""
   import jax
   import jax.numpy as jnp
   from vit_jax_lab import parallel, train
   from vit_jax_lab.config import ConfigError
+  from vit_jax_lab.data import text
   from vit_jax_lab.data.images import DatasetInfo
+  forms = {'classification': ((3, 4), 'H,W,C,CLASSES or T,H,W,C,CLASSES'), 'seq2seq': ((1,), 'LENGTH,VOCAB')}
+  if config.task.name not in forms:
+    raise ConfigError(f'--synthetic has no inputs for a {config.task.name} task; time it on its dataset')
+  ranks, form = forms[config.task.name]
   try:
     *input_shape, classes = (int(n) for n in shape.split(','))
   except ValueError:
-    raise ConfigError(f'--synthetic {shape}: expected H,W,C,CLASSES or T,H,W,C,CLASSES') from None
-  if len(input_shape) not in (3, 4):
-    raise ConfigError(f'--synthetic {shape}: expected H,W,C,CLASSES or T,H,W,C,CLASSES')
-  if config.task.name != 'classification':
-    raise ConfigError(f'--synthetic makes classification inputs; a {config.task.name} config is timed on its dataset')
-  info = DatasetInfo(classes, 'image' if len(input_shape) == 3 else 'video', tuple(input_shape), 0, 0)
+    raise ConfigError(f'--synthetic {shape}: expected {form} for a {config.task.name} config') from None
+  if len(input_shape) not in ranks or min(input_shape + [classes]) < 1:
+    raise ConfigError(f'--synthetic {shape}: expected {form} for a {config.task.name} config')
+  b, keys = config.data.batch_size, jax.random.split(jax.random.key(0))
+  if config.task.name == 'seq2seq':
+    (length,) = input_shape
+    vocab = text.WordVocab([f'w{i}' for i in range(max(classes - len(text.SPECIALS), 1))])
+    info = text.TextInfo('inputs', 'targets', vocab, vocab, (length,), length, 0, 0)
+    batch = {k: jax.random.randint(key, (b, length), len(text.SPECIALS), vocab.size)
+             for k, key in zip(('inputs', 'targets'), keys)}
+  else:
+    info = DatasetInfo(classes, 'image' if len(input_shape) == 3 else 'video', tuple(input_shape), 0, 0)
+    batch = {'inputs': jax.random.normal(keys[0], (b, *input_shape), jnp.float32),
+             'label': jax.random.randint(keys[1], (b,), 0, classes)}
   s = train.setup(config, data=(None, info))
-  sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
-  b = config.data.batch_size
-  batch = {'inputs': jax.random.normal(jax.random.key(0), (b, *input_shape), jnp.float32),
-           'label': jax.random.randint(jax.random.key(1), (b,), 0, classes)}
-  return s, jax.device_put(batch, sharding)
+  return s, jax.device_put(batch, jax.sharding.NamedSharding(s.mesh, parallel.BATCH))
 
 
 def step_flops(s, config, batch) -> float:

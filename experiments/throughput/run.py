@@ -1,9 +1,10 @@
 """Train-step throughput of the model families on this machine, rendered into README.md.
 
-python experiments/throughput/run.py            # every row (about 15 minutes on 2 CPU cores)
+python experiments/throughput/run.py            # every row (about 20 minutes on 2 CPU cores)
 python experiments/throughput/run.py compile    # only the compile-time and memory rows
 Each row is `python -m vit_jax_lab.bench` on the config and overrides shown, with random inputs of the
-shape shown (--synthetic), so no dataset is read. Run nothing else on the machine meanwhile.
+shape shown (--synthetic; Transformer-base: 128 source and 128 target tokens, a 37,000-token vocabulary),
+so no dataset is read. Run nothing else on the machine meanwhile.
 """
 
 import os
@@ -28,6 +29,8 @@ STEP_ROWS = [  # (name, config, overrides, synthetic input shape)
      '224,224,3,1000'),
     ('ViViT-Ti/16x2 model 1', 'configs/vivit/moving_digits.py:spatiotemporal', VIDEO, '8,224,224,3,400'),
     ('ViViT-Ti/16x2 model 2', 'configs/vivit/moving_digits.py:factorised_encoder', VIDEO, '8,224,224,3,400'),
+    ('Transformer-base', 'configs/seq2seq/wmt14_ende.py:base', ['--config.compute_dtype=float32',
+                                                              '--config.data.batch_size=16'], '128,37000'),
 ]
 COMPILE_ROWS = [  # Compile time and compiled memory, no steps.
     (f'ViT-{v} {"scanned" if scan else "unscanned"}, remat {remat}, batch {b}', 'configs/vit/digits.py',
