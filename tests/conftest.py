@@ -4,10 +4,19 @@ import os
 import sys
 import tempfile
 
-import jax
+# The suite's models are tiny, so compiling dominates its time: XLA's backend skips its LLVM optimisations
+# (the same computations, compiled about 40% faster). Set in the environment, so processes the tests start
+# inherit it.
+os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
+
+import jax  # noqa: E402
 
 jax.config.update('jax_num_cpu_devices', 8)  # Before anything touches the backend.
-jax.config.update('jax_compilation_cache_dir', tempfile.mkdtemp(prefix='vit_jax_lab_cache_'))
+# One cache per test run, shared by pytest-xdist's workers (they set PYTEST_XDIST_TESTRUNUID alike).
+_run = os.environ.get('PYTEST_XDIST_TESTRUNUID')
+_cache = os.path.join(tempfile.gettempdir(), f'vit_jax_lab_cache_{_run}') if _run else tempfile.mkdtemp(
+    prefix='vit_jax_lab_cache_')
+jax.config.update('jax_compilation_cache_dir', _cache)
 jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
 
 import pytest  # noqa: E402
