@@ -8,9 +8,10 @@ Each `--config` starts a new entry; the `--config.KEY=VALUE` after it apply to i
 one batch kept on the devices (so the input pipeline does not count), `--steps` times after `--warmup`
 steps. `--synthetic H,W,C,CLASSES` (seq2seq: LENGTH,VOCAB) replaces the dataset by random inputs of that
 shape; otherwise the config's train pipeline is timed on its own too, to show whether data or compute
-bounds a step. FLOPs are XLA's cost analysis of the whole step as lowered for the mesh (`step_flops`; remat's recomputation
-included); MFU divides the achieved FLOP/s by the devices' peak: a table of accelerators (bf16 dense),
-or on CPU the float32 matmul throughput measured here. Memory is the compiled step's, per device.
+bounds a step. FLOPs are XLA's cost analysis of the whole step as lowered for the mesh (`step_flops`;
+remat's recomputation included); MFU divides the achieved FLOP/s by the devices' peak: a table of
+accelerators (bf16 dense), or on CPU the float32 matmul throughput measured here. Memory is the compiled
+step's, per device.
 """
 
 import argparse

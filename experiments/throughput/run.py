@@ -45,7 +45,7 @@ def measure(rows, steps: int) -> list[dict]:
   for name, path, overrides, shape in rows:
     config = config_lib.load(os.path.join(ROOT, path))
     config_lib.apply_overrides(config, overrides)
-    args = types.SimpleNamespace(steps=steps, warmup=2, input_batches=0, synthetic=shape)
+    args = types.SimpleNamespace(steps=steps, warmup=2, input_batches=0, synthetic=shape, decode=[])
     results.append({'config': name} | bench.measure(config, args))
     print(results[-1], flush=True)
   return results
