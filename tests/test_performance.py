@@ -72,6 +72,8 @@ def test_float16_overflow_skips_the_step_and_halves_the_loss_scale(smoke_config)
   state, metrics = step(state, next(batches))  # The optimizer has taken one step: its schedule says so.
   assert float(metrics['lr']) == float(optim.schedule(config)(1))
   assert not np.allclose(jax.device_get(state.params.to_pure_dict())['head']['kernel'], initial['head']['kernel'])
+  metrics = train.evaluate(s, train.make_eval_step(s), state.params)  # Evaluation runs in float16 too.
+  assert metrics['eval/examples'] == 360 and 0 <= metrics['eval/accuracy'] <= 1
 
 
 @pytest.mark.parametrize('mesh', [dict(data=4, fsdp=1, model=2), dict(data=2, fsdp=2, model=2)])  # FSDP alone:

@@ -123,7 +123,9 @@ class Attention(nnx.Module):
              mask: jax.Array | None = None) -> jax.Array:
     """Heads (batch, tokens, heads, head_dim) -> attention outputs of the same shape. `mask`: bool, broadcastable
     to (batch, heads, queries, keys), True where a query may attend to a key."""
-    if train and self.dropout.rate > 0.0:
+    # float16 without cuDNN takes the explicit path too: jax.nn.dot_product_attention's XLA path asks for a
+    # float16 dot with float32 accumulation, which XLA:CPU does not have.
+    if (train and self.dropout.rate > 0.0) or (q.dtype == jnp.float16 and self.implementation != 'cudnn'):
       probs = self.dropout(self._probabilities(q, k, mask), train=train, rngs=rngs)
       return jnp.einsum('bhqk,bkhd->bqhd', probs, v)
     return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=self.implementation)
