@@ -120,13 +120,9 @@ class Seq2Seq:
       use = jax.random.bernoulli(mix_rng, rate, inputs.shape) & (inputs != decode.BOS) & (inputs != decode.PAD)
       inputs = jnp.where(use, predicted, inputs)
       metrics['sampling_rate'] = rate
-    logits = run(inputs).astype(jnp.float32)
-    weights = (targets != decode.PAD).astype(jnp.float32)
-    soft = optax.smooth_labels(jax.nn.one_hot(targets, logits.shape[-1]), self.label_smoothing)
-    tokens = jnp.maximum(weights.sum(), 1.0)
-    loss = (optax.softmax_cross_entropy(logits, soft) * weights).sum() / tokens
-    accuracy = ((logits.argmax(-1) == targets) * weights).sum() / tokens
-    return loss, metrics | {'loss': loss, 'token_accuracy': accuracy}
+    loss, correct, tokens = token_sums(run(inputs), targets, targets != decode.PAD, self.label_smoothing)
+    tokens = jnp.maximum(tokens, 1.0)
+    return loss / tokens, metrics | {'loss': loss / tokens, 'token_accuracy': correct / tokens}
 
   # --- Evaluation --------------------------------------------------------------------------------------------
 
@@ -143,16 +139,15 @@ class Seq2Seq:
     """Sums over the real (mask=1) examples, and under 'host' the arrays BLEU is computed from on the host."""
     targets, mask = batch['targets'], batch['mask']
     encoded, encoder_segments = model.encode(batch['inputs'])
-    logits = model.decode(decoder_inputs(targets), encoded, encoder_segments).astype(jnp.float32)
-    weights = (targets != decode.PAD) * mask[:, None]
-    loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    logits = model.decode(decoder_inputs(targets), encoded, encoder_segments)
+    loss, correct, tokens = token_sums(logits, targets, (targets != decode.PAD) * mask[:, None])
     length = self.max_decode_length or targets.shape[1]
     decoded = self.generate(model, batch['inputs'], length, (encoded, encoder_segments))
     width = max(length, targets.shape[1])
     pad = lambda x: jnp.pad(x, ((0, 0), (0, width - x.shape[1])))
     exact = (pad(decoded) == pad(targets)).all(-1)
-    return {'loss': (loss * weights).sum(), 'token_accuracy': ((logits.argmax(-1) == targets) * weights).sum(),
-            'tokens': weights.sum(), 'exact_match': (exact * mask).sum(), 'count': mask.sum(),
+    return {'loss': loss, 'token_accuracy': correct, 'tokens': tokens, 'exact_match': (exact * mask).sum(),
+            'count': mask.sum(),
             'host': {'decoded': decoded, 'targets': targets, 'mask': mask}}
 
   def host_sums(self, host: dict[str, np.ndarray], info: text.TextInfo) -> dict[str, np.ndarray]:
@@ -167,6 +162,15 @@ class Seq2Seq:
     return {'loss': float(sums['loss']) / tokens, 'token_accuracy': float(sums['token_accuracy']) / tokens,
             'exact_match': float(sums['exact_match']) / count, 'bleu': bleu(sums['bleu_stats']),
             'examples': float(sums['count'])}
+
+
+def token_sums(logits: jax.Array, targets: jax.Array, weights: jax.Array,
+               label_smoothing: float = 0.0) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(cross-entropy, correct predictions, tokens), each summed over the target tokens `weights` selects."""
+  logits, weights = logits.astype(jnp.float32), weights.astype(jnp.float32)
+  soft = optax.smooth_labels(jax.nn.one_hot(targets, logits.shape[-1]), label_smoothing)
+  return ((optax.softmax_cross_entropy(logits, soft) * weights).sum(),
+          ((logits.argmax(-1) == targets) * weights).sum(), weights.sum())
 
 
 def bleu_stats(hypotheses: list[str], references: list[str]) -> np.ndarray:
