@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from test_train import run_steps
-from vit_jax_lab import optim, train
+from vit_jax_lab import bench, optim, parallel, train
 from vit_jax_lab.models import layers, vit, vivit
 
 
@@ -127,7 +127,7 @@ def test_scanned_vivit_initialises_from_an_image_vit():
 
 
 def test_attention_implementation_is_selectable():
-  """'xla' is the path JAX takes on CPU by itself; 'cudnn' (flash attention) is refused without a GPU."""
+  """'xla' and the default give the same CPU step; 'cudnn' (flash attention) is refused without a GPU."""
   kw = dict(width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=4)
   x = jax.random.normal(jax.random.key(2), (2, 16, 16, 3))
   auto = vit.ViT(10, (16, 16, 3), head_zero_init=False, rngs=nnx.Rngs(0), **kw)
@@ -140,3 +140,18 @@ def test_attention_implementation_is_selectable():
   from vit_jax_lab.config import ConfigError
   with pytest.raises(ConfigError, match="model.attention_impl='cudnn' needs an NVIDIA GPU"):
     vit.ViT(10, (16, 16, 3), attention_impl='cudnn', rngs=nnx.Rngs(0), **kw)
+
+
+def test_cpu_steps_compile_their_matmuls_without_ynnpack(smoke_config, monkeypatch):
+  """parallel.compiler_options keeps XLA:CPU's matmuls on its Eigen kernels (YNNPACK, the default, ran them
+  slower here), for the train and eval steps; an XLA_FLAGS that sets the option itself wins."""
+  s, batch = bench.synthetic_setup(smoke_config(), '16,16,3,10')
+  matmul, a = (lambda x: x @ x), jax.numpy.ones((64, 64))
+  assert 'ynn_fusion' in jax.jit(matmul).lower(a).compile().as_text()  # What the option turns off.
+  assert 'ynn_fusion' not in jax.jit(matmul, compiler_options=parallel.compiler_options(s.mesh)).lower(a).compile().as_text()
+  state = train.init_state(s)
+  for step, args in ((train.make_train_step(s), (state, batch)), (train.make_eval_step(s), (state.params, batch | {'mask': batch['label'] >= 0}))):
+    text = step.lower(*args).compile().as_text()
+    assert ' dot(' in text and 'ynn_fusion' not in text
+  monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_experimental_ynn_fusion_type=individual_dot')
+  assert parallel.compiler_options(s.mesh) is None

@@ -65,17 +65,21 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[tuple[str, list[str
 
 
 def matmul_flops_per_second(n: int = 2048, repeats: int = 5) -> float:
-  """The best float32 n x n matmul throughput of the first device: the ceiling MFU is taken against on CPU."""
+  """The best float32 n x n matmul throughput of the first device: the ceiling MFU is taken against on CPU.
+  Best of XLA's default kernels and those the steps are compiled with (`parallel.compiler_options`)."""
   import jax
   import jax.numpy as jnp
+  from vit_jax_lab import parallel
   a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-  matmul = jax.jit(lambda x: x @ x)
-  matmul(a).block_until_ready()
+  mesh = jax.sharding.Mesh(jax.devices()[:1], ('data',))
   best = float('inf')
-  for _ in range(repeats):
-    t0 = time.perf_counter()
+  for options in [None] + [o for o in [parallel.compiler_options(mesh)] if o]:
+    matmul = jax.jit(lambda x: x @ x, compiler_options=options)
     matmul(a).block_until_ready()
-    best = min(best, time.perf_counter() - t0)
+    for _ in range(repeats):
+      t0 = time.perf_counter()
+      matmul(a).block_until_ready()
+      best = min(best, time.perf_counter() - t0)
   return 2 * n ** 3 / best
 
 
@@ -193,7 +197,7 @@ def decode_speed(s, params, lengths: list[int], repeats: int = 3) -> list[dict[s
   import jax
   import jax.numpy as jnp
   from flax import nnx
-  from vit_jax_lab import decode
+  from vit_jax_lab import decode, parallel
   from vit_jax_lab.config import ConfigError
   if s.config.task.name != 'seq2seq':
     raise ConfigError(f'--decode times seq2seq models; this config is a {s.config.task.name} task')
@@ -208,7 +212,8 @@ def decode_speed(s, params, lengths: list[int], repeats: int = 3) -> list[dict[s
     row = {'length': length, 'batch': b}
     for cached in (True, False):
       fn = jax.jit(lambda p, x: decode.greedy(decode.stepper(nnx.merge(s.graphdef, p), x, length, cached=cached), b,
-                                              length, min_length=length)[0])
+                                              length, min_length=length)[0],
+                   compiler_options=parallel.compiler_options(s.mesh))
       jax.block_until_ready(fn(params, inputs))
       best = float('inf')
       for _ in range(repeats):

@@ -33,6 +33,16 @@ def enable_compilation_cache(path: str = '~/.cache/vit_jax_lab/jax') -> None:
     jax.config.update('jax_compilation_cache_dir', os.path.expanduser(path))
 
 
+def compiler_options(mesh: Mesh) -> dict[str, str] | None:
+  """XLA options for the steps compiled for `mesh`. On CPU: matrix products by XLA's own Eigen kernels, not
+  YNNPACK (jaxlib 0.10's default), which ran ViT-Ti/16's train step about 10% slower and most of the ViT and
+  Transformer matmul shapes 10-40% slower on 2 cores (experiments/throughput/README.md). An
+  `xla_cpu_experimental_ynn_fusion_type` in XLA_FLAGS is left to win."""
+  if mesh.devices.flat[0].platform != 'cpu' or 'ynn_fusion_type' in os.environ.get('XLA_FLAGS', ''):
+    return None
+  return {'xla_cpu_experimental_ynn_fusion_type': ''}
+
+
 def make_mesh(mesh_config, devices: list[jax.Device] | None = None) -> Mesh:
   """A mesh over `devices` (default: all) with axes ('data', 'fsdp', 'model'); an axis of size -1 takes the
   rest."""

@@ -202,7 +202,8 @@ def make_train_step(s: Setup):
 
   batch_sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
   return jax.jit(train_step, in_shardings=(s.state_shardings, batch_sharding),
-                 out_shardings=(s.state_shardings, None), donate_argnums=0)
+                 out_shardings=(s.state_shardings, None), donate_argnums=0,
+                 compiler_options=parallel.compiler_options(s.mesh))
 
 
 def make_eval_step(s: Setup):
@@ -211,7 +212,8 @@ def make_eval_step(s: Setup):
     return s.task.eval_sums(nnx.merge(s.graphdef, in_compute_dtype(params, s.config)),
                             in_compute_dtype(batch, s.config))
   batch_sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
-  return jax.jit(eval_step, in_shardings=(s.state_shardings.params, batch_sharding))
+  return jax.jit(eval_step, in_shardings=(s.state_shardings.params, batch_sharding),
+                 compiler_options=parallel.compiler_options(s.mesh))
 
 
 def evaluate(s: Setup, eval_step, params) -> dict[str, float]:

@@ -44,7 +44,11 @@ def add_positions(x: jax.Array, *, fixed: np.ndarray | None = None, cls: nnx.Par
 
 
 def gelu(x: jax.Array, approximate: bool) -> jax.Array:
-  return jax.nn.gelu(x, approximate=approximate)
+  """GELU; the exact one as x (1 + erf(x / sqrt 2)) / 2, the same function as jax.nn.gelu's erfc form to 1e-6,
+  whose fused forward and backward XLA:CPU runs about 4x faster (ViT-Ti/16's MLP: 9 against 36 ms)."""
+  if approximate:
+    return jax.nn.gelu(x, approximate=True)
+  return x * (1 + jax.lax.erf(x * np.sqrt(0.5).astype(x.dtype))) / 2
 
 
 ACTIVATIONS = ('gelu', 'relu')  # Of the MLPs: GELU (ViT, BERT) or ReLU (the original Transformer).
@@ -71,13 +75,18 @@ class Dropout(nnx.Module):
     return jnp.where(keep, x / (1.0 - rate), 0.0)
 
 
+def heads_major(x: jax.Array) -> jax.Array:
+  """(batch, tokens, heads, head_dim) <-> (batch, heads, tokens, head_dim)."""
+  return x.swapaxes(1, 2)
+
+
 class Attention(nnx.Module):
   """Multi-head dot-product attention with one fused query/key/value projection.
 
   Self-attention by default; with `context`, queries come from `x` and keys/values from `context`
   (the same weights, sliced). Uses `jax.nn.dot_product_attention` (its `implementation`: None picks,
   'xla', or 'cudnn', fused flash attention on NVIDIA GPUs in bf16/fp16) except when attention dropout
-  is active, which needs the weights explicitly.
+  is active, which needs the weights explicitly, and on CPU, where explicit heads-major products run faster.
   """
 
   def __init__(self, width: int, num_heads: int, *, dropout: float = 0.0, implementation: str | None = None,
@@ -109,7 +118,8 @@ class Attention(nnx.Module):
 
   @staticmethod
   def _probabilities(q: jax.Array, k: jax.Array, mask: jax.Array | None = None) -> jax.Array:
-    logits = jnp.einsum('bqhd,bkhd->bhqk', q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+    q, k = heads_major(q * (1 / np.sqrt(q.shape[-1])).astype(q.dtype)), heads_major(k)
+    logits = jnp.einsum('bhqd,bhkd->bhqk', q, k)
     if mask is not None:
       logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
     return jax.nn.softmax(logits, axis=-1)
@@ -123,11 +133,13 @@ class Attention(nnx.Module):
              mask: jax.Array | None = None) -> jax.Array:
     """Heads (batch, tokens, heads, head_dim) -> attention outputs of the same shape. `mask`: bool, broadcastable
     to (batch, heads, queries, keys), True where a query may attend to a key."""
-    # float16 without cuDNN takes the explicit path too: jax.nn.dot_product_attention's XLA path asks for a
-    # float16 dot with float32 accumulation, which XLA:CPU does not have.
-    if (train and self.dropout.rate > 0.0) or (q.dtype == jnp.float16 and self.implementation != 'cudnn'):
+    # The explicit path also serves float16 without cuDNN (jax.nn.dot_product_attention's XLA path asks for a
+    # float16 dot with float32 accumulation, which XLA:CPU lacks) and CPUs, where its heads-major products
+    # made ViT-Ti/16's train step about 5% faster than jax.nn.dot_product_attention's token-major ones.
+    explicit = self.implementation != 'cudnn' and (q.dtype == jnp.float16 or jax.default_backend() == 'cpu')
+    if (train and self.dropout.rate > 0.0) or explicit:
       probs = self.dropout(self._probabilities(q, k, mask), train=train, rngs=rngs)
-      return jnp.einsum('bhqk,bkhd->bqhd', probs, v)
+      return heads_major(jnp.einsum('bhqk,bhkd->bhqd', probs, heads_major(v)))
     return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=self.implementation)
 
   def __call__(self, x: jax.Array, context: jax.Array | None = None, *, train: bool = False,
