@@ -146,12 +146,14 @@ def test_cpu_steps_compile_their_matmuls_without_ynnpack(smoke_config, monkeypat
   """parallel.compiler_options keeps XLA:CPU's matmuls on its Eigen kernels (YNNPACK, the default, ran them
   slower here), for the train and eval steps; an XLA_FLAGS that sets the option itself wins."""
   s, batch = bench.synthetic_setup(smoke_config(), '16,16,3,10')
+  compiled = lambda fn, *args: fn.lower(*args).compile().as_text()
   matmul, a = (lambda x: x @ x), jax.numpy.ones((64, 64))
-  assert 'ynn_fusion' in jax.jit(matmul).lower(a).compile().as_text()  # What the option turns off.
-  assert 'ynn_fusion' not in jax.jit(matmul, compiler_options=parallel.compiler_options(s.mesh)).lower(a).compile().as_text()
+  assert 'ynn_fusion' in compiled(jax.jit(matmul), a)  # What the option turns off.
+  assert 'ynn_fusion' not in compiled(jax.jit(matmul, compiler_options=parallel.compiler_options(s.mesh)), a)
   state = train.init_state(s)
-  for step, args in ((train.make_train_step(s), (state, batch)), (train.make_eval_step(s), (state.params, batch | {'mask': batch['label'] >= 0}))):
-    text = step.lower(*args).compile().as_text()
+  eval_batch = batch | {'mask': batch['label'] >= 0}
+  for text in (compiled(train.make_train_step(s), state, batch),
+               compiled(train.make_eval_step(s), state.params, eval_batch)):
     assert ' dot(' in text and 'ynn_fusion' not in text
   monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_experimental_ynn_fusion_type=individual_dot')
   assert parallel.compiler_options(s.mesh) is None
