@@ -73,7 +73,7 @@ def matmul_flops_per_second(n: int = 2048, repeats: int = 5) -> float:
   a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
   mesh = jax.sharding.Mesh(jax.devices()[:1], ('data',))
   best = float('inf')
-  for options in [None] + [o for o in [parallel.compiler_options(mesh)] if o]:
+  for options in (None, parallel.compiler_options(mesh)):
     matmul = jax.jit(lambda x: x @ x, compiler_options=options)
     matmul(a).block_until_ready()
     for _ in range(repeats):
