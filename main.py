@@ -7,6 +7,8 @@ A user mistake prints one line `error: ...` and exits with status 2.
 import argparse
 import sys
 
+from vit_jax_lab import errors
+
 
 def parse_args(argv: list[str]):
   """(config, workdir) from the command line; raises ConfigError on a bad key or value."""
@@ -20,18 +22,14 @@ def parse_args(argv: list[str]):
   return config, args.workdir
 
 
+@errors.command
 def main(argv: list[str]) -> int:
-  from vit_jax_lab.config import ConfigError
-  try:
-    config, workdir = parse_args(argv)
-    from vit_jax_lab import parallel
-    parallel.initialize_distributed(config)  # Before anything touches a JAX backend.
-    parallel.enable_compilation_cache()
-    from vit_jax_lab import train
-    train.train_and_evaluate(config, workdir)
-  except ConfigError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 2
+  config, workdir = parse_args(argv)
+  from vit_jax_lab import parallel
+  parallel.initialize_distributed(config)  # Before anything touches a JAX backend.
+  parallel.enable_compilation_cache()
+  from vit_jax_lab import train
+  train.train_and_evaluate(config, workdir)
   return 0
 
 

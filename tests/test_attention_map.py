@@ -1,9 +1,11 @@
 """Attention maps and rollout, and the command that draws them."""
 
+import pytest
 import numpy as np
 from PIL import Image
 
-from vit_jax_lab import attention_map, train
+from vit_jax_lab import train
+from vit_jax_lab.tools import attention_map
 
 
 def test_rollout_properties():
@@ -27,6 +29,7 @@ def test_patch_scores():
   np.testing.assert_array_equal(attention_map.patch_scores(a, has_class_token=False), a.mean(axis=1))
 
 
+@pytest.mark.slow
 def test_command_draws_a_trained_digits_model(smoke_config, tmp_path):
   workdir, out = str(tmp_path / 'run'), str(tmp_path / 'attention.png')
   train.train_and_evaluate(smoke_config(), workdir)  # A class-token model with 2 heads.

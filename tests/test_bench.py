@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from vit_jax_lab import bench
+from vit_jax_lab.tools import bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.path.join(ROOT, 'configs/vit/digits.py:smoke')

@@ -1,5 +1,6 @@
 """The fine-tuning recipe runs end to end (tiny variant, built-in data); accumulation is exact."""
 
+import pytest
 import json
 import os
 
@@ -8,7 +9,7 @@ import numpy as np
 from flax import nnx
 
 from vit_jax_lab import checkpoints, config as config_lib, train
-from vit_jax_lab.models import vit
+from vit_jax_lab.models import release, vit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,14 +24,15 @@ def test_recipe_values():
   assert config_lib.load(os.path.join(ROOT, 'configs/vit/finetune.py:imagenet2012,L/16')).total_steps == 20_000
 
 
+@pytest.mark.slow
 def test_recipe_runs_from_a_release_checkpoint(data_dir, tmp_path, capsys):
   # A "pre-trained" release file: another class count, another resolution, a pre-logits layer.
-  source = vit.ViT(1000, (8, 8, 1), variant='mu/4', representation_size=32, rngs=nnx.Rngs(3), **vit.RELEASE_OPTIONS)
-  release = str(tmp_path / 'ViT-mu_4.npz')
-  checkpoints.write_npz(release, vit.to_release(jax.device_get(nnx.state(source, nnx.Param).to_pure_dict()), 4))
+  source = vit.ViT(1000, (8, 8, 1), variant='mu/4', representation_size=32, rngs=nnx.Rngs(3), **release.RELEASE_OPTIONS)
+  npz = str(tmp_path / 'ViT-mu_4.npz')
+  checkpoints.write_npz(npz, release.to_release(jax.device_get(nnx.state(source, nnx.Param).to_pure_dict()), 4))
 
   c = config_lib.load(os.path.join(ROOT, 'configs/vit/finetune.py:cifar10,mu/4,4'))
-  c.init_from = release
+  c.init_from = npz
   c.data.update(name='digits', data_dir=data_dir, train_split='train', eval_split='test', image_size=16,
                 batch_size=64, eval_batch_size=64)
   c.log_every = 1

@@ -20,6 +20,7 @@ def losses(workdir):
   return {m['step']: m['train/loss'] for m in lines if 'train/loss' in m}, [m for m in lines if 'eval/accuracy' in m]
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_processes_match_one_process(smoke_config, data_dir, tmp_path):
   # data.shards=2 fixes how the split is cut, so one process reads both shards, two processes one each.

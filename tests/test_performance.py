@@ -7,8 +7,9 @@ import pytest
 from flax import nnx
 
 from test_train import run_steps
-from vit_jax_lab import bench, optim, parallel, train
-from vit_jax_lab.models import layers, vit, vivit
+from vit_jax_lab import optim, parallel, train
+from vit_jax_lab.models import layers, release, vit, vivit
+from vit_jax_lab.tools import bench
 
 
 def assert_same_run(a, b, rtol=1e-5, atol=1e-5):
@@ -103,9 +104,9 @@ def test_scanned_and_unscanned_layouts_convert_exactly():
   back = layers.scanned_like(nnx.state(plain, nnx.Param).to_pure_dict(), scanned_params)
   jax.tree.map(np.testing.assert_array_equal, back, scanned_params)
   # A release .npz loads into both layouts alike.
-  release = vit.to_release(scanned_params, 4)
-  into_plain, _ = plain.load_pretrained(release, nnx.state(plain, nnx.Param).to_pure_dict())
-  into_scanned, _ = scanned.load_pretrained(release, scanned_params)
+  flat = release.to_release(scanned_params, 4)
+  into_plain, _ = plain.load_pretrained(flat, nnx.state(plain, nnx.Param).to_pure_dict())
+  into_scanned, _ = scanned.load_pretrained(flat, scanned_params)
   jax.tree.map(np.testing.assert_array_equal, layers.unscanned(into_scanned), into_plain)
   # Weight decay skips biases and norms of scanned blocks too (their leading axis is the layer).
   mask = optim.decay_mask(nnx.state(scanned, nnx.Param)).to_pure_dict()

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from vit_jax_lab import checkpoints, export, train
+from vit_jax_lab import checkpoints, train
 from vit_jax_lab.config import ConfigError
-from vit_jax_lab.models import vit
+from vit_jax_lab.models import release, vit
+from vit_jax_lab.tools import export
 
 IMAGES = np.random.RandomState(0).randn(2, 16, 16, 3).astype(np.float32)
 
@@ -60,7 +61,7 @@ def test_release_layouts_load_to_identical_outputs(layout, pool, tmp_path):
     # big_vision adds position embeddings before the class token: equal to a zero class-token row here.
     source.pos_embedding[...] = source.pos_embedding[...].at[:, 0].set(0.0)
     source_params = jax.device_get(nnx.state(source, nnx.Param).to_pure_dict())
-  flat = vit.to_release(source_params, source.num_heads)
+  flat = release.to_release(source_params, source.num_heads)
   if layout != 'vision_transformer':
     flat = to_big_vision(flat, scanned=layout.endswith('scanned'), class_token_row=pool == 'tok')
   path = str(tmp_path / 'release.npz')
@@ -73,7 +74,7 @@ def test_release_layouts_load_to_identical_outputs(layout, pool, tmp_path):
 
 def test_missing_unexpected_and_misshaped_keys_are_named():
   model, params = make()
-  flat = vit.to_release(params, model.num_heads)
+  flat = release.to_release(params, model.num_heads)
   del flat['Transformer/encoderblock_1/LayerNorm_0/scale']
   flat['Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel'] = np.zeros((64, 99), np.float32)
   flat['extra/kernel'] = np.zeros(3, np.float32)
@@ -90,7 +91,7 @@ def test_fine_tuning_adaptations():
   """Another class count keeps the fresh head; pre-logits are dropped; a 2x2 grid is resampled to 4x4."""
   source, source_params = make(num_classes=1000, input_shape=(8, 8, 3), representation_size=64, seed=1)
   target, params = make(num_classes=10, input_shape=(16, 16, 3), seed=2)
-  loaded, notes = target.load_pretrained(vit.to_release(source_params, 4), params)
+  loaded, notes = target.load_pretrained(release.to_release(source_params, 4), params)
   assert any('head' in n for n in notes) and any('pre-logits' in n for n in notes)
   assert any('resampled (1, 5, 64) -> (1, 17, 64)' in n for n in notes)
   np.testing.assert_array_equal(loaded['head']['kernel'], params['head']['kernel'])
@@ -101,25 +102,26 @@ def test_fine_tuning_adaptations():
 
 def test_posemb_resampling():
   pos = np.random.RandomState(0).randn(1, 1 + 16, 8).astype(np.float32)
-  np.testing.assert_array_equal(vit.resample_posemb(pos, (4, 4), class_token_row=True), pos)  # Same grid.
-  wide = vit.resample_posemb(pos, (6, 10), class_token_row=True)
+  np.testing.assert_array_equal(release.resample_posemb(pos, (4, 4), class_token_row=True), pos)  # Same grid.
+  wide = release.resample_posemb(pos, (6, 10), class_token_row=True)
   assert wide.shape == (1, 61, 8)
   np.testing.assert_array_equal(wide[:, 0], pos[:, 0])  # The class token is kept apart.
   constant = np.ones((1, 16, 8), np.float32)
-  np.testing.assert_allclose(vit.resample_posemb(constant, (7, 7), class_token_row=False), 1.0, rtol=1e-6)
+  np.testing.assert_allclose(release.resample_posemb(constant, (7, 7), class_token_row=False), 1.0, rtol=1e-6)
   with pytest.raises(ConfigError, match='not a square grid'):
-    vit.resample_posemb(pos[:, :15], (4, 4), class_token_row=False)
+    release.resample_posemb(pos[:, :15], (4, 4), class_token_row=False)
 
 
 def test_release_options_mismatch_is_reported():
   model, params = make(gelu_approximate=False)
-  _, notes = model.load_pretrained(vit.to_release(params, model.num_heads), params)
+  _, notes = model.load_pretrained(release.to_release(params, model.num_heads), params)
   assert any("'gelu_approximate': True" in n for n in notes)
-  model, params = make(**vit.RELEASE_OPTIONS)
-  _, notes = model.load_pretrained(vit.to_release(params, model.num_heads), params)
+  model, params = make(**release.RELEASE_OPTIONS)
+  _, notes = model.load_pretrained(release.to_release(params, model.num_heads), params)
   assert notes == []
 
 
+@pytest.mark.slow
 def test_export_import_round_trip_and_init_from(smoke_config, tmp_path):
   workdir, out = str(tmp_path / 'run'), str(tmp_path / 'vit.npz')
   config = smoke_config()
@@ -137,6 +139,6 @@ def test_export_import_round_trip_and_init_from(smoke_config, tmp_path):
     assert int(state.step) == 0
   # load -> export -> load gives identical arrays.
   model = nnx.merge(s.graphdef, s.abstract_state.params)
-  again = vit.to_release(model.load_pretrained(flat, trained)[0], model.num_heads)
+  again = release.to_release(model.load_pretrained(flat, trained)[0], model.num_heads)
   assert again.keys() == flat.keys()
   jax.tree.map(np.testing.assert_array_equal, again, flat)

@@ -64,6 +64,7 @@ def wmt_config(data_dir, **overrides):
 
 @pytest.mark.parametrize('spec', ['configs/seq2seq/scan.py:simple,smoke', 'configs/seq2seq/scan.py:length,beam,smoke',
                                   'configs/seq2seq/digit_captions.py:smoke'])
+@pytest.mark.slow
 def test_every_config_trains_and_evaluates(seq_data_dir, tmp_path, spec):
   config = load(spec, seq_data_dir)
   metrics = train.train_and_evaluate(config, str(tmp_path / 'run'))
@@ -72,6 +73,7 @@ def test_every_config_trains_and_evaluates(seq_data_dir, tmp_path, spec):
   assert 0 <= metrics['eval/exact_match'] <= 1 and 0 <= metrics['eval/token_accuracy'] <= 1
 
 
+@pytest.mark.slow
 def test_wmt_recipe_trains_a_sentencepiece_vocabulary_and_reuses_it(seq_data_dir, tmp_path, capsys):
   workdir = str(tmp_path / 'wmt')
   metrics = train.train_and_evaluate(wmt_config(seq_data_dir), workdir)

@@ -66,6 +66,7 @@ def final_params(config, workdir):
   return step, jax.device_get(state.params.to_pure_dict()), jax.device_get(state.opt_state)
 
 
+@pytest.mark.slow
 def test_interrupted_then_resumed_run_equals_uninterrupted(smoke_config, tmp_path, monkeypatch, capsys):
   config = smoke_config()  # 6 steps, checkpoints at 3 and 6, logs every step.
   whole, resumed = str(tmp_path / 'whole'), str(tmp_path / 'resumed')
@@ -114,6 +115,7 @@ def test_eval_covers_every_example_once(smoke_config):
   np.testing.assert_allclose(metrics['eval/accuracy'], accuracy, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_workdir_of_another_config_is_refused_and_kept(smoke_config, tmp_path):
   workdir = str(tmp_path / 'run')
   train.train_and_evaluate(smoke_config(total_steps=3), workdir)

@@ -12,8 +12,8 @@ import tensorflow_datasets as tfds
 from vit_jax_lab import config as config_lib
 from vit_jax_lab import parallel
 from vit_jax_lab.config import ConfigError
+from vit_jax_lab.data import labels as label_data
 from vit_jax_lab.data import pipeline, videos
-from vit_jax_lab.data.images import DatasetInfo
 from vit_jax_lab.tasks.classification import Classification
 
 OPPOSITE = [1, 0, 3, 2]  # right <-> left, down <-> up.
@@ -31,9 +31,9 @@ def synthetic(shape, seed=0) -> np.ndarray:
   return np.random.default_rng(seed).integers(0, 256, (*shape, 1)).astype(np.uint8)
 
 
-def video_info(num_frames, height, width) -> DatasetInfo:
-  return DatasetInfo(num_classes=4, input_key='video', input_shape=(num_frames, height, width, 1),
-                     num_train=0, num_eval=0)
+def video_info(num_frames, height, width) -> label_data.LabelInfo:
+  return label_data.LabelInfo(num_classes=4, input_key='video', input_shape=(num_frames, height, width, 1),
+                              num_train=0, num_eval=0)
 
 
 def seed(s: int) -> tf.Tensor:
@@ -97,11 +97,11 @@ def test_label_is_not_recoverable_from_any_single_frame(splits):
 
 
 def test_load_reads_video_shapes(moving_digits_dir):
-  _, info = pipeline.load(make_config(moving_digits_dir, num_frames=4).data)
+  _, info = pipeline.load(make_config(moving_digits_dir, num_frames=4).data, label_data.dataset_info)
   assert (info.input_key, info.input_shape, info.num_classes) == ('video', (4, 20, 20, 1), 4)
   assert (info.num_train, info.num_eval) == (5748, 1440)
-  assert pipeline.load(make_config(moving_digits_dir, image_size=16).data)[1].input_shape == (8, 16, 16, 1)
-  assert pipeline.load(make_config(moving_digits_dir, resize_size=10).data)[1].input_shape == (8, 10, 10, 1)
+  assert pipeline.load(make_config(moving_digits_dir, image_size=16).data, label_data.dataset_info)[1].input_shape == (8, 16, 16, 1)
+  assert pipeline.load(make_config(moving_digits_dir, resize_size=10).data, label_data.dataset_info)[1].input_shape == (8, 10, 10, 1)
 
 
 class VaryingVideos(tfds.core.GeneratorBasedBuilder):
@@ -125,19 +125,19 @@ def test_frames_of_varying_size_need_image_size(tmp_path):
   tfds.builder('varying_videos', data_dir=str(tmp_path)).download_and_prepare(
       download_config=tfds.download.DownloadConfig(try_download_gcs=False))
   with pytest.raises(ConfigError, match=r"'varying_videos' has frames of varying size .*: set data.image_size"):
-    pipeline.load(config.data)
+    pipeline.load(config.data, label_data.dataset_info)
   config.data.image_size = 4
-  builder, info = pipeline.load(config.data)
+  builder, info = pipeline.load(config.data, label_data.dataset_info)
   assert info.input_shape == (8, 4, 4, 1)
-  fn = videos.preprocess_fn(config.data, info, train=True)
+  fn = label_data.preprocess_fn(config.data, info, train=True)
   for example in tfds.as_numpy(builder.as_dataset(split='train')):
     assert fn(example, seed(0))['inputs'].shape == (8, 4, 4, 1)
 
 
 def test_train_clip_is_a_strided_window_of_the_video(moving_digits_dir, splits):
   config = make_config(moving_digits_dir, num_frames=4, frame_stride=2)
-  _, info = pipeline.load(config.data)
-  fn = videos.preprocess_fn(config.data, info, train=True)
+  _, info = pipeline.load(config.data, label_data.dataset_info)
+  fn = label_data.preprocess_fn(config.data, info, train=True)
   raw = splits['test']['video'][0]
   starts = []
   for s in range(30):
@@ -150,7 +150,7 @@ def test_train_clip_is_a_strided_window_of_the_video(moving_digits_dir, splits):
   np.testing.assert_array_equal(fn({'video': raw, 'label': 0}, seed(3))['inputs'], clip)  # Deterministic.
 
   config.data.value_range = (-1.0, 1.0)
-  clip = videos.preprocess_fn(config.data, info, train=True)({'video': raw, 'label': 0}, seed(0))['inputs'].numpy()
+  clip = label_data.preprocess_fn(config.data, info, train=True)({'video': raw, 'label': 0}, seed(0))['inputs'].numpy()
   assert clip.min() == -1.0 and clip.max() <= 1.0 and clip.max() > 0.9
 
 
@@ -160,7 +160,7 @@ def test_short_video_loops():
   source = np.repeat(np.arange(5, dtype=np.uint8)[:, None, None, None] * 10, 4, axis=1).repeat(6, axis=2)
   info = video_info(4, 4, 6)
   for train in (True, False):
-    out = videos.preprocess_fn(config.data, info, train)({'video': source, 'label': 0}, seed(1))
+    out = label_data.preprocess_fn(config.data, info, train)({'video': source, 'label': 0}, seed(1))
     frames = out['inputs'] if train else out['views'][0]
     np.testing.assert_allclose(frames[:, 0, 0, 0], [0, 20, 40, 10], atol=1e-3)
 
@@ -181,7 +181,7 @@ def find_crop(frames, source, size):
 def test_train_crop_and_flip_are_the_same_for_all_frames():
   config = make_config(num_frames=6, image_size=8, resize_size=12, flip=True)  # 12x16 frames: no resize.
   source = synthetic((6, 12, 16))
-  fn = videos.preprocess_fn(config.data, video_info(6, 8, 8), train=True)
+  fn = label_data.preprocess_fn(config.data, video_info(6, 8, 8), train=True)
   crops = {find_crop(fn({'video': source, 'label': 0}, seed(s))['inputs'].numpy(), source, 8) for s in range(20)}
   assert len({(r, c) for r, c, _ in crops}) > 5 and {f for *_, f in crops} == {False, True}
 
@@ -189,7 +189,7 @@ def test_train_crop_and_flip_are_the_same_for_all_frames():
 def test_inception_crop_is_the_same_for_all_frames():
   config = make_config(num_frames=4, image_size=8, inception_crop=True, flip=True)
   source = np.repeat(synthetic((1, 12, 16)), 4, axis=0)  # A still video gives a still clip.
-  fn = videos.preprocess_fn(config.data, video_info(4, 8, 8), train=True)
+  fn = label_data.preprocess_fn(config.data, video_info(4, 8, 8), train=True)
   clips = [fn({'video': source, 'label': 0}, seed(s))['inputs'].numpy() for s in range(3)]
   for clip in clips:
     assert clip.shape == (4, 8, 8, 1)
@@ -217,7 +217,7 @@ def test_eval_views_are_clips_times_crops(height, width):
 
   def views(**data):
     config.data.update(data)
-    out = videos.preprocess_fn(config.data, video_info(4, 8, 8), train=False)({'video': source, 'label': 2}, seed(0))
+    out = label_data.preprocess_fn(config.data, video_info(4, 8, 8), train=False)({'video': source, 'label': 2}, seed(0))
     assert set(out) == {'views', 'label'} and int(out['label']) == 2
     return out['views'].numpy()
 
@@ -285,13 +285,14 @@ def test_mixup_mixes_whole_clips():
 def test_whole_split_eval_counts_every_video_once(moving_digits_dir, splits):
   """1,440 test videos in global batches of 200 (8 devices): each video once, in order, then padding."""
   config = make_config(moving_digits_dir, num_frames=9, eval_batch_size=200, eval_clips=1, eval_crops=3)
-  builder, info = pipeline.load(config.data)
+  builder, info = pipeline.load(config.data, label_data.dataset_info)
   task = Classification()
   sharding = jax.sharding.NamedSharding(parallel.make_mesh(config.mesh), parallel.BATCH)
   model, w = linear_model(9 * 20 * 20)
   eval_step = jax.jit(lambda batch: task.eval_sums(model, batch))
   views, labels, masks, totals = [], [], [], collections.Counter()
-  for batch in pipeline.eval_batches(builder, config.data, task.preprocess(config.data, info, False), sharding):
+  for batch in pipeline.eval_batches(builder, config.data, task.preprocess(config.data, info, False), sharding,
+                                      task.prepare(info, False)):
     assert batch['views'].shape == (200, 3, 9, 20, 20, 1)
     totals.update(jax.device_get(eval_step(batch)))
     views.append(jax.device_get(batch['views']))

@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from vit_jax_lab.config import ConfigError
-from vit_jax_lab.models import vit, vivit
+from vit_jax_lab.models import release, vit, vivit
 
 TINY = dict(width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=4)
 
@@ -177,11 +177,11 @@ def test_model3_and_model2_initialisation():
 def test_release_checkpoint_with_class_token_into_a_pooled_model():
   """A released ViT has a class token; models 3 and 4 have none: it is dropped with its position row."""
   image_model = _image_vit('tok')
-  release = vit.to_release(nnx.state(image_model, nnx.Param).to_pure_dict(), 4)
+  flat = release.to_release(nnx.state(image_model, nnx.Param).to_pure_dict(), 4)
   net = vivit.ViViT(10, (4, 16, 16, 3), **TINY, model='factorised_dot_product', tubelet_time=2, rngs=nnx.Rngs(4))
-  loaded, notes = net.load_pretrained(release, nnx.state(net, nnx.Param).to_pure_dict())
+  loaded, notes = net.load_pretrained(flat, nnx.state(net, nnx.Param).to_pure_dict())
   assert any('class token dropped' in n for n in notes)
-  pos = release['Transformer/posembed_input/pos_embedding']
+  pos = flat['Transformer/posembed_input/pos_embedding']
   np.testing.assert_array_equal(loaded['pos_embedding'], np.tile(pos[:, 1:], (1, 2, 1)))
 
 

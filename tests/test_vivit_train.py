@@ -22,6 +22,7 @@ def video_config(data_dir, model, **overrides):
   return config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('model', MODELS)
 def test_every_config_trains_and_evaluates_every_video(moving_digits_dir, tmp_path, model):
   metrics = train.train_and_evaluate(video_config(moving_digits_dir, model), str(tmp_path / model))
@@ -36,6 +37,7 @@ def test_same_steps_on_1_device_and_8(moving_digits_dir):
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), params_8, params_1)
 
 
+@pytest.mark.slow
 def test_init_from_an_image_vit_run(smoke_config, moving_digits_dir, tmp_path, capsys):
   """A ViT trained on 8x8 digits (class token, 2x2 patches of 4 px) starts a gap video model on 20x20
   frames: the class token is dropped, position embeddings are resampled to 5x5 and repeated over time."""

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from vit_jax_lab.config import ConfigError
+from vit_jax_lab.errors import ConfigError
 
 
 class Checkpointer:

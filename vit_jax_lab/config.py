@@ -9,7 +9,6 @@ message names the key and what would be valid; `main` prints it as one line and 
 import ast
 import importlib.util
 import inspect
-import json
 import os
 import types
 import typing
@@ -18,13 +17,12 @@ from typing import Any, Callable
 import ml_collections
 from ml_collections import config_dict
 
-
-class ConfigError(ValueError):
-  """A user mistake in the config or the command line (printed as one line, exit status 2)."""
+from vit_jax_lab.errors import ConfigError, check  # noqa: F401 (check: re-exported for config files)
 
 
 def base_config() -> ml_collections.ConfigDict:
-  """The keys every experiment has. `model` and `task` keys come from their constructors."""
+  """The keys every experiment has. `model` and `task` keys come from their constructors
+  (`models.config`, `tasks.config`)."""
   c = ml_collections.ConfigDict()
   c.seed = 0  # Seeds initialisation, dropout, data order and augmentation.
   c.total_steps = 1000  # Optimizer steps of the whole run (a rerun continues up to this).
@@ -43,8 +41,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.loss_scale_init = 2.0**15  # float16: the first loss scale.
   c.loss_scale_period = 2000  # float16: double the loss scale after this many finite steps in a row.
 
-  c.model = ml_collections.ConfigDict()  # Filled by `model_config(name, ...)`.
-  c.task = ml_collections.ConfigDict()  # Filled by `task_config(name, ...)`.
+  c.model = ml_collections.ConfigDict()  # Filled by `vit_jax_lab.models.config(name, ...)`.
+  c.task = ml_collections.ConfigDict()  # Filled by `vit_jax_lab.tasks.config(name, ...)`.
 
   c.data = ml_collections.ConfigDict()
   c.data.name = 'digits'  # A TFDS dataset name: a built-in one (vit_jax_lab/data/builders) or any in data_dir.
@@ -147,6 +145,14 @@ def config_from_signature(fn: Callable[..., Any], name: str, skip: tuple[str, ..
   return cfg
 
 
+def constructor_config(fn: Callable[..., Any], name: str, overrides: dict[str, Any]) -> ml_collections.ConfigDict:
+  """`config_from_signature(fn, name)`, locked (a misspelt keyword is an error here too), with `overrides`."""
+  cfg = config_from_signature(fn, name)
+  cfg.lock()
+  cfg.update(overrides)
+  return cfg
+
+
 def _base_type(hint: Any) -> type:
   """`int | None` -> int, for typed placeholders."""
   args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -220,11 +226,6 @@ def _parse(text: str, field_type: type) -> Any:
   return value
 
 
-def check(condition: bool, message: str) -> None:
-  if not condition:
-    raise ConfigError(message)
-
-
 def validate(config: ml_collections.ConfigDict) -> None:
   """Checks the values that need no devices and no data (the rest is checked where they are known)."""
   for key in ('total_steps', 'log_every', 'eval_every', 'checkpoint_every', 'keep'):
@@ -260,8 +261,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for key in ('vocab_size', 'vocab_sentences', 'max_input_length', 'max_target_length', 'pack_factor'):
     check(d[key] > 0, f'data.{key}={d[key]} must be a positive integer')
   check(d.shards == -1 or d.shards > 0, f'data.shards={d.shards} must be -1 (one per process) or positive')
-  check(d.data_dir is None or os.path.isdir(d.data_dir) or _is_builtin(d.name),
-        f'data.data_dir={d.data_dir!r} does not exist; point it at the folder holding prepared TFDS data')
   check(o.name in ('adamw', 'sgd'), f"optim.name={o.name!r} is not one of 'adamw', 'sgd'")
   check(o.lr > 0, f'optim.lr={o.lr} must be positive')
   check(o.weight_decay >= 0, f'optim.weight_decay={o.weight_decay} must be >= 0')
@@ -280,53 +279,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
         'distributed: set coordinator_address, num_processes and process_id together, or none of them')
 
 
-def _is_builtin(name: str) -> bool:
-  from vit_jax_lab.data import builders  # Imports TensorFlow only when validating data keys.
-  return builders.is_builtin(name)
+# Moved to the registries and the workdir module: a config file or script that still calls them learns where.
+_MOVED = {'model_config': 'vit_jax_lab.models.config', 'task_config': 'vit_jax_lab.tasks.config',
+          'load_run': 'vit_jax_lab.workdir.load_run', 'from_resolved': 'vit_jax_lab.workdir.from_resolved'}
 
 
-def model_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
-  """`config.model`: the model's constructor keywords and defaults, with `overrides` applied."""
-  from vit_jax_lab import models
-  return _with_overrides(config_from_signature(models.get(name), name), overrides)
-
-
-def task_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
-  """`config.task`: the task's constructor keywords and defaults, with `overrides` applied."""
-  from vit_jax_lab import tasks
-  return _with_overrides(config_from_signature(tasks.get(name), name), overrides)
-
-
-def _with_overrides(cfg: ml_collections.ConfigDict, overrides: dict[str, Any]) -> ml_collections.ConfigDict:
-  cfg.lock()  # A misspelt keyword is an error here too.
-  cfg.update(overrides)
-  return cfg
-
-
-def load_run(workdir: str) -> ml_collections.ConfigDict:
-  """The config a run in `workdir` was trained with (its config.json)."""
-  path = os.path.join(workdir, 'config.json')
-  if not os.path.exists(path):
-    raise ConfigError(f'--workdir {workdir} has no config.json: give the workdir of a run')
-  with open(path) as f:
-    return from_resolved(json.load(f))
-
-
-def from_resolved(resolved: dict[str, Any]) -> ml_collections.ConfigDict:
-  """A run's `config.json` back into a locked config; keys added to the code since take their defaults."""
-  config = base_config()
-  config.model = model_config(resolved['model']['name'])
-  config.task = task_config(resolved['task']['name'])
-  _update(config, resolved, '')
-  config.lock()
-  return config
-
-
-def _update(node: ml_collections.ConfigDict, values: dict[str, Any], prefix: str) -> None:
-  for key, value in values.items():
-    if key not in node:
-      raise ConfigError(f'config.json has key {prefix}{key}, which this code does not know')
-    if isinstance(node[key], ml_collections.ConfigDict):
-      _update(node[key], value, f'{prefix}{key}.')
-    else:
-      node[key] = tuple(value) if isinstance(node[key], tuple) else value
+def __getattr__(name: str):
+  if name in _MOVED:
+    raise AttributeError(f'vit_jax_lab.config.{name} has moved: use {_MOVED[name]}')
+  raise AttributeError(f'module vit_jax_lab.config has no attribute {name!r}')

@@ -12,7 +12,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-PAD, BOS, EOS = 0, 1, 2  # Special token ids shared by every vocabulary of this project.
+from vit_jax_lab.tokens import BOS, EOS, PAD
+
 NEG_INF = -1e9  # Score of impossible candidates (finite, so arithmetic on it stays well defined).
 
 

@@ -6,14 +6,11 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax_lab.config import check
+from vit_jax_lab.errors import check
 from vit_jax_lab.models import layers
 
 AXES = ('data', 'fsdp', 'model')
 BATCH = P(('data', 'fsdp'))  # The batch dimension is split over the data-parallel devices.
-# Tensor parallelism (Megatron): these layers' kernels are split over 'model' along their output features,
-# the layers that follow them along their input features, so each block needs one all-reduce per pair.
-SPLIT_OUTPUTS, SPLIT_INPUTS = ('qkv', 'fc1'), ('out', 'fc2')
 
 
 def initialize_distributed(config) -> None:
@@ -57,18 +54,22 @@ def make_mesh(mesh_config, devices: list[jax.Device] | None = None) -> Mesh:
   return jax.make_mesh(sizes, AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(AXES), devices=devices)
 
 
-def spec(shape: tuple[int, ...], mesh: Mesh, fsdp_min_size: int, path: tuple[str, ...] = ()) -> P:
-  """Where one array lives. Tensor parallelism first: under a 'model' axis the attention and MLP weights
-  named in SPLIT_OUTPUTS / SPLIT_INPUTS (found in `path`, the array's names) are split along their output /
-  input features. Then FSDP: arrays of at least `fsdp_min_size` elements are split along the largest
-  other dimension that the fsdp axis divides. Everything else is replicated."""
+def spec(shape: tuple[int, ...], mesh: Mesh, fsdp_min_size: int, path: tuple[str, ...] = (),
+         tensor_parallel: dict[str, str] | None = None) -> P:
+  """Where one array lives. Tensor parallelism first: under a 'model' axis, an array below a sub-layer named
+  in `tensor_parallel` (the model family's TENSOR_PARALLEL; `path` holds the array's names) is split along
+  that kernel's 'outputs' (kernel and bias) or 'inputs' (kernel only: the bias is added after the all-reduce).
+  Then FSDP: arrays of at least `fsdp_min_size` elements are split along the largest other dimension that
+  the fsdp axis divides. Everything else is replicated."""
+  tensor_parallel = tensor_parallel or {}
   axes = [None] * len(shape)
-  model, layer = mesh.shape['model'], next((p for p in reversed(path) if p in SPLIT_OUTPUTS + SPLIT_INPUTS), None)
+  model, layer = mesh.shape['model'], next((p for p in reversed(path) if p in tensor_parallel), None)
+  split = tensor_parallel.get(layer) if model > 1 else None
   dim = None
-  if model > 1 and layer in SPLIT_OUTPUTS:  # Kernel and bias: the output features.
+  if split == 'outputs':
     dim = len(shape) - 1
-  elif model > 1 and layer in SPLIT_INPUTS and 'bias' not in path[-2:]:  # The kernel's input features; the
-    dim = len(shape) - 2  # bias is added after the all-reduce, so it stays replicated.
+  elif split == 'inputs' and 'bias' not in path[-2:]:
+    dim = len(shape) - 2
   if dim is not None and shape[dim] % model == 0:
     axes[dim] = 'model'
   fsdp = mesh.shape['fsdp']
@@ -79,11 +80,11 @@ def spec(shape: tuple[int, ...], mesh: Mesh, fsdp_min_size: int, path: tuple[str
   return P(*axes) if any(axes) else P()
 
 
-def shardings(abstract_tree, mesh: Mesh, fsdp_min_size: int):
+def shardings(abstract_tree, mesh: Mesh, fsdp_min_size: int, tensor_parallel: dict[str, str] | None = None):
   """A `NamedSharding` for every array of a tree (parameters, optimizer state, ...)."""
   def sharding(path, x):
     names = tuple(str(k) for k in layers.path_keys(path))
-    return NamedSharding(mesh, spec(x.shape, mesh, fsdp_min_size, names))
+    return NamedSharding(mesh, spec(x.shape, mesh, fsdp_min_size, names, tensor_parallel))
   return jax.tree_util.tree_map_with_path(sharding, abstract_tree)
 
 

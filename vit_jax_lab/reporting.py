@@ -81,27 +81,3 @@ class Progress:
     return (f'step {step:>{len(str(self.total))}}/{self.total}  loss {loss:.4f}  {steps_per_sec:.2f} steps/s  '
             f'{steps_per_sec * self.batch:.0f} examples/s  ETA {time.strftime("%H:%M:%S", time.gmtime(eta))}')
 
-
-def step_seconds(workdir: str) -> float:
-  """Median seconds per train step of a finished run, from its metrics.jsonl; the first logging interval
-  (which holds the compilation) is left out."""
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    rates = [m['train/steps_per_sec'] for m in map(json.loads, f) if 'train/steps_per_sec' in m]
-  return 1.0 / float(np.median(rates[1:] or rates))
-
-
-def replace_table(path: str, lines: list[str], begin: str = '<!-- table -->', end: str = '<!-- /table -->') -> None:
-  """Rewrites what lies between the `begin` and `end` markers of a README with `lines`."""
-  with open(path) as f:
-    text = f.read()
-  start, stop = text.index(begin) + len(begin), text.index(end)
-  with open(path, 'w') as f:
-    f.write(text[:start] + '\n' + '\n'.join(lines) + '\n' + text[stop:])
-
-
-def write_readme(script: str, lines: list[str]) -> None:
-  """Writes `lines` as the README.md beside the experiment `script` (its __file__), and prints them."""
-  text = '\n'.join(lines) + '\n'
-  with open(os.path.join(os.path.dirname(os.path.abspath(script)), 'README.md'), 'w') as f:
-    f.write(text)
-  print(text)

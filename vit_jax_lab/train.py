@@ -6,8 +6,6 @@ inside, so the step is a pure function of (state, batch) with its buffers donate
 """
 
 import dataclasses
-import json
-import os
 import time
 from typing import Any, Iterator
 
@@ -20,16 +18,13 @@ import optax
 from flax import nnx
 from jax.experimental import multihost_utils
 
+import tensorflow_datasets as tfds
+
 from vit_jax_lab import checkpoints, models, optim, parallel, reporting, tasks
 from vit_jax_lab import config as config_lib
-from vit_jax_lab.config import check
+from vit_jax_lab import workdir as workdir_lib
 from vit_jax_lab.data import pipeline
-from vit_jax_lab.data.images import DatasetInfo
-
-# Keys a resumed run may change: cadence, length, where data lives, how devices are laid out and how a
-# batch is split into micro-batches (neither changes results). Entries ending in '.' cover a group.
-RESUMABLE_CHANGES = ('total_steps', 'log_every', 'eval_every', 'checkpoint_every', 'keep', 'data.data_dir',
-                     'accum_steps', 'mesh.', 'distributed.')
+from vit_jax_lab.errors import check
 
 
 @flax.struct.dataclass
@@ -68,16 +63,16 @@ class Setup:
   """Everything built from the config before the first compile."""
   config: ml_collections.ConfigDict
   mesh: jax.sharding.Mesh
-  task: Any
-  builder: Any  # The TFDS builder.
-  info: DatasetInfo
+  task: tasks.Task
+  builder: tfds.core.DatasetBuilder
+  info: Any  # What the task's dataset_info returned (shapes, classes, vocabularies).
   graphdef: nnx.GraphDef
   tx: optax.GradientTransformation
   abstract_state: TrainState  # ShapeDtypeStructs.
   state_shardings: TrainState  # NamedShardings.
 
 
-def build_model(config: ml_collections.ConfigDict, task, info: DatasetInfo, key: jax.Array) -> nnx.Module:
+def build_model(config: ml_collections.ConfigDict, task: tasks.Task, info: Any, key: jax.Array) -> nnx.Module:
   return models.build(config.model, nnx.Rngs(params=key), **task.model_kwargs(info))
 
 
@@ -88,7 +83,7 @@ def _keys(seed: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = None,
-          data: tuple[Any, DatasetInfo] | None = None, workdir: str | None = None) -> Setup:
+          data: tuple[tfds.core.DatasetBuilder, Any] | None = None, workdir: str | None = None) -> Setup:
   """Validates the config against the devices (default: all) and the data; builds the model abstractly.
   `data`: (builder, info) instead of the dataset of `config.data` (the benchmark's random inputs).
   `workdir`: where the task keeps what it derives from the data (a trained vocabulary)."""
@@ -105,12 +100,13 @@ def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = 
         f'x {shards} batch shards')
   task = tasks.build(config.task)
   builder, info = pipeline.load(config.data, lambda b, d: task.dataset_info(b, d, workdir)) if data is None else data
-  tx = optim.optimizer(config)
+  family = models.get(config.model.name)
+  tx = optim.optimizer(config, family.NO_DECAY)
   graphdef, params = nnx.split(nnx.eval_shape(lambda: build_model(config, task, info, _keys(0)[0])), nnx.Param)
   abstract_state = TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=params,
                               opt_state=jax.eval_shape(tx.init, params), rng=jax.eval_shape(lambda: _keys(0)[1]),
                               loss_scale=jax.eval_shape(lambda: initial_loss_scale(config)))
-  state_shardings = parallel.shardings(abstract_state, mesh, config.mesh.fsdp_min_size)
+  state_shardings = parallel.shardings(abstract_state, mesh, config.mesh.fsdp_min_size, family.TENSOR_PARALLEL)
   return Setup(config, mesh, task, builder, info, graphdef, tx, abstract_state, state_shardings)
 
 
@@ -233,26 +229,6 @@ def evaluate(s: Setup, eval_step, params) -> dict[str, float]:
   return {f'eval/{k}': v for k, v in s.task.summarize(totals).items()}
 
 
-def prepare_workdir(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Writes `config.json`; refuses a workdir whose earlier run used a different config."""
-  os.makedirs(workdir, exist_ok=True)
-  path = os.path.join(workdir, 'config.json')
-  resolved = config.to_dict()
-  if os.path.exists(path):
-    with open(path) as f:
-      saved = json.load(f)
-    new, old = _flatten(resolved), _flatten(saved)
-    changed = sorted(k for k in new.keys() | old.keys()
-                     if new.get(k) != old.get(k) and not k.startswith(RESUMABLE_CHANGES))
-    check(not changed, f'workdir {workdir} holds a run with a different config ({", ".join(changed)}); '
-          'use a new --workdir, or the same config to resume it')
-  if jax.process_count() > 1:  # Every process has read the old file before it is replaced.
-    multihost_utils.sync_global_devices('config checked')
-  if jax.process_index() == 0:
-    with open(path, 'w') as f:
-      json.dump(resolved, f, indent=2, sort_keys=True, default=list)
-
-
 def log(message: str) -> None:
   """Prints on process 0 only."""
   if jax.process_index() == 0:
@@ -264,20 +240,10 @@ def _average(metrics: list[dict[str, jax.Array]], prefix: str) -> dict[str, floa
   return {prefix + k: float(np.mean([m[k] for m in host])) for k in host[0]}
 
 
-def _flatten(d: dict, prefix: str = '') -> dict[str, Any]:
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out |= _flatten(v, f'{prefix}{k}.')
-    else:
-      out[f'{prefix}{k}'] = list(v) if isinstance(v, tuple) else v
-  return out
-
-
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
   """Trains to `config.total_steps` (resuming from the latest checkpoint) and returns the last eval."""
-  prepare_workdir(config, workdir)
-  s = setup(config, workdir=workdir)
+  s = setup(config, workdir=workdir)  # Everything is checked before the workdir records the run.
+  workdir_lib.record_config(config, workdir)
   checkpointer = checkpoints.Checkpointer(workdir, every=config.checkpoint_every, keep=config.keep)
   start = checkpointer.latest_step() or 0
   if start >= config.total_steps:

@@ -13,6 +13,7 @@ checkpoints and reports tokenised BLEU; we report sacreBLEU on detokenised text,
 """
 
 from vit_jax_lab import config as config_lib
+from vit_jax_lab import models, tasks
 
 
 def get_config(arg: str | None = None):
@@ -21,9 +22,9 @@ def get_config(arg: str | None = None):
     raise config_lib.ConfigError(f'configs/seq2seq/wmt14_ende.py takes base or big, got {arg!r}')
   width = 512 if size == 'base' else 1024
   c = config_lib.base_config()
-  c.model = config_lib.model_config('transformer', variant=size, share_embeddings='all', posemb='sincos',
+  c.model = models.config('transformer', variant=size, share_embeddings='all', posemb='sincos',
                                     prenorm=False, activation='relu', dropout=0.1 if size == 'base' else 0.3)
-  c.task = config_lib.task_config('seq2seq', label_smoothing=0.1, eval_decode='beam', beam_size=4, alpha=0.6)
+  c.task = tasks.config('seq2seq', label_smoothing=0.1, eval_decode='beam', beam_size=4, alpha=0.6)
   c.data.name = 'wmt14_translate/de-en'
   c.data.source, c.data.target = 'en', 'de'
   c.data.eval_split = 'test'  # newstest2014.

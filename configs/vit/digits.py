@@ -5,12 +5,13 @@ python -m main --config configs/vit/digits.py:smoke --workdir runs/smoke   # a t
 """
 
 from vit_jax_lab import config as config_lib
+from vit_jax_lab import models, tasks
 
 
 def get_config(arg: str | None = None):
   c = config_lib.base_config()
-  c.model = config_lib.model_config('vit', variant='mu/2', pool='gap', posemb='sincos2d', dropout=0.1)
-  c.task = config_lib.task_config('classification', label_smoothing=0.1)
+  c.model = models.config('vit', variant='mu/2', pool='gap', posemb='sincos2d', dropout=0.1)
+  c.task = tasks.config('classification', label_smoothing=0.1)
   c.data.name = 'digits'
   c.data.batch_size = 128
   c.data.eval_batch_size = 360

@@ -10,7 +10,8 @@ python -m main --config configs/vit/finetune.py:cifar10,B/16,500 --workdir runs/
 """
 
 from vit_jax_lab import config as config_lib
-from vit_jax_lab.models import vit
+from vit_jax_lab import models, tasks
+from vit_jax_lab.models import release
 
 DATASETS = {  # train split, eval split, full schedule (steps)
     'cifar10': ('train[:98%]', 'test', 10_000),
@@ -30,8 +31,8 @@ def get_config(arg: str | None = None):
 
   c = config_lib.base_config()
   # The released weights' math: tanh GELU, LayerNorm epsilon 1e-6; class token; zero-initialised head.
-  c.model = config_lib.model_config('vit', variant=variant, pool='tok', **vit.RELEASE_OPTIONS)
-  c.task = config_lib.task_config('classification')
+  c.model = models.config('vit', variant=variant, pool='tok', **release.RELEASE_OPTIONS)
+  c.task = tasks.config('classification')
   c.init_from = f'pretrained/imagenet21k/ViT-{variant.replace("/", "_")}.npz'
   c.data.name = dataset
   c.data.train_split, c.data.eval_split = train_split, eval_split

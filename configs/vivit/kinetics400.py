@@ -18,7 +18,8 @@ clips x 3 crops at test time. Not implemented here: scenic's scale jitter and co
 """
 
 from vit_jax_lab import config as config_lib
-from vit_jax_lab.models import vit
+from vit_jax_lab import models, tasks
+from vit_jax_lab.models import release
 
 TRAIN_EXAMPLES = 214_834  # Kinetics-400 shrinks as videos leave YouTube; set your copy's count.
 PUBLISHED_TOP1 = {'factorised_encoder': 78.8, 'spatiotemporal': 80.0}
@@ -30,10 +31,10 @@ def get_config(arg: str | None = None):
     raise config_lib.ConfigError(f'configs/vivit/kinetics400.py takes {" or ".join(PUBLISHED_TOP1)}, got {arg!r}')
   c = config_lib.base_config()
   # The released image weights' math (tanh GELU, LayerNorm epsilon 1e-6); model 2's temporal encoder starts fresh.
-  c.model = config_lib.model_config('vivit', variant='B/16x2', model=model, temporal_depth=4, pool='tok',
-                                    tubelet_init='central_frame', **vit.RELEASE_OPTIONS)
+  c.model = models.config('vivit', variant='B/16x2', model=model, temporal_depth=4, pool='tok',
+                                    tubelet_init='central_frame', **release.RELEASE_OPTIONS)
   c.init_from = 'pretrained/imagenet21k/ViT-B_16.npz'
-  c.task = config_lib.task_config('classification')
+  c.task = tasks.config('classification')
   c.data.name = 'kinetics400'
   c.data.eval_split = 'validation'
   c.data.num_frames = 32

@@ -10,6 +10,7 @@ Clips are 8 of the 9 frames; evaluation averages the two 8-frame clips of each v
 """
 
 from vit_jax_lab import config as config_lib
+from vit_jax_lab import models, tasks
 from vit_jax_lab.models import vivit
 
 MODELS = (*vivit.MODELS, 'single_frame')
@@ -22,10 +23,10 @@ def get_config(arg: str | None = None):
                                  f'{", ".join(MODELS)}, got {arg!r}')
   c = config_lib.base_config()
   single = model == 'single_frame'
-  c.model = config_lib.model_config('vivit', model='spatiotemporal' if single else model, width=64, depth=4,
+  c.model = models.config('vivit', model='spatiotemporal' if single else model, width=64, depth=4,
                                     mlp_dim=128, num_heads=4, patch_size=4, tubelet_time=1 if single else 2,
                                     temporal_depth=2, pool='gap')
-  c.task = config_lib.task_config('classification')
+  c.task = tasks.config('classification')
   c.data.name = 'moving_digits'
   c.data.num_frames = 1 if single else 8
   c.data.eval_clips = 2

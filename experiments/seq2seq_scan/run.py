@@ -16,7 +16,8 @@ import jax
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from vit_jax_lab import checkpoints, config as config_lib, parallel, reporting, train  # noqa: E402
+from experiments import common  # noqa: E402
+from vit_jax_lab import checkpoints, config as config_lib, parallel, train  # noqa: E402
 
 SPLITS = ('simple', 'length')
 SEEDS = (0, 1, 2)
@@ -48,7 +49,7 @@ def main() -> None:
         greedy = train.train_and_evaluate(config(split, seed), workdir)
         beam = evaluate_with_beam(split, seed, workdir)
         runs.append((100 * greedy['eval/exact_match'], 100 * beam['eval/exact_match'],
-                     100 * greedy['eval/token_accuracy'], greedy['eval/bleu'], reporting.step_seconds(workdir)))
+                     100 * greedy['eval/token_accuracy'], greedy['eval/bleu'], common.step_seconds(workdir)))
         print(split, seed, runs[-1], flush=True)
       rows.append((split, runs))
   minutes = (time.time() - start) / 60
@@ -60,8 +61,7 @@ def main() -> None:
     greedy, beam, tokens, bleu, seconds = zip(*runs)
     lines.append(f'| {split} | {stat(greedy)} | {stat(beam)} | {" / ".join(f"{g:.2f}" for g in greedy)} | '
                  f'{stat(tokens)} | {statistics.mean(bleu):.1f} | {1000 * statistics.median(seconds):.0f} |')
-  reporting.replace_table(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'README.md'), lines)
-  print('\n'.join(lines))
+  common.write_table(__file__, lines)
 
 
 if __name__ == '__main__':

@@ -2,7 +2,7 @@
 
 python experiments/throughput/run.py            # every row (about 20 minutes on 2 CPU cores)
 python experiments/throughput/run.py compile    # only the compile-time and memory rows
-Each row is `python -m vit_jax_lab.bench` on the config and overrides shown, with random inputs of the
+Each row is `python -m vit_jax_lab.tools.bench` on the config and overrides shown, with random inputs of the
 shape shown (--synthetic; Transformer-base: 128 source and 128 target tokens, a 37,000-token vocabulary),
 so no dataset is read. Run nothing else on the machine meanwhile.
 """
@@ -14,7 +14,9 @@ import types
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from vit_jax_lab import bench, config as config_lib, reporting  # noqa: E402
+from experiments import common  # noqa: E402
+from vit_jax_lab import config as config_lib  # noqa: E402
+from vit_jax_lab.tools import bench  # noqa: E402
 
 VIT = ['--config.model.pool=tok', '--config.model.posemb=learn', '--config.model.dropout=0.0',
        '--config.optim.weight_decay=0.05']
@@ -52,13 +54,9 @@ def measure(rows, steps: int) -> list[dict]:
 
 
 def main() -> None:
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'README.md')
   if sys.argv[1:] != ['compile']:
-    reporting.replace_table(path, [bench.table(measure(STEP_ROWS, steps=10))], '<!-- steps -->', '<!-- /steps -->')
-  reporting.replace_table(path, [bench.table(measure(COMPILE_ROWS, steps=0))], '<!-- compile -->',
-                          '<!-- /compile -->')
-  with open(path) as f:
-    print(f.read())
+    common.write_table(__file__, [bench.table(measure(STEP_ROWS, steps=10))], marker='steps')
+  common.write_table(__file__, [bench.table(measure(COMPILE_ROWS, steps=0))], marker='compile')
 
 
 if __name__ == '__main__':

@@ -16,7 +16,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from vit_jax_lab import config as config_lib, parallel, reporting, train  # noqa: E402
+from experiments import common  # noqa: E402
+from vit_jax_lab import config as config_lib, parallel, train  # noqa: E402
 
 POOLS, POSEMBS, PRENORMS, SEEDS = ('tok', 'gap', 'map'), ('learn', 'sincos2d'), (True, False), (0, 1, 2)
 STEPS = 400
@@ -29,7 +30,7 @@ def run(pool: str, posemb: str, prenorm: bool, seed: int, workdir: str) -> tuple
   c.update(seed=seed, total_steps=STEPS, log_every=100, eval_every=STEPS, checkpoint_every=STEPS)
   c.schedule.warmup_steps = 50
   metrics = train.train_and_evaluate(c, workdir)
-  return metrics['eval/accuracy'], reporting.step_seconds(workdir)
+  return metrics['eval/accuracy'], common.step_seconds(workdir)
 
 
 def main() -> None:
@@ -48,8 +49,7 @@ def main() -> None:
            '| pooling | position embedding | block | test top-1 (%) | step time (ms) |',
            '|---|---|---|---:|---:|']
   lines += [f'| {p} | {e} | {b}-norm | {m:.2f} ± {s:.2f} | {t:.1f} |' for p, e, b, m, s, t in rows]
-  reporting.replace_table(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'README.md'), lines)
-  print('\n'.join(lines))
+  common.write_table(__file__, lines)
 
 
 if __name__ == '__main__':

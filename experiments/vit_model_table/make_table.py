@@ -10,7 +10,8 @@ import sys
 from flax import nnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from vit_jax_lab import cost, reporting  # noqa: E402
+from experiments import common  # noqa: E402
+from vit_jax_lab import cost  # noqa: E402
 from vit_jax_lab.models import vit  # noqa: E402
 
 # Dosovitskiy et al. 2021 / timm: parameters at 224 px with 1,000 classes, forward GMACs per image.
@@ -30,20 +31,13 @@ def rows():
 
 def main() -> None:
   lines = [
-      '# ViT model table', '',
-      'ViT at 224×224 px with a 1,000-class head (class token, learned position embeddings). Parameters',
-      'and forward multiply-adds per image, counted from abstract shapes; published figures from the ViT',
-      'paper and timm. GMACs count the multiply-adds of every matmul, attention included (the published',
-      "convention). XLA's cost analysis of the same forward pass also counts elementwise work (LayerNorm,",
-      'GELU, softmax, residuals): its FLOPs / 2 are shown beside.', '',
-      'Regenerate: `python experiments/vit_model_table/make_table.py`', '',
       '| variant | params | published | GMACs | XLA FLOPs / 2 (G) | published GMACs | match |',
       '|---|---:|---:|---:|---:|---:|---|']
   for variant, params, pub_params, gmacs, xla, pub_gmacs, match in rows():
     pub = '—' if pub_gmacs is None else f'{pub_gmacs:.2f}'
     lines.append(f'| {variant} | {params:,} | {pub_params:,} | {gmacs:.2f} | {xla:.2f} | {pub} | '
                  f'{"yes" if match else "NO"} |')
-  reporting.write_readme(__file__, lines)
+  common.write_table(__file__, lines)
 
 
 if __name__ == '__main__':

@@ -10,7 +10,8 @@ import sys
 from flax import nnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from vit_jax_lab import cost, reporting  # noqa: E402
+from experiments import common  # noqa: E402
+from vit_jax_lab import cost  # noqa: E402
 from vit_jax_lab.models import vivit  # noqa: E402
 
 SHAPE = (32, 224, 224, 3)
@@ -29,20 +30,12 @@ def rows():
 
 def main() -> None:
   lines = [
-      '# ViViT model table', '',
-      'ViViT-B/16x2 (tubelets of 2 frames x 16 x 16 px) on 32 frames of 224 x 224 px with a 400-class head,',
-      "the setting of Arnab et al. 2021, Table 2. Parameters and forward multiply-adds per clip, counted",
-      'from abstract shapes; GMACs count every matmul, attention included (the paper\'s "GFLOPs" are',
-      'multiply-adds). Model 2 has 4 temporal layers. The paper rounds to 0.1M; "match" means within',
-      '0.1M parameters and 3% GMACs. Kinetics-400 top-1 is the paper\'s (not reproduced here: see',
-      '`configs/vivit/kinetics400.py`).', '',
-      'Regenerate: `python experiments/vivit_model_table/make_table.py`', '',
       '| model | params | published (M) | GMACs | published | K400 top-1 (paper) | match |',
       '|---|---:|---:|---:|---:|---:|---|']
   for number, model, params, pub_params, gmacs, pub_gmacs, top1, match in rows():
     lines.append(f'| {number}: {model} | {params:,} | {pub_params} | {gmacs:.1f} | {pub_gmacs} | {top1} | '
                  f'{"yes" if match else "NO"} |')
-  reporting.write_readme(__file__, lines)
+  common.write_table(__file__, lines)
 
 
 if __name__ == '__main__':

@@ -15,7 +15,8 @@ import jax
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from vit_jax_lab import config as config_lib, cost, parallel, reporting, train  # noqa: E402
+from experiments import common  # noqa: E402
+from vit_jax_lab import config as config_lib, cost, parallel, train  # noqa: E402
 
 MODELS = ('single_frame', 'spatiotemporal', 'factorised_encoder', 'factorised_self_attention',
           'factorised_dot_product')
@@ -44,7 +45,7 @@ def main() -> None:
       for seed in SEEDS:
         workdir = os.path.join(tmp, f'{model}_{seed}')
         accuracies.append(100 * train.train_and_evaluate(config(model, seed), workdir)['eval/accuracy'])
-        step_times.append(reporting.step_seconds(workdir))
+        step_times.append(common.step_seconds(workdir))
       params, gmacs = size(model)
       rows.append((model, statistics.mean(accuracies), statistics.stdev(accuracies), accuracies, params, gmacs,
                    1000 * statistics.median(step_times)))
@@ -58,8 +59,7 @@ def main() -> None:
     lines.append(f'| {model} | {mean:.2f} ± {std:.2f} | {" / ".join(f"{a:.2f}" for a in accs)} | '
                  f'{"—" if model == "single_frame" else f"{mean - baseline:+.1f}"} | {params:,} | {gmacs:.4f} | '
                  f'{ms:.1f} |')
-  reporting.replace_table(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'README.md'), lines)
-  print('\n'.join(lines))
+  common.write_table(__file__, lines)
 
 
 if __name__ == '__main__':

@@ -1,20 +1,9 @@
 """Image preprocessing in tf.data. Randomness is stateless and seeded per example, so a stream can be
 restarted at any example and reproduce the same augmentations."""
 
-import dataclasses
 from typing import Callable
 
 import tensorflow as tf
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetInfo:
-  """What a model and a task need to know about the data before anything is built."""
-  num_classes: int
-  input_key: str  # The raw feature the model input is made from: 'image' or 'video'.
-  input_shape: tuple[int, ...]  # One preprocessed example: (height, width, channels) or (frames, h, w, c).
-  num_train: int  # Examples in the train split (all shards).
-  num_eval: int  # Examples in the eval split (all shards).
 
 
 def inception_crop(image: tf.Tensor, seed: tf.Tensor, min_area: float = 0.05) -> tf.Tensor:
@@ -25,14 +14,14 @@ def inception_crop(image: tf.Tensor, seed: tf.Tensor, min_area: float = 0.05) ->
   return tf.slice(image, begin, size)
 
 
-def preprocess_fn(data_config, info: DatasetInfo, train: bool) -> Callable[[dict, tf.Tensor], dict]:
-  """(example, seed) -> {'inputs': float32 in data.value_range, 'label': int32}."""
-  height, width, channels = info.input_shape
+def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+  """(uint8 image, seed) -> float32 image of `shape` (height, width, channels) in data.value_range, augmented
+  for training as `data_config` asks."""
+  height, width, channels = shape
   low, high = data_config.value_range
 
-  def fn(example: dict, seed: tf.Tensor) -> dict:
+  def fn(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     crop_seed, pad_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
-    image = example['image']
     if train and data_config.inception_crop:
       image = inception_crop(image, crop_seed)
     image = tf.cast(image, tf.float32)
@@ -45,6 +34,6 @@ def preprocess_fn(data_config, info: DatasetInfo, train: bool) -> Callable[[dict
     if train and data_config.flip:
       image = tf.image.stateless_random_flip_left_right(image, seed=flip_seed)
     image = image / 255.0 * (high - low) + low
-    return {'inputs': tf.ensure_shape(image, (height, width, channels)), 'label': tf.cast(example['label'], tf.int32)}
+    return tf.ensure_shape(image, (height, width, channels))
 
   return fn

@@ -13,18 +13,18 @@ import jax
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from vit_jax_lab.config import ConfigError, check
-from vit_jax_lab.data import builders, videos
-from vit_jax_lab.data.images import DatasetInfo
+from vit_jax_lab.data import builders
+from vit_jax_lab.errors import ConfigError, check
 
 Batch = dict[str, jax.Array]
 Preprocess = Callable[[dict, tf.Tensor], dict]
 Prepare = Callable[[tf.data.Dataset], tf.data.Dataset]
 
 
-def load(data_config, info_fn: Callable | None = None) -> tuple[tfds.core.DatasetBuilder, Any]:
-  """The TFDS builder (built-in datasets are generated on first use) and what the model needs to know:
-  `info_fn(builder, data_config)`, by default `classification_info`."""
+def load(data_config, info_fn: Callable[[tfds.core.DatasetBuilder, Any], Any]) -> tuple[tfds.core.DatasetBuilder, Any]:
+  """The TFDS builder (built-in datasets are generated on first use) and what the task needs to know of the
+  data: `info_fn(builder, data_config)`."""
+  builders.check_data_dir(data_config)
   name, data_dir = data_config.name, data_config.data_dir
   if builders.is_builtin(name):
     builders.register(name)
@@ -44,38 +44,7 @@ def load(data_config, info_fn: Callable | None = None) -> tuple[tfds.core.Datase
     except (KeyError, ValueError) as e:
       raise ConfigError(f'data.{key}={data_config[key]!r} is not a split of {name}: '
                         f'valid ones are {", ".join(builder.info.splits)} (TFDS slicing allowed)') from e
-  return builder, (info_fn or classification_info)(builder, data_config)
-
-
-def classification_info(builder: tfds.core.DatasetBuilder, data_config) -> DatasetInfo:
-  """Input shape and classes of an image or video classification dataset."""
-  name, features = data_config.name, builder.info.features
-  input_key = _input_key(features)
-  check(input_key is not None and 'label' in features,
-        f'data.name={name!r} has features {list(features)}; classification needs "label" and one of "image", "video"')
-  if input_key == 'image':
-    shape = tuple(features['image'].shape)
-    if data_config.image_size is not None:
-      shape = (data_config.image_size, data_config.image_size, shape[-1])
-    check(None not in shape, f'data.name={name!r} has images of varying size {shape}: set data.image_size')
-  else:
-    _, height, width, channels = features['video'].shape
-    check(data_config.image_size is not None or None not in (height, width),
-          f'data.name={name!r} has frames of varying size {(height, width)}: set data.image_size')
-    if data_config.image_size is not None:
-      height = width = data_config.image_size
-    elif data_config.resize_size is not None:
-      height, width = (int(n) for n in videos.resized_size(height, width, data_config.resize_size))
-    shape = (data_config.num_frames, height, width, channels)
-  return DatasetInfo(num_classes=features['label'].num_classes, input_key=input_key, input_shape=shape,
-                     num_train=builder.info.splits[data_config.train_split].num_examples,
-                     num_eval=builder.info.splits[data_config.eval_split].num_examples)
-
-
-def _input_key(features) -> str | None:
-  """'image' or 'video': the feature the model input is made from; None when neither or both."""
-  keys = [k for k in ('image', 'video') if k in features]
-  return keys[0] if len(keys) == 1 else None
+  return builder, info_fn(builder, data_config)
 
 
 def _prepare_once(builder: tfds.core.DatasetBuilder) -> None:
@@ -102,16 +71,12 @@ def shards(data_config, batch_key: str) -> tuple[list[int], int, int]:
   return list(range(first, first + per_process)), count, global_batch // count
 
 
-def _read(builder, split: str, cache: bool, prepare: Prepare | None) -> tf.data.Dataset:
-  """The split's examples in order, after `prepare` (deterministic: feature selection, tokenisation, length
-  filtering; default: the classification features)."""
+def _read(builder, split: str, cache: bool, prepare: Prepare) -> tf.data.Dataset:
+  """The split's examples in order, after the task's `prepare` (deterministic: feature selection,
+  tokenisation, length filtering)."""
   ds = builder.as_dataset(split=split, shuffle_files=False,
                           read_config=tfds.ReadConfig(add_tfds_id=False, try_autocache=False))
-  if prepare is None:
-    key = _input_key(builder.info.features)
-    ds = ds.map(lambda ex: {key: ex[key], 'label': ex['label']})
-  else:
-    ds = prepare(ds)
+  ds = prepare(ds)
   return ds.cache() if cache else ds
 
 
@@ -131,7 +96,7 @@ def _example_seed(seed: int, shard: int, index: tf.Tensor) -> tf.Tensor:
 
 
 def train_iterator(builder, data_config, preprocess: Preprocess, sharding: jax.sharding.Sharding, *,
-                   seed: int, start_step: int, prepare: Prepare | None = None,
+                   seed: int, start_step: int, prepare: Prepare,
                    pack: tuple[int, Callable[[dict, int], dict]] | None = None) -> Iterator[Batch]:
   """Endless global train batches, starting at `start_step` exactly as an uninterrupted run would.
   `pack`: (k, fn): fn(examples, rows) packs k batches' worth of examples into a batch of `rows` rows."""
@@ -162,7 +127,7 @@ def train_iterator(builder, data_config, preprocess: Preprocess, sharding: jax.s
 
 
 def eval_batches(builder, data_config, preprocess: Preprocess, sharding: jax.sharding.Sharding,
-                 prepare: Prepare | None = None) -> Iterator[Batch]:
+                 prepare: Prepare) -> Iterator[Batch]:
   """The whole eval split once, in order; the last batches are padded with `mask` = 0."""
   local_shards, num_shards, shard_batch = shards(data_config, 'eval_batch_size')
   splits = [tfds.split_for_jax_process(data_config.eval_split, process_index=s, process_count=num_shards)

@@ -1,6 +1,6 @@
 """Text for sequence-to-sequence tasks: vocabularies, tokenisation in tf.data, length filtering, packing.
 
-Every vocabulary numbers PAD 0, BOS 1, EOS 2, UNK 3 (`decode.PAD`... hold the same values). Word-level
+Every vocabulary numbers PAD 0, BOS 1, EOS 2, UNK 3 (`vit_jax_lab.tokens`). Word-level
 vocabularies are built from the training split's words (SCAN, captions); SentencePiece ones (translation)
 are trained on the training text when no model file is given, or loaded from `data.vocab`.
 """
@@ -15,9 +15,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from vit_jax_lab.config import check
+from vit_jax_lab.errors import check
+from vit_jax_lab.tokens import BOS, EOS, PAD, UNK
 
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ('<pad>', '<s>', '</s>', '<unk>')
 
 

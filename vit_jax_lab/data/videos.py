@@ -5,7 +5,7 @@ from typing import Callable
 
 import tensorflow as tf
 
-from vit_jax_lab.data.images import DatasetInfo, inception_crop
+from vit_jax_lab.data.images import inception_crop
 
 
 def clip_starts(length, span: int, clips: int) -> tf.Tensor:
@@ -46,19 +46,19 @@ def _inception_crop(frames: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
   return tf.transpose(crop, [2, 0, 1, 3])
 
 
-def preprocess_fn(data_config, info: DatasetInfo, train: bool) -> Callable[[dict, tf.Tensor], dict]:
-  """(example, seed) -> {'inputs': (T, H, W, C)} for training, {'views': (eval_clips * eval_crops, T, H, W, C),
-  clip-major} for evaluation; float32 in data.value_range, plus 'label': int32."""
-  num_frames, height, width, channels = info.input_shape
+def preprocess_fn(data_config, shape: tuple[int, int, int, int],
+                  train: bool) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+  """(uint8 video, seed) -> one clip of `shape` (T, H, W, C) for training, or for evaluation its
+  (eval_clips * eval_crops, T, H, W, C) views, clip-major; float32 in data.value_range."""
+  num_frames, height, width, channels = shape
   stride = data_config.frame_stride
   span = (num_frames - 1) * stride + 1
   short = data_config.resize_size or data_config.image_size
   clips, crops = (1, 1) if train else (data_config.eval_clips, data_config.eval_crops)
   low, high = data_config.value_range
 
-  def fn(example: dict, seed: tf.Tensor) -> dict:
+  def fn(video: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     time_seed, box_seed, crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 4))
-    video = example['video']
     length = tf.shape(video)[0]
     if train:
       starts = tf.random.stateless_uniform([1], time_seed, 0, tf.maximum(length - span, 0) + 1, tf.int32)
@@ -77,14 +77,14 @@ def preprocess_fn(data_config, info: DatasetInfo, train: bool) -> Callable[[dict
       frames = tf.image.stateless_random_crop(frames, (num_frames, height, width, channels), seed=crop_seed)
       if data_config.flip:
         frames = tf.where(tf.random.stateless_uniform([], flip_seed) < 0.5, tf.reverse(frames, [2]), frames)
-      key, shape = 'inputs', info.input_shape
+      out_shape = shape
     else:
       offsets = crop_offsets(tf.shape(frames)[1], tf.shape(frames)[2], height, width, crops)
       frames = tf.reshape(frames, tf.concat([[clips, num_frames], tf.shape(frames)[1:]], 0))
       views = [frames[:, :, o[0]:o[0] + height, o[1]:o[1] + width] for o in tf.unstack(offsets, num=crops)]
-      key, shape = 'views', (clips * crops, *info.input_shape)
-      frames = tf.reshape(tf.stack(views, 1), shape)
+      out_shape = (clips * crops, *shape)
+      frames = tf.reshape(tf.stack(views, 1), out_shape)
     frames = frames / 255.0 * (high - low) + low
-    return {key: tf.ensure_shape(frames, shape), 'label': tf.cast(example['label'], tf.int32)}
+    return tf.ensure_shape(frames, out_shape)
 
   return fn

@@ -1,8 +1,19 @@
-"""Model families by config name. Models are Flax NNX modules and know nothing of data or training."""
+"""Model families by config name. Models are Flax NNX modules and know nothing of data or training.
 
+A family is a module class whose constructor keywords are its config keys (`config`), and which declares
+`TENSOR_PARALLEL` (sub-layer name -> 'outputs' or 'inputs', the kernel dimension split over the mesh's
+'model' axis) and `NO_DECAY` (parameter names kept out of weight decay, besides every 1-D array).
+Family modules import their siblings by full name (`import vit_jax_lab.models.layers as layers`), so none
+of them goes through this registry.
+"""
+
+from typing import Any
+
+import ml_collections
 from flax import nnx
 
-from vit_jax_lab.config import ConfigError
+from vit_jax_lab import config as config_lib
+from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.models import seq2seq, vit, vivit
 
 MODELS: dict[str, type[nnx.Module]] = {'vit': vit.ViT, 'vivit': vivit.ViViT, 'transformer': seq2seq.Transformer}
@@ -14,7 +25,12 @@ def get(name: str) -> type[nnx.Module]:
   return MODELS[name]
 
 
-def build(model_config, rngs: nnx.Rngs, **data_kwargs) -> nnx.Module:
+def config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
+  """`config.model`: the model's constructor keywords and defaults, with `overrides` applied."""
+  return config_lib.constructor_config(get(name), name, overrides)
+
+
+def build(model_config: ml_collections.ConfigDict, rngs: nnx.Rngs, **data_kwargs: Any) -> nnx.Module:
   """The model named by `model_config.name`; `data_kwargs` (e.g. num_classes) come from the task."""
   kwargs = {k: v for k, v in model_config.items() if k != 'name'}
   return get(model_config.name)(**data_kwargs, **kwargs, rngs=rngs)

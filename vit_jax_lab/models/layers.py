@@ -1,13 +1,72 @@
 """Transformer building blocks shared by every model family (Flax NNX)."""
 
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vit_jax_lab.errors import ConfigError
+
 xavier = nnx.initializers.xavier_uniform()
+
+
+def resolve_dims(preset: dict[str, int], given: dict[str, int | None], example: str) -> dict[str, int]:
+  """A variant's (or preset's) dimensions with the explicitly given ones on top; every one of `given` must end
+  up set, and `width` divisible by `num_heads`. `example`: a variant to suggest when one is missing."""
+  dims = preset | {k: v for k, v in given.items() if v is not None}
+  missing = [k for k in given if k not in dims]
+  if missing:
+    raise ConfigError(f'model.{missing[0]} is not set: give model.variant (e.g. "{example}") or model.{missing[0]}')
+  if dims['width'] % dims['num_heads']:
+    raise ConfigError(f'model.width={dims["width"]} must be divisible by model.num_heads={dims["num_heads"]}')
+  return dims
+
+
+def check_patch(patch_size: int, image_size: tuple[int, int]) -> None:
+  """Patches must tile the image exactly."""
+  if patch_size < 1 or image_size[0] % patch_size or image_size[1] % patch_size:
+    raise ConfigError(f'model.patch_size={patch_size} must divide the image size {image_size[0]}x{image_size[1]}: '
+                      'change model.patch_size or data.image_size')
+
+
+ATTENTION_IMPLS = (None, 'xla', 'cudnn')
+
+
+def check_options(choices: dict[str, tuple[Any, tuple[Any, ...]]], rates: dict[str, float]) -> None:
+  """`choices`: key -> (value, valid values); `rates`: key -> a dropout-like rate in [0, 1)."""
+  for key, (value, valid) in choices.items():
+    if value not in valid:
+      raise ConfigError(f'model.{key}={value!r} is not one of {", ".join(map(repr, valid))}')
+  if choices.get('attention_impl', (None,))[0] == 'cudnn' and jax.default_backend() != 'gpu':
+    raise ConfigError(f"model.attention_impl='cudnn' needs an NVIDIA GPU (backend: {jax.default_backend()}); "
+                      "use None or 'xla'")
+  for key, rate in rates.items():
+    if not 0.0 <= rate < 1.0:
+      raise ConfigError(f'model.{key}={rate} must be in [0, 1)')
+
+
+# Tensor parallelism (Megatron): the kernel dimension of each sub-layer that the mesh's 'model' axis splits.
+# The query/key/value and first MLP kernels are split along their outputs, the layers after them along their
+# inputs, so each attention or MLP needs one all-reduce. Model families declare this as TENSOR_PARALLEL.
+TENSOR_PARALLEL = {'qkv': 'outputs', 'fc1': 'outputs', 'out': 'inputs', 'fc2': 'inputs'}
+
+
+class PatchEmbedding(nnx.Module):
+  """Non-overlapping p x p patches -> tokens: a strided convolution, computed as one matmul."""
+
+  def __init__(self, patch_size: int, channels: int, width: int, *, rngs: nnx.Rngs):
+    self.patch_size = patch_size
+    self.kernel = nnx.Param(nnx.initializers.lecun_normal()(rngs.params(), (patch_size, patch_size, channels, width)))
+    self.bias = nnx.Param(jnp.zeros((width,)))
+
+  def __call__(self, images: jax.Array) -> jax.Array:
+    b, h, w, c = images.shape
+    p = self.patch_size
+    patches = images.reshape(b, h // p, p, w // p, p, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, -1, p * p * c)
+    kernel = self.kernel[...]
+    return patches @ kernel.reshape(-1, kernel.shape[-1]) + self.bias[...]
 
 
 def sincos_2d(height: int, width: int, features: int, temperature: float = 10_000.0) -> np.ndarray:
@@ -223,6 +282,7 @@ class EncoderBlock(nnx.Module):
 
 REMAT_POLICIES = {  # Which activations of a block are kept for the backward pass; the rest is recomputed.
     'none': None,  # No rematerialisation: everything is kept.
+    None: None,  # The same: the command line reads --config.model.remat=none as None.
     'full': jax.checkpoint_policies.nothing_saveable,  # Only the block's input: least memory.
     'dots': jax.checkpoint_policies.dots_saveable,  # Matmul outputs kept; norms and activations recomputed.
     'dots_no_batch': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # Weight matmuls only.

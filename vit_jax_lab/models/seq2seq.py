@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from vit_jax_lab.config import ConfigError
-from vit_jax_lab.models import layers, vit
+from vit_jax_lab.errors import ConfigError
+import vit_jax_lab.models.layers as layers
 
 # width, encoder_depth, decoder_depth, mlp_dim, num_heads. "tiny" is for tests and small built-in tasks.
 PRESETS = {
@@ -111,6 +111,9 @@ class Transformer(nnx.Module):
     attention_impl: `jax.nn.dot_product_attention`'s implementation: None, 'xla' or 'cudnn'.
   """
 
+  TENSOR_PARALLEL = layers.TENSOR_PARALLEL
+  NO_DECAY = ('input_posemb', 'target_posemb', 'image_posemb')
+
   def __init__(self, vocab_size: int, input_vocab_size: int | None, input_shape: tuple[int, ...] | None,
                max_len: int, *, variant: str | None = 'base',
                width: int | None = None, encoder_depth: int | None = None, decoder_depth: int | None = None,
@@ -119,22 +122,16 @@ class Transformer(nnx.Module):
                activation: str = 'relu', dropout: float = 0.1, attention_dropout: float = 0.0,
                layernorm_epsilon: float = 1e-6, remat: str = 'none', scan: bool = False,
                attention_impl: str | None = None, rngs: nnx.Rngs):
-    remat = remat or 'none'
     if variant is not None and variant not in PRESETS:
       raise ConfigError(f'model.variant={variant!r} is not one of {", ".join(PRESETS)} (or None with explicit sizes)')
     preset = dict(zip(('width', 'encoder_depth', 'decoder_depth', 'mlp_dim', 'num_heads'), PRESETS.get(variant, ())))
     given = dict(width=width, encoder_depth=encoder_depth, decoder_depth=decoder_depth, mlp_dim=mlp_dim,
                  num_heads=num_heads)
-    dims = preset | {k: v for k, v in given.items() if v is not None}
-    missing = [k for k in given if k not in dims]
-    if missing:
-      raise ConfigError(f'model.{missing[0]} is not set: give model.variant (e.g. "base") or model.{missing[0]}')
+    dims = layers.resolve_dims(preset, given, 'base')
     d = dims['width']
-    if d % dims['num_heads']:
-      raise ConfigError(f'model.width={d} must be divisible by model.num_heads={dims["num_heads"]}')
-    vit.check_options(dict(share_embeddings=(share_embeddings, SHARING), posemb=(posemb, ('sincos', 'learn')),
+    layers.check_options(dict(share_embeddings=(share_embeddings, SHARING), posemb=(posemb, ('sincos', 'learn')),
                            activation=(activation, layers.ACTIVATIONS), remat=(remat, tuple(layers.REMAT_POLICIES)),
-                           attention_impl=(attention_impl, vit.ATTENTION_IMPLS)),
+                           attention_impl=(attention_impl, layers.ATTENTION_IMPLS)),
                       dict(dropout=dropout, attention_dropout=attention_dropout))
     images = input_vocab_size is None
     if images and (input_shape is None or len(input_shape) != 3):
@@ -153,10 +150,9 @@ class Transformer(nnx.Module):
     self.target_embedding = nnx.Embed(vocab_size, d, embedding_init=embed_init, rngs=rngs)
     if images:
       height, wide, channels = input_shape
-      if height % patch_size or wide % patch_size:
-        raise ConfigError(f'model.patch_size={patch_size} must divide the image size {height}x{wide}')
+      layers.check_patch(patch_size, (height, wide))
       self.grid = (height // patch_size, wide // patch_size)
-      self.patch_embedding = vit.PatchEmbedding(patch_size, channels, d, rngs=rngs)
+      self.patch_embedding = layers.PatchEmbedding(patch_size, channels, d, rngs=rngs)
       self.image_posemb = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (1, self.grid[0] * self.grid[1], d)))
     elif share_embeddings != 'all':
       self.input_embedding = nnx.Embed(input_vocab_size, d, embedding_init=embed_init, rngs=rngs)

@@ -22,8 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vit_jax_lab.config import ConfigError
-from vit_jax_lab.models import layers, vit
+from vit_jax_lab.errors import ConfigError
+import vit_jax_lab.models.layers as layers
+import vit_jax_lab.models.release as release
+import vit_jax_lab.models.vit as vit
 
 MODELS = ('spatiotemporal', 'factorised_encoder', 'factorised_self_attention', 'factorised_dot_product')
 
@@ -118,7 +120,7 @@ class FactorisedSelfAttentionBlock(layers.EncoderBlock):
 
 @dataclasses.dataclass(frozen=True)
 class _ImageModel:
-  """What `vit.from_release` needs to know of the image ViT whose weights this video model takes."""
+  """What `release.from_release` needs to know of the image ViT whose weights this video model takes."""
   pool: str
   posemb_type: str
   num_heads: int
@@ -167,6 +169,9 @@ class ViViT(nnx.Module):
     attention_impl: `jax.nn.dot_product_attention`'s implementation (None, 'xla', 'cudnn'), as for the ViT.
   """
 
+  TENSOR_PARALLEL = layers.TENSOR_PARALLEL
+  NO_DECAY = ('pos_embedding', 'cls', 'temporal_pos_embedding', 'temporal_cls')
+
   def __init__(self, num_classes: int, input_shape: tuple[int, ...], *, variant: str | None = None,
                model: str = 'spatiotemporal', embedding: str = 'tubelet', patch_size: int | None = None,
                tubelet_time: int | None = None, width: int | None = None, depth: int | None = None,
@@ -176,25 +181,25 @@ class ViViT(nnx.Module):
                gelu_approximate: bool = False, layernorm_epsilon: float = 1e-6, head_zero_init: bool = True,
                tubelet_init: str = 'central_frame', temporal_attention_init: str = 'zero', remat: str = 'none',
                scan: bool = False, attention_impl: str | None = None, rngs: nnx.Rngs):
-    remat = remat or 'none'  # The command line reads --config.model.remat=none as None.
     if len(input_shape) != 4:
       raise ConfigError(f'ViViT takes clips of shape (frames, height, width, channels), got {tuple(input_shape)}; '
                         'use a video dataset, or model.name="vit" for images')
     frames, height, wide, channels = input_shape
     pool = pool or ('tok' if model in MODELS[:2] else 'gap')
-    vit.check_options(
+    layers.check_options(
         dict(model=(model, MODELS), embedding=(embedding, ('tubelet', 'frames')), posemb=(posemb, ('learn', 'sincos')),
              pool=(pool, ('tok', 'gap') if model in MODELS[:2] else ('gap',)),
              attention_order=(attention_order, ('time_space', 'space_time')),
              tubelet_init=(tubelet_init, ('central_frame', 'inflate')),
              temporal_attention_init=(temporal_attention_init, ('zero', 'copy')),
-             remat=(remat, tuple(layers.REMAT_POLICIES)), attention_impl=(attention_impl, vit.ATTENTION_IMPLS)),
+             remat=(remat, tuple(layers.REMAT_POLICIES)), attention_impl=(attention_impl, layers.ATTENTION_IMPLS)),
         dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path))
     decoded = decode_variant(variant)
     variant_time = decoded.pop('tubelet_time', None)
     tubelet_time = None if embedding == 'frames' else tubelet_time or variant_time
-    dims = vit.resolve_dims(decoded, dict(patch_size=patch_size, width=width, depth=depth, mlp_dim=mlp_dim,
-                                          num_heads=num_heads), (height, wide), 'B/16x2')
+    dims = layers.resolve_dims(decoded, dict(patch_size=patch_size, width=width, depth=depth, mlp_dim=mlp_dim,
+                                             num_heads=num_heads), 'B/16x2')
+    layers.check_patch(dims['patch_size'], (height, wide))
     if embedding == 'tubelet' and (tubelet_time is None or tubelet_time < 1 or frames % tubelet_time):
       raise ConfigError(f'model.tubelet_time={tubelet_time} must be a positive divisor of the clip length '
                         f'{frames} (data.num_frames); or use model.embedding="frames"')
@@ -267,11 +272,11 @@ class ViViT(nnx.Module):
       if 'embedding' not in source or np.ndim(source['embedding']['kernel']) != 4 or 'temporal_encoder' in source:
         raise ConfigError('init_from: ViViT initialises from image ViT checkpoints (a release .npz or a ViT '
                           'workdir); this checkpoint is not one')
-      source = vit.to_release(source, self.num_heads)
+      source = release.to_release(source, self.num_heads)
     image_model = _ImageModel('tok' if self.cls is not None else 'gap',
                               'learn' if self.posemb_type == 'learn' else 'sincos2d', self.num_heads, self.space_grid)
     unscanned = layers.unscanned(params)
-    image, notes = vit.from_release(source, image_model, self.image_params(unscanned))
+    image, notes = release.from_release(source, image_model, self.image_params(unscanned))
     return layers.scanned_like(self.from_image(image, unscanned), params), notes
 
   def image_params(self, params: dict) -> dict:

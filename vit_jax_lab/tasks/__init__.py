@@ -1,16 +1,27 @@
-"""What a model is trained to do, by config name: inputs it needs, loss, metrics."""
+"""What a model is trained to do, by config name: inputs it needs, loss, metrics (the contract: base.Task)."""
 
-from vit_jax_lab.config import ConfigError
+from typing import Any
+
+import ml_collections
+
+from vit_jax_lab import config as config_lib
+from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tasks import classification, seq2seq
+from vit_jax_lab.tasks.base import Task
 
-TASKS = {'classification': classification.Classification, 'seq2seq': seq2seq.Seq2Seq}
+TASKS: dict[str, type[Task]] = {'classification': classification.Classification, 'seq2seq': seq2seq.Seq2Seq}
 
 
-def get(name: str) -> type:
+def get(name: str) -> type[Task]:
   if name not in TASKS:
     raise ConfigError(f'task.name={name!r} is not one of {", ".join(TASKS)}')
   return TASKS[name]
 
 
-def build(task_config):
+def config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
+  """`config.task`: the task's constructor keywords and defaults, with `overrides` applied."""
+  return config_lib.constructor_config(get(name), name, overrides)
+
+
+def build(task_config: ml_collections.ConfigDict) -> Task:
   return get(task_config.name)(**{k: v for k, v in task_config.items() if k != 'name'})

@@ -7,13 +7,12 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from vit_jax_lab.config import ConfigError
-from vit_jax_lab.data import images, pipeline, videos
+from vit_jax_lab.data import labels
+from vit_jax_lab.errors import ConfigError
+from vit_jax_lab.tasks.base import Batch, Preprocess, Task
 
-Batch = dict[str, jax.Array]
 
-
-class Classification:
+class Classification(Task):
   """Attributes:
     label_smoothing: mass spread uniformly over all classes in the training targets.
     mixup: alpha of the Beta distribution for mixup (Zhang et al. 2018); 0 turns it off. One mixing
@@ -28,21 +27,18 @@ class Classification:
     self.label_smoothing = label_smoothing
     self.mixup = mixup
 
-  def dataset_info(self, builder, data_config, workdir: str | None) -> 'images.DatasetInfo':
+  def dataset_info(self, builder, data_config, workdir: str | None) -> labels.LabelInfo:
     del workdir  # Nothing is derived from the data.
-    return pipeline.classification_info(builder, data_config)
+    return labels.dataset_info(builder, data_config)
 
-  def prepare(self, info: 'images.DatasetInfo', train: bool) -> None:
-    """The pipeline's default preparation: the input and label features."""
-
-  def pack(self, data_config) -> None:
-    """Examples are never packed."""
-
-  def model_kwargs(self, info: 'images.DatasetInfo') -> dict[str, Any]:
+  def model_kwargs(self, info: labels.LabelInfo) -> dict[str, Any]:
     return dict(num_classes=info.num_classes, input_shape=info.input_shape)
 
-  def preprocess(self, data_config, info: 'images.DatasetInfo', train: bool) -> Callable:
-    return (videos if info.input_key == 'video' else images).preprocess_fn(data_config, info, train)
+  def prepare(self, info: labels.LabelInfo, train: bool) -> Callable:
+    return labels.prepare_fn(info)
+
+  def preprocess(self, data_config, info: labels.LabelInfo, train: bool) -> Preprocess:
+    return labels.preprocess_fn(data_config, info, train)
 
   def loss(self, model: nnx.Module, batch: Batch, rng: jax.Array,
            step: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:

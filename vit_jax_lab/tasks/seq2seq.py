@@ -12,10 +12,11 @@ import tensorflow as tf
 from flax import nnx
 
 from vit_jax_lab import decode
-from vit_jax_lab.config import ConfigError
+from vit_jax_lab.errors import ConfigError
+from vit_jax_lab.tokens import BOS, PAD
 from vit_jax_lab.data import images, text
+from vit_jax_lab.tasks.base import Batch, Preprocess, Task
 
-Batch = dict[str, jax.Array]
 BLEU_ORDER = 4
 
 
@@ -23,10 +24,10 @@ def decoder_inputs(targets: jax.Array, positions: jax.Array | None = None) -> ja
   """Targets shifted right within each sequence: BOS where a sequence starts (position 0), PAD on padding."""
   positions = jnp.arange(targets.shape[1])[None] if positions is None else positions
   shifted = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
-  return jnp.where(targets == decode.PAD, decode.PAD, jnp.where(positions == 0, decode.BOS, shifted))
+  return jnp.where(targets == PAD, PAD, jnp.where(positions == 0, BOS, shifted))
 
 
-class Seq2Seq:
+class Seq2Seq(Task):
   """Attributes:
     label_smoothing: mass spread uniformly over the vocabulary in the training targets (the paper: 0.1).
     eval_decode: how evaluation produces outputs: 'greedy' or 'beam'.
@@ -76,18 +77,15 @@ class Seq2Seq:
   def prepare(self, info: text.TextInfo, train: bool) -> Callable:
     return text.prepare_fn(info, train)
 
-  def preprocess(self, data_config, info: text.TextInfo, train: bool) -> Callable:
+  def preprocess(self, data_config, info: text.TextInfo, train: bool) -> Preprocess:
     """(example, seed) -> {'inputs': padded token ids or a preprocessed image, 'targets': padded ids}."""
-    image_fn = None
-    if info.input_vocab is None:
-      image_info = images.DatasetInfo(0, 'image', info.input_shape, info.num_train, info.num_eval)
-      image_fn = images.preprocess_fn(data_config, image_info, train)
+    image_fn = None if info.input_vocab is not None else images.preprocess_fn(data_config, info.input_shape, train)
 
     def fn(example: dict, seed: tf.Tensor) -> dict:
       if image_fn is None:
         inputs = text.pad_to(example['inputs'], info.input_shape[0])
       else:
-        inputs = image_fn({'image': example['inputs'], 'label': 0}, seed)['inputs']
+        inputs = image_fn(example['inputs'], seed)
       return {'inputs': inputs, 'targets': text.pad_to(example['targets'], info.max_target_length)}
 
     return fn
@@ -117,10 +115,10 @@ class Seq2Seq:
     if self.scheduled_sampling > 0.0:
       rate = self.sampling_rate(step)
       predicted = decoder_inputs(jax.lax.stop_gradient(run(inputs)).argmax(-1).astype(targets.dtype), positions)
-      use = jax.random.bernoulli(mix_rng, rate, inputs.shape) & (inputs != decode.BOS) & (inputs != decode.PAD)
+      use = jax.random.bernoulli(mix_rng, rate, inputs.shape) & (inputs != BOS) & (inputs != PAD)
       inputs = jnp.where(use, predicted, inputs)
       metrics['sampling_rate'] = rate
-    loss, correct, tokens = token_sums(run(inputs), targets, targets != decode.PAD, self.label_smoothing)
+    loss, correct, tokens = token_sums(run(inputs), targets, targets != PAD, self.label_smoothing)
     tokens = jnp.maximum(tokens, 1.0)
     return loss / tokens, metrics | {'loss': loss / tokens, 'token_accuracy': correct / tokens}
 
@@ -140,7 +138,7 @@ class Seq2Seq:
     targets, mask = batch['targets'], batch['mask']
     encoded, encoder_segments = model.encode(batch['inputs'])
     logits = model.decode(decoder_inputs(targets), encoded, encoder_segments)
-    loss, correct, tokens = token_sums(logits, targets, (targets != decode.PAD) * mask[:, None])
+    loss, correct, tokens = token_sums(logits, targets, (targets != PAD) * mask[:, None])
     length = self.max_decode_length or targets.shape[1]
     decoded = self.generate(model, batch['inputs'], length, (encoded, encoder_segments))
     width = max(length, targets.shape[1])

@@ -1,0 +1,30 @@
+"""What the experiment scripts share: step times read back from a run, and the tables they write into READMEs."""
+
+import json
+import os
+
+import numpy as np
+
+
+def step_seconds(workdir: str) -> float:
+  """Median seconds per train step of a finished run, from its metrics.jsonl; the first logging interval
+  (which holds the compilation) is left out."""
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    rates = [m['train/steps_per_sec'] for m in map(json.loads, f) if 'train/steps_per_sec' in m]
+  return 1.0 / float(np.median(rates[1:] or rates))
+
+
+def write_table(script: str, lines: list[str], marker: str = 'table') -> None:
+  """Rewrites what lies between `<!-- marker -->` and `<!-- /marker -->` in the README.md beside the
+  experiment `script` (its __file__) with `lines`, and prints them. The prose around stays hand-written."""
+  path = os.path.join(os.path.dirname(os.path.abspath(script)), 'README.md')
+  begin, end = f'<!-- {marker} -->', f'<!-- /{marker} -->'
+  with open(path) as f:
+    text = f.read()
+  if begin not in text or end not in text:
+    raise ValueError(f'{path} has no {begin} ... {end} markers to write between')
+  start, stop = text.index(begin) + len(begin), text.index(end)
+  table = '\n'.join(lines)
+  with open(path, 'w') as f:
+    f.write(text[:start] + '\n' + table + '\n' + text[stop:])
+  print(table)

@@ -1,0 +1,51 @@
+"""The contract between the trainer and a task: everything `train.py` asks of one.
+
+A task owns what a model is trained to do: what it must know of the data, how examples become batches, the
+loss, and the evaluation metrics. A new objective is a class with these methods, registered in
+`tasks/__init__.py`; its constructor keywords are its config keys (`config.task`).
+"""
+
+from typing import Any, Callable, Protocol
+
+import jax
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from flax import nnx
+
+Batch = dict[str, jax.Array]
+Preprocess = Callable[[dict, tf.Tensor], dict]  # (example, per-example seed) -> model-ready features.
+
+
+class Task(Protocol):
+  """What the trainer calls, in the order it calls it. `info` is whatever `dataset_info` returns."""
+
+  def dataset_info(self, builder: tfds.core.DatasetBuilder, data_config: Any, workdir: str | None) -> Any:
+    """What the model and the task need to know of the data (shapes, classes, vocabularies) before building."""
+
+  def model_kwargs(self, info: Any) -> dict[str, Any]:
+    """The model's data-dependent constructor arguments (e.g. num_classes, input_shape)."""
+
+  def prepare(self, info: Any, train: bool) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
+    """The split's raw examples -> the features the task reads (deterministic: selection, tokenisation)."""
+
+  def preprocess(self, data_config: Any, info: Any, train: bool) -> Preprocess:
+    """One example -> model-ready arrays; randomness only from the given seed, so resumed streams repeat."""
+
+  def pack(self, data_config: Any) -> tuple[int, Callable[[dict, int], dict]] | None:
+    """(k, fn) to pack k batches' worth of examples into one batch with fn(examples, rows); None: no packing."""
+    return None
+
+  def loss(self, model: nnx.Module, batch: Batch, rng: jax.Array, step: jax.Array) -> tuple[jax.Array, dict]:
+    """(mean training loss, metrics to log) of one batch; runs inside the compiled train step."""
+
+  def eval_sums(self, model: nnx.Module, batch: Batch) -> dict[str, Any]:
+    """Metric sums over the batch's real (mask = 1) examples, inside the compiled eval step; arrays to score
+    on the host go under 'host'."""
+
+  def host_sums(self, host: dict[str, np.ndarray], info: Any) -> dict[str, np.ndarray]:
+    """More sums from the gathered 'host' arrays of `eval_sums` (e.g. BLEU statistics of decoded text)."""
+    return {}
+
+  def summarize(self, sums: dict[str, Any]) -> dict[str, float]:
+    """Sums over the whole eval split -> the reported metrics."""

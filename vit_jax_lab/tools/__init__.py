@@ -1,0 +1,1 @@
+"""Command-line programs built on the library; the library never imports them."""
