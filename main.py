@@ -13,6 +13,7 @@ from vit_jax_lab import errors
 def parse_args(argv: list[str]):
   """(config, workdir) from the command line; raises ConfigError on a bad key or value."""
   from vit_jax_lab import config as config_lib
+
   parser = argparse.ArgumentParser(prog='python -m main', description=__doc__.splitlines()[0])
   parser.add_argument('--config', required=True, help='PATH[:ARG], a file defining get_config(arg)')
   parser.add_argument('--workdir', required=True, help='checkpoints, metrics.jsonl, config.json, TensorBoard')
@@ -26,9 +27,11 @@ def parse_args(argv: list[str]):
 def main(argv: list[str]) -> int:
   config, workdir = parse_args(argv)
   from vit_jax_lab import parallel
+
   parallel.initialize_distributed(config)  # Before anything touches a JAX backend.
   parallel.enable_compilation_cache()
   from vit_jax_lab import train
+
   train.train_and_evaluate(config, workdir)
   return 0
 

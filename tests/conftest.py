@@ -14,8 +14,11 @@ import jax  # noqa: E402
 jax.config.update('jax_num_cpu_devices', 8)  # Before anything touches the backend.
 # One cache per test run, shared by pytest-xdist's workers (they set PYTEST_XDIST_TESTRUNUID alike).
 _run = os.environ.get('PYTEST_XDIST_TESTRUNUID')
-_cache = os.path.join(tempfile.gettempdir(), f'vit_jax_lab_cache_{_run}') if _run else tempfile.mkdtemp(
-    prefix='vit_jax_lab_cache_')
+_cache = (
+  os.path.join(tempfile.gettempdir(), f'vit_jax_lab_cache_{_run}')
+  if _run
+  else tempfile.mkdtemp(prefix='vit_jax_lab_cache_')
+)
 jax.config.update('jax_compilation_cache_dir', _cache)
 jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
 
@@ -34,7 +37,8 @@ def data_dir(tmp_path_factory) -> str:
   path = str(tmp_path_factory.mktemp('tensorflow_datasets'))
   builders.register('digits')
   tfds.builder('digits', data_dir=path).download_and_prepare(
-      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+    download_config=tfds.download.DownloadConfig(try_download_gcs=False)
+  )
   return path
 
 
@@ -43,7 +47,8 @@ def moving_digits_dir(data_dir) -> str:
   """The session's data_dir, with moving_digits built in it too (only by the tests that ask for it)."""
   builders.register('moving_digits')
   tfds.builder('moving_digits', data_dir=data_dir).download_and_prepare(
-      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+    download_config=tfds.download.DownloadConfig(try_download_gcs=False)
+  )
   return data_dir
 
 

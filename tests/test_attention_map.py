@@ -1,7 +1,7 @@
 """Attention maps and rollout, and the command that draws them."""
 
-import pytest
 import numpy as np
+import pytest
 from PIL import Image
 
 from vit_jax_lab import train

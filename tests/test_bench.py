@@ -12,12 +12,26 @@ SMOKE = os.path.join(ROOT, 'configs/vit/digits.py:smoke')
 SCAN_SMOKE = os.path.join(ROOT, 'configs/seq2seq/scan.py:simple,smoke')
 
 
+@pytest.mark.slow
 def test_bench_reports_a_real_and_a_synthetic_config(data_dir, tmp_path, capsys):
   out = tmp_path / 'bench.json'
   smoke = ['--config', SMOKE, f'--config.data.data_dir={data_dir}']
-  code = bench.main(['--steps', '3', '--warmup', '1', '--input_batches', '4', '--out', str(out), *smoke,
-                     f'--config={SMOKE}', f'--config.data.data_dir={data_dir}',
-                     '--config.data.batch_size=64'])
+  code = bench.main(
+    [
+      '--steps',
+      '3',
+      '--warmup',
+      '1',
+      '--input_batches',
+      '4',
+      '--out',
+      str(out),
+      *smoke,
+      f'--config={SMOKE}',
+      f'--config.data.data_dir={data_dir}',
+      '--config.data.batch_size=64',
+    ]
+  )
   assert code == 0
   first, second = json.loads(out.read_text())
   assert (first['batch'], second['batch']) == (32, 64) and first['input_shape'] == [8, 8, 1]
@@ -31,31 +45,52 @@ def test_bench_reports_a_real_and_a_synthetic_config(data_dir, tmp_path, capsys)
   assert '| config | model |' in capsys.readouterr().out
 
   # Compile only; a scanned model's FLOPs are those of its unscanned twin (XLA counts a loop body once).
-  code = bench.main(['--steps', '0', '--synthetic', '16,16,3,100', '--out', str(out), *smoke, *smoke,
-                     '--config.model.scan=true'])
+  code = bench.main(
+    ['--steps', '0', '--synthetic', '16,16,3,100', '--out', str(out), *smoke, *smoke, '--config.model.scan=true']
+  )
   plain, scanned = json.loads(out.read_text())
   assert code == 0 and plain['compile_s'] > 0 and plain['peak_memory_gib'] > 0 and 'step_s_median' not in plain
   assert plain['input_shape'] == [16, 16, 3] and plain['input_examples_per_s'] is None
   assert scanned['step_tflop'] == pytest.approx(plain['step_tflop'], rel=0.02)
 
 
+@pytest.mark.slow
 def test_bench_times_a_seq2seq_config_on_random_tokens(tmp_path):
   out = tmp_path / 'bench.json'
-  assert bench.main(['--steps', '0', '--synthetic', '12,50', '--out', str(out), '--config', SCAN_SMOKE,
-                     '--config', SCAN_SMOKE, '--config.data.batch_size=64']) == 0
+  assert (
+    bench.main(
+      [
+        '--steps',
+        '0',
+        '--synthetic',
+        '12,50',
+        '--out',
+        str(out),
+        '--config',
+        SCAN_SMOKE,
+        '--config',
+        SCAN_SMOKE,
+        '--config.data.batch_size=64',
+      ]
+    )
+    == 0
+  )
   first, second = json.loads(out.read_text())
   assert first['input_shape'] == [12] and first['input_examples_per_s'] is None and first['compile_s'] > 0
   assert second['step_tflop'] == pytest.approx(2 * first['step_tflop'], rel=0.1)  # Twice the batch.
 
 
-@pytest.mark.parametrize('argv, message', [
+@pytest.mark.parametrize(
+  'argv, message',
+  [
     (['--config.seed=1'], 'give --config PATH before its overrides'),
     ([], 'give at least one --config'),
     (['--config', SMOKE, '--synthetic', '16,16'], 'expected H,W,C,CLASSES'),
     (['--config', SCAN_SMOKE, '--synthetic', '16,16,3,100'], 'expected LENGTH,VOCAB'),
     (['--config', SMOKE, '--config.model.widht=3'], "unknown config key 'model.widht'"),
     (['--steps', '-1', '--config', SMOKE], '--steps and --warmup must be >= 0'),
-])
+  ],
+)
 def test_bad_arguments_are_one_line_errors(argv, message, capsys):
   assert bench.main(argv) == 2
   err = capsys.readouterr().err

@@ -14,16 +14,28 @@ CONFIG = os.path.join(ROOT, 'configs/vit/digits.py')
 
 
 def test_override_reaches_the_model(data_dir):
-  config, workdir = main.parse_args([
-      '--config', CONFIG, '--workdir', 'w', f'--config.data.data_dir={data_dir}', '--config.model.width=48',
-      '--config.model.num_heads=3', '--config.model.pool=tok', '--config.optim.lr=0.01'])
+  config, workdir = main.parse_args(
+    [
+      '--config',
+      CONFIG,
+      '--workdir',
+      'w',
+      f'--config.data.data_dir={data_dir}',
+      '--config.model.width=48',
+      '--config.model.num_heads=3',
+      '--config.model.pool=tok',
+      '--config.optim.lr=0.01',
+    ]
+  )
   assert (workdir, config.model.width, config.optim.lr) == ('w', 48, 0.01)
   params = train.setup(config).abstract_state.params
   assert params['cls'].shape == (1, 1, 48)
   assert params['encoder']['blocks'][0]['attn']['qkv']['kernel'].shape == (48, 144)
 
 
-@pytest.mark.parametrize('overrides, message', [
+@pytest.mark.parametrize(
+  'overrides, message',
+  [
     (['--config.model.widht=3'], "unknown config key 'model.widht': valid keys at model are"),
     (['--config.data.batch_size=lots'], '--config.data.batch_size=lots: expected int'),
     (['--config.data.batch_size=1.5'], '--config.data.batch_size=1.5: expected int'),
@@ -34,7 +46,10 @@ def test_override_reaches_the_model(data_dir):
     (['--config.data.eval_batch_size=60'], 'data.eval_batch_size=60 must be divisible by the 8 batch shards'),
     (['--config.data.name=no_such_dataset'], "data.name='no_such_dataset' is not a TFDS dataset"),
     (['--config.data.name=mnist'], "data.name='mnist' is not prepared in data.data_dir="),
-    (['--config.data.data_dir=/no/such/dir', '--config.data.name=mnist'], "data.data_dir='/no/such/dir' does not exist"),
+    (
+      ['--config.data.data_dir=/no/such/dir', '--config.data.name=mnist'],
+      "data.data_dir='/no/such/dir' does not exist",
+    ),
     (['--config.data.eval_split=validation'], "data.eval_split='validation' is not a split of digits"),
     (['--config.model.name=resnet'], "model.name='resnet' is not one of vit"),
     (['--config.model.variant=Q/16'], "model.variant='Q/16': expected SIZE[/PATCH]"),
@@ -52,7 +67,8 @@ def test_override_reaches_the_model(data_dir):
     (['--config.init_from=/no/such.npz'], "init_from='/no/such.npz' does not exist"),
     (['--config.model.dropout=1.0'], 'model.dropout=1.0 must be in [0, 1)'),
     (['--batch_size=3'], "unrecognised argument '--batch_size=3'"),
-])
+  ],
+)
 def test_bad_config_is_one_line_and_exit_2(overrides, message, data_dir, tmp_path, capsys):
   workdir = str(tmp_path / 'run')
   argv = ['--config', CONFIG, '--workdir', workdir, f'--config.data.data_dir={data_dir}', *overrides]
@@ -70,8 +86,12 @@ def test_missing_config_file(capsys):
 
 def test_real_process_exits_2_without_traceback(tmp_path):
   result = subprocess.run(
-      [sys.executable, '-m', 'main', '--config', CONFIG, '--workdir', str(tmp_path), '--config.optim.lr=fast'],
-      cwd=ROOT, capture_output=True, text=True, timeout=120)
+    [sys.executable, '-m', 'main', '--config', CONFIG, '--workdir', str(tmp_path), '--config.optim.lr=fast'],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert result.returncode == 2
   assert result.stderr.strip().splitlines()[-1] == 'error: --config.optim.lr=fast: expected float'
   assert 'Traceback' not in result.stderr

@@ -23,6 +23,7 @@ def test_digits_builder_split_sizes_and_values(data_dir):
     assert set(data['label'].tolist()) == set(range(10))
   # The split is the documented one: example i of scikit-learn's order is a test example when i % 5 == 0.
   from sklearn.datasets import load_digits
+
   digits = load_digits()
   test = tfds.as_numpy(builder.as_dataset(split='test', batch_size=-1, shuffle_files=False))
   expected = np.round(digits.images[::5] * 255 / 16).astype(np.uint8)
@@ -43,8 +44,15 @@ def test_preprocessing_value_range(smoke_config):
 def stream(config, start_step, num_batches):
   builder, info = pipeline.load(config.data, labels.dataset_info)
   sharding = jax.sharding.NamedSharding(parallel.make_mesh(config.mesh), parallel.BATCH)
-  it = pipeline.train_iterator(builder, config.data, preprocess_fn(config.data, info, train=True), sharding,
-                               seed=config.seed, start_step=start_step, prepare=labels.prepare_fn(info))
+  it = pipeline.train_iterator(
+    builder,
+    config.data,
+    preprocess_fn(config.data, info, train=True),
+    sharding,
+    seed=config.seed,
+    start_step=start_step,
+    prepare=labels.prepare_fn(info),
+  )
   return [jax.device_get(next(it)) for _ in range(num_batches)]
 
 
@@ -64,8 +72,10 @@ def test_each_epoch_is_a_permutation(smoke_config):
   config = smoke_config(data__batch_size=16, data__crop_padding=0, data__value_range=(0.0, 255.0))
   batches = stream(config, 0, 2 * 1437 // 16)  # Two epochs, less the remainders.
   images = np.concatenate([b['inputs'] for b in batches]).round().astype(np.uint8)
-  train = tfds.as_numpy(pipeline.load(config.data, labels.dataset_info)[0].as_dataset(split='train', batch_size=-1))['image']
-  first, second = images[:1437 // 16 * 16], images[1437:]
+  train = tfds.as_numpy(pipeline.load(config.data, labels.dataset_info)[0].as_dataset(split='train', batch_size=-1))[
+    'image'
+  ]
+  first, second = images[: 1437 // 16 * 16], images[1437:]
   full = collections.Counter(map(bytes, train))
   for epoch in (first, second):  # No example of an epoch appears more often than in the split.
     assert not collections.Counter(map(bytes, epoch)) - full

@@ -20,14 +20,17 @@ def builder(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def splits(builder):
-  return {split: tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1, shuffle_files=False))
-          for split in ('train', 'test')}
+  return {
+    split: tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1, shuffle_files=False))
+    for split in ('train', 'test')
+  }
 
 
 @pytest.fixture(scope='module')
 def digit_images():
   """split -> label -> set of 8x8 image bytes, from scikit-learn directly (test when i % 5 == 0)."""
   from sklearn.datasets import load_digits
+
   digits = load_digits()
   images = np.round(digits.images * 255 / 16).astype(np.uint8)
   by_split = {'train': collections.defaultdict(set), 'test': collections.defaultdict(set)}
@@ -65,10 +68,10 @@ def test_captions_are_one_to_three_digit_words_and_all_counts_occur(splits):
 def test_slots_are_the_named_digits_of_the_same_split_and_empty_slots_are_zero(splits, digit_images):
   for split, data in splits.items():
     for image, words in zip(data['image'], captions(data)):
-      slots = [image[:, 8 * s:8 * (s + 1), 0] for s in range(3)]
+      slots = [image[:, 8 * s : 8 * (s + 1), 0] for s in range(3)]
       for slot, word in zip(slots, words):
         assert slot.tobytes() in digit_images[split][WORDS.index(word)], (split, words)
-      for slot in slots[len(words):]:
+      for slot in slots[len(words) :]:
         assert not slot.any(), (split, words)
 
 

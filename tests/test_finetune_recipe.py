@@ -1,11 +1,11 @@
 """The fine-tuning recipe runs end to end (tiny variant, built-in data); accumulation is exact."""
 
-import pytest
 import json
 import os
 
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 
 from vit_jax_lab import checkpoints, config as config_lib, train
@@ -33,8 +33,15 @@ def test_recipe_runs_from_a_release_checkpoint(data_dir, tmp_path, capsys):
 
   c = config_lib.load(os.path.join(ROOT, 'configs/vit/finetune.py:cifar10,mu/4,4'))
   c.init_from = npz
-  c.data.update(name='digits', data_dir=data_dir, train_split='train', eval_split='test', image_size=16,
-                batch_size=64, eval_batch_size=64)
+  c.data.update(
+    name='digits',
+    data_dir=data_dir,
+    train_split='train',
+    eval_split='test',
+    image_size=16,
+    batch_size=64,
+    eval_batch_size=64,
+  )
   c.log_every = 1
   workdir = str(tmp_path / 'run')
   train.train_and_evaluate(c, workdir)
@@ -50,6 +57,7 @@ def test_recipe_runs_from_a_release_checkpoint(data_dir, tmp_path, capsys):
 
 def test_gradient_accumulation_equals_one_big_batch(smoke_config):
   from test_train import run_steps
+
   plain = dict(model__dropout=0.0, model__drop_path=0.0, task__mixup=0.0, data__batch_size=64)
   losses, params, _ = run_steps(smoke_config(**plain), jax.devices(), num_steps=3)
   accumulated_losses, accumulated, _ = run_steps(smoke_config(accum_steps=4, **plain), jax.devices(), num_steps=3)

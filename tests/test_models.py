@@ -14,20 +14,35 @@ from vit_jax_lab.models import layers, vit
 def abstract_logits(num_classes, input_shape, batch=2, **kwargs):
   def forward(images):
     return vit.ViT(num_classes, input_shape, rngs=nnx.Rngs(0), **kwargs)(images)
+
   return jax.eval_shape(forward, jax.ShapeDtypeStruct((batch, *input_shape), jnp.float32))
 
 
-@pytest.mark.parametrize('variant, input_shape, num_classes', [
-    ('mu/2', (8, 8, 1), 10), ('mu/4', (16, 24, 3), 7), ('Ti/16', (224, 224, 3), 1000),
-    ('S/16', (64, 96, 3), 5), ('B/32', (384, 384, 3), 100), ('L/14', (224, 224, 3), 21843)])
+@pytest.mark.parametrize(
+  'variant, input_shape, num_classes',
+  [
+    ('mu/2', (8, 8, 1), 10),
+    ('mu/4', (16, 24, 3), 7),
+    ('Ti/16', (224, 224, 3), 1000),
+    ('S/16', (64, 96, 3), 5),
+    ('B/32', (384, 384, 3), 100),
+    ('L/14', (224, 224, 3), 21843),
+  ],
+)
 @pytest.mark.parametrize('pool', ['tok', 'gap'])
 def test_output_shape(variant, input_shape, num_classes, pool):
   assert abstract_logits(num_classes, input_shape, variant=variant, pool=pool).shape == (2, num_classes)
 
 
-PUBLISHED = {'Ti/16': (5_717_416, 1.25), 'S/16': (22_050_664, 4.60), 'B/16': (86_567_656, 17.56),
-             'B/32': (88_224_232, 4.41), 'L/16': (304_326_632, 61.55), 'L/32': (306_535_400, None),
-             'H/14': (632_045_800, 167.3)}
+PUBLISHED = {
+  'Ti/16': (5_717_416, 1.25),
+  'S/16': (22_050_664, 4.60),
+  'B/16': (86_567_656, 17.56),
+  'B/32': (88_224_232, 4.41),
+  'L/16': (304_326_632, 61.55),
+  'L/32': (306_535_400, None),
+  'H/14': (632_045_800, 167.3),
+}
 
 
 @pytest.mark.parametrize('variant', PUBLISHED)
@@ -42,9 +57,15 @@ def test_parameters_and_macs_match_the_published_models(variant):
 def test_macs_count_matmuls_exactly():
   """A hand-counted case: one 3x4 @ 4x5 matmul inside a scan of length 2, and a 1x1 convolution."""
   x, w = jnp.ones((3, 4)), jnp.ones((4, 5))
-  scanned = lambda x, w: jax.lax.scan(lambda c, _: (c, x @ w), 0.0, None, length=2)[1]
+
+  def scanned(x, w):
+    return jax.lax.scan(lambda c, _: (c, x @ w), 0.0, None, length=2)[1]
+
   assert cost.matmul_macs(scanned, x, w) == 2 * 3 * 4 * 5
-  conv = lambda x, k: jax.lax.conv_general_dilated(x, k, (1, 1), 'VALID', dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+
+  def conv(x, k):
+    return jax.lax.conv_general_dilated(x, k, (1, 1), 'VALID', dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+
   assert cost.matmul_macs(conv, jnp.ones((2, 6, 6, 3)), jnp.ones((1, 1, 3, 8))) == 2 * 36 * 8 * 3
 
 
@@ -69,8 +90,9 @@ def test_token_layout():
 def test_patch_embedding_equals_strided_convolution():
   model = vit.ViT(10, (8, 8, 3), variant='mu/4', rngs=nnx.Rngs(0))
   images = jax.random.normal(jax.random.key(1), (2, 8, 8, 3))
-  conv = jax.lax.conv_general_dilated(images, model.embedding.kernel[...], (4, 4), 'VALID',
-                                      dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+  conv = jax.lax.conv_general_dilated(
+    images, model.embedding.kernel[...], (4, 4), 'VALID', dimension_numbers=('NHWC', 'HWIO', 'NHWC')
+  )
   np.testing.assert_allclose(model.embedding(images), conv.reshape(2, 4, 64) + model.embedding.bias[...], atol=1e-5)
 
 
@@ -80,8 +102,15 @@ def test_options_change_the_function():
   base = vit.ViT(10, (8, 8, 1), rngs=nnx.Rngs(0), **kwargs)
   logits = base(images)
   assert np.all(np.asarray(vit.ViT(10, (8, 8, 1), variant='mu/2', rngs=nnx.Rngs(0))(images)) == 0)  # Zero head.
-  for option in (dict(prenorm=False), dict(gelu_approximate=True), dict(pool='gap'), dict(pool='map'),
-                 dict(posemb='sincos2d'), dict(representation_size=16), dict(layernorm_epsilon=1e-2)):
+  for option in (
+    dict(prenorm=False),
+    dict(gelu_approximate=True),
+    dict(pool='gap'),
+    dict(pool='map'),
+    dict(posemb='sincos2d'),
+    dict(representation_size=16),
+    dict(layernorm_epsilon=1e-2),
+  ):
     other = vit.ViT(10, (8, 8, 1), rngs=nnx.Rngs(0), **(kwargs | option))(images)
     assert not np.allclose(other, logits, atol=1e-4), option
   # Dropout and stochastic depth act in training only, and depend on the rngs given.
@@ -100,10 +129,18 @@ def test_explicit_attention_equals_fused_attention():
   heads = attn.heads(x)
   cotangent = jax.random.normal(jax.random.key(3), heads[0].shape)
   for mask in (None, jnp.tril(jnp.ones((5, 5), bool))[None, None]):
-    ours = lambda q, k, v: attn.attend(q, k, v, train=False, rngs=None, mask=mask)
-    fused = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, mask=mask)
+
+    def ours(q, k, v):
+      return attn.attend(q, k, v, train=False, rngs=None, mask=mask)
+
+    def fused(q, k, v):
+      return jax.nn.dot_product_attention(q, k, v, mask=mask)
+
     np.testing.assert_allclose(ours(*heads), fused(*heads), atol=1e-5)
-    grad = lambda f: jax.grad(lambda *a: jnp.sum(f(*a) * cotangent), argnums=(0, 1, 2))(*heads)
+
+    def grad(f):
+      return jax.grad(lambda *a: jnp.sum(f(*a) * cotangent), argnums=(0, 1, 2))(*heads)
+
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), grad(ours), grad(fused))
   explicit = jnp.einsum('bhqk,bkhd->bqhd', attn.weights(x), heads[2]).reshape(2, 5, 32)
   np.testing.assert_allclose(attn(x), attn.out(explicit), atol=1e-5)

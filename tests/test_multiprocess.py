@@ -33,12 +33,30 @@ def test_two_processes_match_one_process(smoke_config, data_dir, tmp_path):
     port = s.getsockname()[1]
   multi = str(tmp_path / 'multi')
   env = os.environ | {'JAX_NUM_CPU_DEVICES': '4', 'JAX_PLATFORMS': 'cpu'}
-  procs = [subprocess.Popen(
-      [sys.executable, '-m', 'main', '--config', 'configs/vit/digits.py:smoke', '--workdir', multi,
-       f'--config.data.data_dir={data_dir}', '--config.data.shards=2',
-       f'--config.distributed.coordinator_address=127.0.0.1:{port}', '--config.distributed.num_processes=2',
-       f'--config.distributed.process_id={i}'],
-      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+  procs = [
+    subprocess.Popen(
+      [
+        sys.executable,
+        '-m',
+        'main',
+        '--config',
+        'configs/vit/digits.py:smoke',
+        '--workdir',
+        multi,
+        f'--config.data.data_dir={data_dir}',
+        '--config.data.shards=2',
+        f'--config.distributed.coordinator_address=127.0.0.1:{port}',
+        '--config.distributed.num_processes=2',
+        f'--config.distributed.process_id={i}',
+      ],
+      cwd=ROOT,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    for i in range(2)
+  ]
   outputs = [p.communicate(timeout=300)[0] for p in procs]
   assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
   assert "mesh {'data': 8, 'fsdp': 1, 'model': 1}" in outputs[0]
@@ -46,7 +64,8 @@ def test_two_processes_match_one_process(smoke_config, data_dir, tmp_path):
   single_losses, single_evals = losses(single)
   multi_losses, multi_evals = losses(multi)
   assert sorted(multi_losses) == list(range(1, 7))
-  np.testing.assert_allclose([multi_losses[k] for k in sorted(multi_losses)],
-                             [single_losses[k] for k in sorted(single_losses)], rtol=1e-5)
+  np.testing.assert_allclose(
+    [multi_losses[k] for k in sorted(multi_losses)], [single_losses[k] for k in sorted(single_losses)], rtol=1e-5
+  )
   assert [e['eval/examples'] for e in multi_evals] == [360.0, 360.0]
   np.testing.assert_allclose([e['eval/accuracy'] for e in multi_evals], [e['eval/accuracy'] for e in single_evals])

@@ -24,25 +24,31 @@ def test_remat_policies_give_the_same_steps(smoke_config):
   assert_same_run(run_steps(smoke_config(model__remat='full'), devices, num_steps=3), reference)
 
 
+@pytest.mark.slow
 def test_scanned_layers_give_the_same_steps(smoke_config):
   """Scanned layers draw their dropout keys per layer, so the comparison runs without dropout; the scanned
   run starts from the unscanned run's initial parameters (converted) and ends with the same ones."""
   plain = dict(model__dropout=0.0, model__drop_path=0.0)
   devices = jax.devices()[:2]
   losses, params, _ = run_steps(smoke_config(**plain), devices, num_steps=3)
-  scan_losses, scan_params, _ = run_steps(smoke_config(model__scan=True, **plain), devices, num_steps=3,
-                                          initial_from=smoke_config(**plain))
+  scan_losses, scan_params, _ = run_steps(
+    smoke_config(model__scan=True, **plain), devices, num_steps=3, initial_from=smoke_config(**plain)
+  )
   np.testing.assert_allclose(scan_losses, losses, rtol=1e-5)
-  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5), layers.unscanned(scan_params),
-               params)
+  jax.tree.map(
+    lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5), layers.unscanned(scan_params), params
+  )
 
 
+@pytest.mark.slow
 def test_bfloat16_and_float16_compute_are_close_to_float32(smoke_config):
   """Parameters stay float32; float16's dynamic loss scale doubles after `loss_scale_period` finite steps."""
   devices = jax.devices()[:2]
   losses, params, _ = run_steps(smoke_config(), devices, num_steps=3)
-  runs = {'bfloat16': run_steps(smoke_config(compute_dtype='bfloat16'), devices, num_steps=3),
-          'float16': run_steps(smoke_config(compute_dtype='float16', loss_scale_period=2), devices, num_steps=3)}
+  runs = {
+    'bfloat16': run_steps(smoke_config(compute_dtype='bfloat16'), devices, num_steps=3),
+    'float16': run_steps(smoke_config(compute_dtype='float16', loss_scale_period=2), devices, num_steps=3),
+  }
   for dtype, (low_losses, low_params, _) in runs.items():
     np.testing.assert_allclose(low_losses, losses, rtol=2e-2, err_msg=dtype)
     # It really ran in low precision (the first losses agree closely: the head starts at zero).
@@ -115,10 +121,22 @@ def test_scanned_and_unscanned_layouts_convert_exactly():
 
 
 def test_scanned_vivit_initialises_from_an_image_vit():
-  image = vit.ViT(10, (16, 16, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=4, pool='gap',
-                  rngs=nnx.Rngs(0))
-  video = vivit.ViViT(10, (4, 16, 16, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=4,
-                      tubelet_time=2, model='factorised_self_attention', scan=True, rngs=nnx.Rngs(1))
+  image = vit.ViT(
+    10, (16, 16, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=4, pool='gap', rngs=nnx.Rngs(0)
+  )
+  video = vivit.ViViT(
+    10,
+    (4, 16, 16, 3),
+    width=32,
+    depth=2,
+    mlp_dim=64,
+    num_heads=4,
+    patch_size=4,
+    tubelet_time=2,
+    model='factorised_self_attention',
+    scan=True,
+    rngs=nnx.Rngs(1),
+  )
   params = nnx.state(video, nnx.Param)
   loaded, _ = video.load_pretrained(nnx.state(image, nnx.Param).to_pure_dict(), params.to_pure_dict())
   params.replace_by_pure_dict(loaded)
@@ -135,10 +153,12 @@ def test_attention_implementation_is_selectable():
   xla = vit.ViT(10, (16, 16, 3), head_zero_init=False, attention_impl='xla', rngs=nnx.Rngs(0), **kw)
   assert xla.encoder.blocks[0].attn.implementation == 'xla'
   np.testing.assert_array_equal(xla(x), auto(x))
-  video = vivit.ViViT(10, (4, 16, 16, 3), tubelet_time=2, model='factorised_self_attention', attention_impl='xla',
-                      rngs=nnx.Rngs(0), **kw)
+  video = vivit.ViViT(
+    10, (4, 16, 16, 3), tubelet_time=2, model='factorised_self_attention', attention_impl='xla', rngs=nnx.Rngs(0), **kw
+  )
   assert video.encoder.blocks[0].temporal_attn.implementation == 'xla'
   from vit_jax_lab.config import ConfigError
+
   with pytest.raises(ConfigError, match="model.attention_impl='cudnn' needs an NVIDIA GPU"):
     vit.ViT(10, (16, 16, 3), attention_impl='cudnn', rngs=nnx.Rngs(0), **kw)
 
@@ -147,14 +167,22 @@ def test_cpu_steps_compile_their_matmuls_without_ynnpack(smoke_config, monkeypat
   """parallel.compiler_options keeps XLA:CPU's matmuls on its Eigen kernels (YNNPACK, the default, ran them
   slower here), for the train and eval steps; an XLA_FLAGS that sets the option itself wins."""
   s, batch = bench.synthetic_setup(smoke_config(), '16,16,3,10')
-  compiled = lambda fn, *args: fn.lower(*args).compile().as_text()
-  matmul, a = (lambda x: x @ x), jax.numpy.ones((64, 64))
+
+  def compiled(fn, *args):
+    return fn.lower(*args).compile().as_text()
+
+  def matmul(x):
+    return x @ x
+
+  a = jax.numpy.ones((64, 64))
   assert 'ynn_fusion' in compiled(jax.jit(matmul), a)  # What the option turns off.
   assert 'ynn_fusion' not in compiled(jax.jit(matmul, compiler_options=parallel.compiler_options(s.mesh)), a)
   state = train.init_state(s)
   eval_batch = batch | {'mask': batch['label'] >= 0}
-  for text in (compiled(train.make_train_step(s), state, batch),
-               compiled(train.make_eval_step(s), state.params, eval_batch)):
+  for text in (
+    compiled(train.make_train_step(s), state, batch),
+    compiled(train.make_eval_step(s), state.params, eval_batch),
+  ):
     assert ' dot(' in text and 'ynn_fusion' not in text
   monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_experimental_ynn_fusion_type=individual_dot')
   assert parallel.compiler_options(s.mesh) is None

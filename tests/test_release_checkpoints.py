@@ -29,8 +29,11 @@ def load(model, params, source):
 
 def to_big_vision(flat, scanned=False, class_token_row=False):
   """The vision_transformer layout written in big_vision's names (what big_vision releases look like)."""
-  names = {'MultiHeadDotProductAttention_1': 'MultiHeadDotProductAttention_0', 'LayerNorm_2': 'LayerNorm_1',
-           'MlpBlock_3': 'MlpBlock_0'}
+  names = {
+    'MultiHeadDotProductAttention_1': 'MultiHeadDotProductAttention_0',
+    'LayerNorm_2': 'LayerNorm_1',
+    'MlpBlock_3': 'MlpBlock_0',
+  }
   out = {}
   for k, v in flat.items():
     parts = k.split('/')
@@ -41,8 +44,9 @@ def to_big_vision(flat, scanned=False, class_token_row=False):
     pos = out.pop('Transformer/posembed_input/pos_embedding')
     out['pos_embedding'] = pos[:, 1:] if class_token_row else pos  # No class-token row in big_vision.
   if scanned:
-    blocks = sorted({k.split('/')[1] for k in out if k.startswith('Transformer/encoderblock_')},
-                    key=lambda b: int(b.split('_')[1]))
+    blocks = sorted(
+      {k.split('/')[1] for k in out if k.startswith('Transformer/encoderblock_')}, key=lambda b: int(b.split('_')[1])
+    )
     for key in [k for k in out if k.startswith('Transformer/encoderblock_0/')]:
       rest = key.split('/', 2)[2]
       out[f'Transformer/encoderblock/{rest}'] = np.stack([out.pop(f'Transformer/{b}/{rest}') for b in blocks])
@@ -96,8 +100,10 @@ def test_fine_tuning_adaptations():
   assert any('resampled (1, 5, 64) -> (1, 17, 64)' in n for n in notes)
   np.testing.assert_array_equal(loaded['head']['kernel'], params['head']['kernel'])
   np.testing.assert_array_equal(loaded['pos_embedding'][:, 0], source_params['pos_embedding'][:, 0])
-  np.testing.assert_array_equal(loaded['encoder']['blocks'][3]['mlp']['fc2']['kernel'],
-                                source_params['encoder']['blocks'][3]['mlp']['fc2']['kernel'])
+  np.testing.assert_array_equal(
+    loaded['encoder']['blocks'][3]['mlp']['fc2']['kernel'],
+    source_params['encoder']['blocks'][3]['mlp']['fc2']['kernel'],
+  )
 
 
 def test_posemb_resampling():

@@ -11,19 +11,19 @@ from vit_jax_lab.data.builders import scan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAPER_PAIRS = {  # Lake & Baroni 2018, Fig. 1 and Appendix.
-    'jump': 'I_JUMP',
-    'jump left': 'I_TURN_LEFT I_JUMP',
-    'jump around right': 'I_TURN_RIGHT I_JUMP I_TURN_RIGHT I_JUMP I_TURN_RIGHT I_JUMP I_TURN_RIGHT I_JUMP',
-    'turn left twice': 'I_TURN_LEFT I_TURN_LEFT',
-    'jump thrice': 'I_JUMP I_JUMP I_JUMP',
-    'jump opposite left after walk around left': 'I_TURN_LEFT I_WALK I_TURN_LEFT I_WALK I_TURN_LEFT I_WALK '
-                                                 'I_TURN_LEFT I_WALK I_TURN_LEFT I_TURN_LEFT I_JUMP',
-    'walk and jump': 'I_WALK I_JUMP',
-    'walk after jump': 'I_JUMP I_WALK',
-    'turn opposite left': 'I_TURN_LEFT I_TURN_LEFT',
-    'turn around right': 'I_TURN_RIGHT I_TURN_RIGHT I_TURN_RIGHT I_TURN_RIGHT',
-    'look opposite right thrice': 'I_TURN_RIGHT I_TURN_RIGHT I_LOOK I_TURN_RIGHT I_TURN_RIGHT I_LOOK '
-                                  'I_TURN_RIGHT I_TURN_RIGHT I_LOOK',
+  'jump': 'I_JUMP',
+  'jump left': 'I_TURN_LEFT I_JUMP',
+  'jump around right': 'I_TURN_RIGHT I_JUMP I_TURN_RIGHT I_JUMP I_TURN_RIGHT I_JUMP I_TURN_RIGHT I_JUMP',
+  'turn left twice': 'I_TURN_LEFT I_TURN_LEFT',
+  'jump thrice': 'I_JUMP I_JUMP I_JUMP',
+  'jump opposite left after walk around left': 'I_TURN_LEFT I_WALK I_TURN_LEFT I_WALK I_TURN_LEFT I_WALK '
+  'I_TURN_LEFT I_WALK I_TURN_LEFT I_TURN_LEFT I_JUMP',
+  'walk and jump': 'I_WALK I_JUMP',
+  'walk after jump': 'I_JUMP I_WALK',
+  'turn opposite left': 'I_TURN_LEFT I_TURN_LEFT',
+  'turn around right': 'I_TURN_RIGHT I_TURN_RIGHT I_TURN_RIGHT I_TURN_RIGHT',
+  'look opposite right thrice': 'I_TURN_RIGHT I_TURN_RIGHT I_LOOK I_TURN_RIGHT I_TURN_RIGHT I_LOOK '
+  'I_TURN_RIGHT I_TURN_RIGHT I_LOOK',
 }
 
 
@@ -34,7 +34,8 @@ def scan_dir(tmp_path_factory) -> str:
   for name in ('scan/simple', 'scan/length'):
     builders.register(name)
     tfds.builder(name, data_dir=path).download_and_prepare(
-        download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+      download_config=tfds.download.DownloadConfig(try_download_gcs=False)
+    )
   return path
 
 
@@ -66,7 +67,13 @@ def test_grammar_counts_and_paper_examples():
   assert max(len(c.split()) for c in table) == scan.MAX_COMMAND_LENGTH == 9
   assert len({w for c in table for w in c.split()}) == 13
   assert {w for a in table.values() for w in a.split()} == {
-      'I_WALK', 'I_LOOK', 'I_RUN', 'I_JUMP', 'I_TURN_LEFT', 'I_TURN_RIGHT'}
+    'I_WALK',
+    'I_LOOK',
+    'I_RUN',
+    'I_JUMP',
+    'I_TURN_LEFT',
+    'I_TURN_RIGHT',
+  }
   assert 'turn' not in table and 'walk twice and' not in table  # Not sentences of the grammar.
   assert pairs == scan.pairs()  # Deterministic order.
 

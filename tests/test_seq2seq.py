@@ -50,11 +50,18 @@ def test_packed_sequences_equal_each_alone():
   b_src, b_tgt = jnp.array([9, 4, 3, 2]), jnp.array([1, 6])
   alone_a = model(a_src[None], a_tgt[None])[0]
   alone_b = model(b_src[None], b_tgt[None])[0]
-  row = lambda x, y: jnp.concatenate([x, y, jnp.zeros(1, x.dtype)])[None]
-  packed = model(row(a_src, b_src), row(a_tgt, b_tgt),
-                 inputs_segments=jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]]),
-                 inputs_positions=jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]]),
-                 targets_segments=jnp.array([[1, 1, 1, 2, 2, 0]]), targets_positions=jnp.array([[0, 1, 2, 0, 1, 0]]))[0]
+
+  def row(x, y):
+    return jnp.concatenate([x, y, jnp.zeros(1, x.dtype)])[None]
+
+  packed = model(
+    row(a_src, b_src),
+    row(a_tgt, b_tgt),
+    inputs_segments=jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]]),
+    inputs_positions=jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]]),
+    targets_segments=jnp.array([[1, 1, 1, 2, 2, 0]]),
+    targets_positions=jnp.array([[0, 1, 2, 0, 1, 0]]),
+  )[0]
   np.testing.assert_allclose(packed[:3], alone_a, atol=1e-5)
   np.testing.assert_allclose(packed[3:5], alone_b, atol=1e-5)
 
@@ -74,14 +81,18 @@ def test_cached_decoding_equals_uncached(scan):
     uncached = decode.greedy(decode.stepper(model, SOURCE, length, cached=False), 2, length)
     np.testing.assert_array_equal(cached[0], uncached[0])
     np.testing.assert_allclose(cached[1], uncached[1], rtol=1e-5)
-  beams = [decode.beam_search(decode.stepper(model, SOURCE, 7, cached=c, repeat=3), 2, 7, beam_size=3)
-           for c in (True, False)]
+  beams = [
+    decode.beam_search(decode.stepper(model, SOURCE, 7, cached=c, repeat=3), 2, 7, beam_size=3) for c in (True, False)
+  ]
   np.testing.assert_array_equal(beams[0][0], beams[1][0])
   np.testing.assert_allclose(beams[0][1], beams[1][1], rtol=1e-5)
   # The cache holds each step's keys: its logits equal the full forward pass on the decoded prefix.
   tokens = cached[0]
-  full = jax.nn.log_softmax(model(SOURCE, jnp.concatenate([jnp.ones((2, 1), jnp.int32), tokens[:, :-1]], 1),
-                                  targets_segments=jnp.ones_like(tokens)))
+  full = jax.nn.log_softmax(
+    model(
+      SOURCE, jnp.concatenate([jnp.ones((2, 1), jnp.int32), tokens[:, :-1]], 1), targets_segments=jnp.ones_like(tokens)
+    )
+  )
   scores = jnp.take_along_axis(full, tokens[..., None], -1)[..., 0]
   ended = jnp.cumsum(tokens == decode.EOS, axis=1) - (tokens == decode.EOS) > 0
   np.testing.assert_allclose(jnp.where(ended, 0.0, scores).sum(1), cached[1], rtol=1e-5)
@@ -98,22 +109,28 @@ def test_beam_search_with_one_beam_is_greedy():
 @pytest.mark.parametrize('alpha', [0.0, 0.6])
 def test_full_width_beam_search_finds_the_best_of_all_sequences(alpha):
   """Vocabulary {0, 1, EOS=2}, length 4: a beam of 27 holds every live prefix, so the search is exhaustive."""
-  model = seq2seq.Transformer(3, 5, None, 8, variant='tiny', share_embeddings='none', dropout=0.0,
-                              rngs=nnx.Rngs(1))
+  model = seq2seq.Transformer(3, 5, None, 8, variant='tiny', share_embeddings='none', dropout=0.0, rngs=nnx.Rngs(1))
   source, length = jnp.array([[3, 4, 2, 0], [4, 4, 3, 2]]), 4
-  tokens, scores = decode.beam_search(decode.stepper(model, source, length, repeat=27), 2, length,
-                                      beam_size=27, alpha=alpha)
+  tokens, scores = decode.beam_search(
+    decode.stepper(model, source, length, repeat=27), 2, length, beam_size=27, alpha=alpha
+  )
   encoded, segments = model.encode(source)
   sequences = [list(body) + [decode.EOS] for n in range(length) for body in itertools.product([0, 1], repeat=n)]
   sequences += [list(body) for body in itertools.product([0, 1], repeat=length)]
   for b in range(2):
-    prefixes = jnp.array([[decode.BOS] + (seq + [0] * length)[:length - 1] for seq in sequences])
-    log_probs = jax.nn.log_softmax(model.decode(prefixes, jnp.repeat(encoded[b:b + 1], len(sequences), 0),
-                                                jnp.repeat(segments[b:b + 1], len(sequences), 0),
-                                                segments=jnp.ones_like(prefixes)))
+    prefixes = jnp.array([[decode.BOS] + (seq + [0] * length)[: length - 1] for seq in sequences])
+    log_probs = jax.nn.log_softmax(
+      model.decode(
+        prefixes,
+        jnp.repeat(encoded[b : b + 1], len(sequences), 0),
+        jnp.repeat(segments[b : b + 1], len(sequences), 0),
+        segments=jnp.ones_like(prefixes),
+      )
+    )
     totals = [float(sum(log_probs[i, t, token] for t, token in enumerate(seq))) for i, seq in enumerate(sequences)]
-    ranked = sorted(zip([t / float(decode.length_penalty(len(s), alpha)) for t, s in zip(totals, sequences)],
-                        sequences), reverse=True)
+    ranked = sorted(
+      zip([t / float(decode.length_penalty(len(s), alpha)) for t, s in zip(totals, sequences)], sequences), reverse=True
+    )
     best_score, best = ranked[0]
     assert ranked[0][0] - ranked[1][0] > 1e-4  # A unique best sequence, so the comparison is meaningful.
     assert list(np.asarray(tokens[b, 0])) == best + [0] * (length - len(best))
@@ -124,7 +141,10 @@ def test_full_width_beam_search_finds_the_best_of_all_sequences(alpha):
 
 def test_sampling():
   model = tiny()
-  s = lambda: decode.stepper(model, SOURCE, 9)
+
+  def s():
+    return decode.stepper(model, SOURCE, 9)
+
   greedy_tokens = decode.greedy(s(), 2, 9)[0]
   for options in (dict(top_k=1), dict(top_p=1e-6), dict(temperature=1e-4)):
     np.testing.assert_array_equal(decode.greedy(s(), 2, 9, rng=jax.random.key(0), **options)[0], greedy_tokens)
@@ -139,7 +159,10 @@ def test_sampling():
 
 def test_filter_keeps_the_smallest_set_reaching_top_p():
   logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]]))
-  kept = lambda p: np.asarray(decode._filter(logits, 1.0, 0, p) > decode.NEG_INF / 2)[0].tolist()
+
+  def kept(p):
+    return np.asarray(decode._filter(logits, 1.0, 0, p) > decode.NEG_INF / 2)[0].tolist()
+
   assert kept(0.5) == [True, False, False, False]
   assert kept(0.6) == [True, True, False, False]
   assert kept(0.95) == [True, True, True, False]
@@ -165,8 +188,7 @@ def test_image_encoder_and_errors():
   with pytest.raises(ConfigError, match='one vocabulary'):
     seq2seq.Transformer(9, None, (8, 24, 1), 4, variant='tiny', share_embeddings='all', rngs=nnx.Rngs(0))
   with pytest.raises(ConfigError, match='patch_size=5'):
-    seq2seq.Transformer(9, None, (8, 24, 1), 4, variant='tiny', patch_size=5, share_embeddings='none',
-                        rngs=nnx.Rngs(0))
+    seq2seq.Transformer(9, None, (8, 24, 1), 4, variant='tiny', patch_size=5, share_embeddings='none', rngs=nnx.Rngs(0))
   with pytest.raises(ConfigError, match='variant'):
     seq2seq.Transformer(9, 9, None, 4, variant='huge', rngs=nnx.Rngs(0))
   with pytest.raises(ConfigError, match='divisible'):

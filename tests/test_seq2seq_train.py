@@ -31,17 +31,31 @@ def seq_data_dir(data_dir):
   return data_dir
 
 
-WORDS = {'the': 'die', 'cat': 'katze', 'dog': 'hund', 'sees': 'sieht', 'a': 'eine', 'bird': 'vogel',
-         'small': 'kleine', 'big': 'grosse', 'and': 'und', 'sleeps': 'schlaeft'}
+WORDS = {
+  'the': 'die',
+  'cat': 'katze',
+  'dog': 'hund',
+  'sees': 'sieht',
+  'a': 'eine',
+  'bird': 'vogel',
+  'small': 'kleine',
+  'big': 'grosse',
+  'and': 'und',
+  'sleeps': 'schlaeft',
+}
 
 
 class TinyTranslate(tfds.core.GeneratorBasedBuilder):
   """Word-by-word English -> German sentences: a stand-in for wmt14_translate in tests."""
+
   VERSION = tfds.core.Version('1.0.0')
 
   def _info(self):
-    return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(
-        {'de': tfds.features.Text(), 'en': tfds.features.Text()}), supervised_keys=('de', 'en'))
+    return tfds.core.DatasetInfo(
+      builder=self,
+      features=tfds.features.FeaturesDict({'de': tfds.features.Text(), 'en': tfds.features.Text()}),
+      supervised_keys=('de', 'en'),
+    )
 
   def _split_generators(self, dl_manager):
     return {'train': self._generate_examples(0, 400), 'test': self._generate_examples(1, 40)}
@@ -55,15 +69,38 @@ class TinyTranslate(tfds.core.GeneratorBasedBuilder):
 
 def wmt_config(data_dir, **overrides):
   """configs/seq2seq/wmt14_ende.py on TinyTranslate, with tiny dimensions."""
-  return load('configs/seq2seq/wmt14_ende.py', data_dir, **dict(
-      data__name='tiny_translate', model__variant='tiny', data__vocab_size=48, data__max_input_length=24,
-      data__max_target_length=24, data__batch_size=16, data__eval_batch_size=16, data__pack_factor=2,
-      data__shuffle_buffer=100, total_steps=3, eval_every=3, checkpoint_every=3, log_every=1,
-      schedule__warmup_steps=1, task__max_decode_length=12) | overrides)
+  return load(
+    'configs/seq2seq/wmt14_ende.py',
+    data_dir,
+    **dict(
+      data__name='tiny_translate',
+      model__variant='tiny',
+      data__vocab_size=48,
+      data__max_input_length=24,
+      data__max_target_length=24,
+      data__batch_size=16,
+      data__eval_batch_size=16,
+      data__pack_factor=2,
+      data__shuffle_buffer=100,
+      total_steps=3,
+      eval_every=3,
+      checkpoint_every=3,
+      log_every=1,
+      schedule__warmup_steps=1,
+      task__max_decode_length=12,
+    )
+    | overrides,
+  )
 
 
-@pytest.mark.parametrize('spec', ['configs/seq2seq/scan.py:simple,smoke', 'configs/seq2seq/scan.py:length,beam,smoke',
-                                  'configs/seq2seq/digit_captions.py:smoke'])
+@pytest.mark.parametrize(
+  'spec',
+  [
+    'configs/seq2seq/scan.py:simple,smoke',
+    'configs/seq2seq/scan.py:length,beam,smoke',
+    'configs/seq2seq/digit_captions.py:smoke',
+  ],
+)
 @pytest.mark.slow
 def test_every_config_trains_and_evaluates(seq_data_dir, tmp_path, spec):
   config = load(spec, seq_data_dir)
@@ -88,9 +125,13 @@ def test_wmt_recipe_trains_a_sentencepiece_vocabulary_and_reuses_it(seq_data_dir
   assert os.path.getmtime(model_file) == before and 'resumed from step 3' in capsys.readouterr().out
   config = config_lib.load(os.path.join(ROOT, 'configs/seq2seq/wmt14_ende.py'))  # The recipe's values.
   assert (config.optim.b2, config.optim.eps, config.schedule.warmup_steps, config.task.label_smoothing) == (
-      0.98, 1e-9, 4000, 0.1)
+    0.98,
+    1e-9,
+    4000,
+    0.1,
+  )
   assert (config.task.beam_size, config.task.alpha, config.schedule.decay) == (4, 0.6, 'rsqrt')
-  np.testing.assert_allclose(config.optim.lr, 512 ** -0.5 * 4000 ** -0.5)
+  np.testing.assert_allclose(config.optim.lr, 512**-0.5 * 4000**-0.5)
 
 
 def test_same_steps_on_1_device_and_8(seq_data_dir):
@@ -108,15 +149,23 @@ def test_remat_and_scan_equal_the_plain_step(seq_data_dir):
   config = load('configs/seq2seq/scan.py:simple,smoke', seq_data_dir, model__dropout=0.0)
   reference, _, _ = run_steps(config, jax.devices()[:1], num_steps=2)
   for overrides in (dict(model__remat='full'), dict(model__scan=True), dict(model__scan=True, model__remat='dots')):
-    losses, _, _ = run_steps(load('configs/seq2seq/scan.py:simple,smoke', seq_data_dir, model__dropout=0.0,
-                                  **overrides), jax.devices()[:1], num_steps=2,
-                             initial_from=config)
+    losses, _, _ = run_steps(
+      load('configs/seq2seq/scan.py:simple,smoke', seq_data_dir, model__dropout=0.0, **overrides),
+      jax.devices()[:1],
+      num_steps=2,
+      initial_from=config,
+    )
     np.testing.assert_allclose(losses, reference, rtol=1e-5, err_msg=str(overrides))
 
 
 def test_packed_batches_resume_exactly_and_keep_every_token(seq_data_dir):
-  config = load('configs/seq2seq/scan.py:simple,smoke', seq_data_dir, data__pack_factor=3,
-                data__max_input_length=30, data__max_target_length=64)
+  config = load(
+    'configs/seq2seq/scan.py:simple,smoke',
+    seq_data_dir,
+    data__pack_factor=3,
+    data__max_input_length=30,
+    data__max_target_length=64,
+  )
   s = train.setup(config, jax.devices()[:1])
   fresh = train.train_batches(s)
   batches = [jax.device_get(next(fresh)) for _ in range(4)]
@@ -150,10 +199,22 @@ def test_pack_fills_rows_first_fit_and_counts_what_is_left_out():
 
 
 def test_bleu_equals_sacrebleu():
-  hypotheses = ['The cat sat on the mat.', 'A quick brown fox jumps over the lazy dog!', 'Hello , world',
-                'It is raining today in Berlin.', 'no overlap at all', '']
-  references = ['The cat is on the mat.', 'The quick brown fox jumped over the lazy dog!', 'Hello, world.',
-                'Today it rains in Berlin.', 'something else entirely', 'empty hypothesis']
+  hypotheses = [
+    'The cat sat on the mat.',
+    'A quick brown fox jumps over the lazy dog!',
+    'Hello , world',
+    'It is raining today in Berlin.',
+    'no overlap at all',
+    '',
+  ]
+  references = [
+    'The cat is on the mat.',
+    'The quick brown fox jumped over the lazy dog!',
+    'Hello, world.',
+    'Today it rains in Berlin.',
+    'something else entirely',
+    'empty hypothesis',
+  ]
   # Summed over two "batches", as evaluation does.
   stats = task_lib.bleu_stats(hypotheses[:3], references[:3]) + task_lib.bleu_stats(hypotheses[3:], references[3:])
   expected = sacrebleu.corpus_bleu(hypotheses, [references])

@@ -9,11 +9,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from vit_jax_lab import config as config_lib
-from vit_jax_lab import parallel
+from vit_jax_lab import config as config_lib, parallel
 from vit_jax_lab.config import ConfigError
-from vit_jax_lab.data import labels as label_data
-from vit_jax_lab.data import pipeline, videos
+from vit_jax_lab.data import labels as label_data, pipeline, videos
 from vit_jax_lab.tasks.classification import Classification
 
 OPPOSITE = [1, 0, 3, 2]  # right <-> left, down <-> up.
@@ -32,8 +30,9 @@ def synthetic(shape, seed=0) -> np.ndarray:
 
 
 def video_info(num_frames, height, width) -> label_data.LabelInfo:
-  return label_data.LabelInfo(num_classes=4, input_key='video', input_shape=(num_frames, height, width, 1),
-                              num_train=0, num_eval=0)
+  return label_data.LabelInfo(
+    num_classes=4, input_key='video', input_shape=(num_frames, height, width, 1), num_train=0, num_eval=0
+  )
 
 
 def seed(s: int) -> tf.Tensor:
@@ -43,8 +42,10 @@ def seed(s: int) -> tf.Tensor:
 @pytest.fixture(scope='module')
 def splits(moving_digits_dir):
   builder = tfds.builder('moving_digits', data_dir=moving_digits_dir)
-  return {split: tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1, shuffle_files=False))
-          for split in ('train', 'test')}
+  return {
+    split: tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1, shuffle_files=False))
+    for split in ('train', 'test')
+  }
 
 
 def test_builder_sizes_shapes_and_balanced_labels(moving_digits_dir, splits):
@@ -61,6 +62,7 @@ def test_builder_sizes_shapes_and_balanced_labels(moving_digits_dir, splits):
 def test_builder_videos_are_the_documented_ones(splits):
   """The test split is exactly: digit i (i % 5 == 0) with its corner at c + v * (t - 4), c from default_rng(i)."""
   from sklearn.datasets import load_digits
+
   digits = load_digits()
   images = np.round(digits.images * 255 / 16).astype(np.uint8)
   expected = collections.Counter()
@@ -70,7 +72,7 @@ def test_builder_videos_are_the_documented_ones(splits):
       video = np.zeros((9, 20, 20), np.uint8)
       for t in range(9):
         r, col = c + np.array(v) * (t - 4)
-        video[t, r:r + 8, col:col + 8] = images[i]
+        video[t, r : r + 8, col : col + 8] = images[i]
       expected[video.tobytes(), label, int(digits.target[i])] += 1
   test = splits['test']
   got = collections.Counter(zip(map(bytes, test['video']), test['label'].tolist(), test['digit'].tolist()))
@@ -81,17 +83,17 @@ def test_label_is_not_recoverable_from_any_single_frame(splits):
   """Every frame of the test split appears under at least 2 labels; the middle frames under all 4."""
   test = splits['test']
   video, label = test['video'], test['label']
-  by_bytes = {v.tobytes(): l for v, l in zip(video, label)}
-  for v, l in zip(video, label):  # Played backwards, every video is its group's opposite-direction video.
-    assert by_bytes[v[::-1].tobytes()] == OPPOSITE[l]
+  by_bytes = {v.tobytes(): y for v, y in zip(video, label)}
+  for v, y in zip(video, label):  # Played backwards, every video is its group's opposite-direction video.
+    assert by_bytes[v[::-1].tobytes()] == OPPOSITE[y]
   middles = collections.defaultdict(list)
-  for v, l in zip(video, label):
-    middles[v[4].tobytes()].append(l)
+  for v, y in zip(video, label):
+    middles[v[4].tobytes()].append(y)
   assert len(middles) == 360 and all(sorted(ls) == [0, 1, 2, 3] for ls in middles.values())  # One per group.
   labels_of_frame = collections.defaultdict(set)
-  for v, l in zip(video, label):
+  for v, y in zip(video, label):
     for frame in v:
-      labels_of_frame[frame.tobytes()].add(l)
+      labels_of_frame[frame.tobytes()].add(y)
   assert min(map(len, labels_of_frame.values())) >= 2
   assert all(labels_of_frame[m] == {0, 1, 2, 3} for m in middles)
 
@@ -100,17 +102,32 @@ def test_load_reads_video_shapes(moving_digits_dir):
   _, info = pipeline.load(make_config(moving_digits_dir, num_frames=4).data, label_data.dataset_info)
   assert (info.input_key, info.input_shape, info.num_classes) == ('video', (4, 20, 20, 1), 4)
   assert (info.num_train, info.num_eval) == (5748, 1440)
-  assert pipeline.load(make_config(moving_digits_dir, image_size=16).data, label_data.dataset_info)[1].input_shape == (8, 16, 16, 1)
-  assert pipeline.load(make_config(moving_digits_dir, resize_size=10).data, label_data.dataset_info)[1].input_shape == (8, 10, 10, 1)
+  assert pipeline.load(make_config(moving_digits_dir, image_size=16).data, label_data.dataset_info)[1].input_shape == (
+    8,
+    16,
+    16,
+    1,
+  )
+  assert pipeline.load(make_config(moving_digits_dir, resize_size=10).data, label_data.dataset_info)[1].input_shape == (
+    8,
+    10,
+    10,
+    1,
+  )
 
 
 class VaryingVideos(tfds.core.GeneratorBasedBuilder):
   """Two videos of different frame sizes."""
+
   VERSION = tfds.core.Version('1.0.0')
 
   def _info(self):
-    return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
-        'video': tfds.features.Video(shape=(None, None, None, 1)), 'label': tfds.features.ClassLabel(num_classes=2)}))
+    return tfds.core.DatasetInfo(
+      builder=self,
+      features=tfds.features.FeaturesDict(
+        {'video': tfds.features.Video(shape=(None, None, None, 1)), 'label': tfds.features.ClassLabel(num_classes=2)}
+      ),
+    )
 
   def _split_generators(self, dl_manager):
     return {'train': self._generate_examples(), 'test': self._generate_examples()}
@@ -123,7 +140,8 @@ class VaryingVideos(tfds.core.GeneratorBasedBuilder):
 def test_frames_of_varying_size_need_image_size(tmp_path):
   config = make_config(str(tmp_path), name='varying_videos')
   tfds.builder('varying_videos', data_dir=str(tmp_path)).download_and_prepare(
-      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+    download_config=tfds.download.DownloadConfig(try_download_gcs=False)
+  )
   with pytest.raises(ConfigError, match=r"'varying_videos' has frames of varying size .*: set data.image_size"):
     pipeline.load(config.data, label_data.dataset_info)
   config.data.image_size = 4
@@ -143,7 +161,7 @@ def test_train_clip_is_a_strided_window_of_the_video(moving_digits_dir, splits):
   for s in range(30):
     clip = fn({'video': raw, 'label': 0}, seed(s))['inputs'].numpy()
     assert clip.shape == (4, 20, 20, 1) and clip.dtype == np.float32
-    matches = [start for start in range(3) if np.allclose(clip, raw[start:start + 7:2], atol=1e-3)]
+    matches = [start for start in range(3) if np.allclose(clip, raw[start : start + 7 : 2], atol=1e-3)]
     assert len(matches) == 1
     starts.append(matches[0])
   assert set(starts) == {0, 1, 2}  # Spans of 7 of 9 frames: every start is drawn.
@@ -170,7 +188,7 @@ def find_crop(frames, source, size):
   found = []
   for r in range(source.shape[1] - size + 1):
     for c in range(source.shape[2] - size + 1):
-      crop = source[:, r:r + size, c:c + size]
+      crop = source[:, r : r + size, c : c + size]
       for flip, x in ((False, crop), (True, crop[:, :, ::-1])):
         if np.allclose(frames, x, atol=1e-3):
           found.append((r, c, flip))
@@ -206,7 +224,10 @@ def test_clip_starts_crop_offsets_and_resized_size():
   np.testing.assert_array_equal(videos.crop_offsets(16, 12, 8, 8, 3), [[0, 2], [4, 2], [8, 2]])
   np.testing.assert_array_equal(videos.crop_offsets(12, 16, 8, 8, 1), [[2, 4]])
   assert [tuple(int(n) for n in videos.resized_size(*hw, 6)) for hw in ((12, 16), (16, 12), (7, 10))] == [
-      (6, 8), (8, 6), (6, 9)]
+    (6, 8),
+    (8, 6),
+    (6, 9),
+  ]
 
 
 @pytest.mark.parametrize('height, width', [(12, 16), (16, 12)])
@@ -217,22 +238,26 @@ def test_eval_views_are_clips_times_crops(height, width):
 
   def views(**data):
     config.data.update(data)
-    out = label_data.preprocess_fn(config.data, video_info(4, 8, 8), train=False)({'video': source, 'label': 2}, seed(0))
+    out = label_data.preprocess_fn(config.data, video_info(4, 8, 8), train=False)(
+      {'video': source, 'label': 2}, seed(0)
+    )
     assert set(out) == {'views', 'label'} and int(out['label']) == 2
     return out['views'].numpy()
 
   if wide:  # resize_size=12: the frames keep their size.
-    expected = [source[s:s + 10:3, 2:10, c:c + 8] for s in (0, 10) for c in (0, 4, 8)]
+    expected = [source[s : s + 10 : 3, 2:10, c : c + 8] for s in (0, 10) for c in (0, 4, 8)]
   else:
-    expected = [source[s:s + 10:3, r:r + 8, 2:10] for s in (0, 10) for r in (0, 4, 8)]
+    expected = [source[s : s + 10 : 3, r : r + 8, 2:10] for s in (0, 10) for r in (0, 4, 8)]
   np.testing.assert_allclose(views(), np.stack(expected), atol=1e-3)
   top, left = (height - 8) // 2, (width - 8) // 2  # One clip: the centre window (start 5); one crop: the centre.
-  np.testing.assert_allclose(views(eval_clips=1, eval_crops=1), source[None, 5:15:3, top:top + 8, left:left + 8],
-                             atol=1e-3)
+  np.testing.assert_allclose(
+    views(eval_clips=1, eval_crops=1), source[None, 5:15:3, top : top + 8, left : left + 8], atol=1e-3
+  )
   # Without resize_size the shorter side is resized to image_size, keeping the aspect ratio: 8x11 or 11x8.
   resized = tf.image.resize(source[5:15:3].astype(np.float32), (8, 11) if wide else (11, 8), antialias=True)
-  np.testing.assert_allclose(views(resize_size=None)[0], resized[:, :8, 1:9] if wide else resized[:, 1:9, :8],
-                             atol=1e-3)
+  np.testing.assert_allclose(
+    views(resize_size=None)[0], resized[:, :8, 1:9] if wide else resized[:, 1:9, :8], atol=1e-3
+  )
 
 
 def linear_model(num_inputs, calls=None):
@@ -244,6 +269,7 @@ def linear_model(num_inputs, calls=None):
     if calls is not None:
       calls.append(x.shape)
     return x.reshape(x.shape[0], -1) @ w
+
   return model, w
 
 
@@ -274,8 +300,10 @@ def test_mixup_mixes_whole_clips():
   def model(x, train, rngs):
     seen.append(x)
     return jnp.zeros((x.shape[0], 4))
-  Classification(mixup=0.5).loss(model, {'inputs': jnp.asarray(clips), 'label': np.zeros(4, np.int32)},
-                                 jax.random.key(0), 0)
+
+  Classification(mixup=0.5).loss(
+    model, {'inputs': jnp.asarray(clips), 'label': np.zeros(4, np.int32)}, jax.random.key(0), 0
+  )
   mixed, rolled = np.asarray(seen[0]), np.roll(clips, 1, axis=0)
   lam = (mixed - rolled).ravel()[0] / (clips - rolled).ravel()[0]  # One mixing weight for the whole batch.
   assert 0.0 < lam < 1.0
@@ -291,8 +319,9 @@ def test_whole_split_eval_counts_every_video_once(moving_digits_dir, splits):
   model, w = linear_model(9 * 20 * 20)
   eval_step = jax.jit(lambda batch: task.eval_sums(model, batch))
   views, labels, masks, totals = [], [], [], collections.Counter()
-  for batch in pipeline.eval_batches(builder, config.data, task.preprocess(config.data, info, False), sharding,
-                                      task.prepare(info, False)):
+  for batch in pipeline.eval_batches(
+    builder, config.data, task.preprocess(config.data, info, False), sharding, task.prepare(info, False)
+  ):
     assert batch['views'].shape == (200, 3, 9, 20, 20, 1)
     totals.update(jax.device_get(eval_step(batch)))
     views.append(jax.device_get(batch['views']))
@@ -310,13 +339,16 @@ def test_whole_split_eval_counts_every_video_once(moving_digits_dir, splits):
     np.testing.assert_allclose(totals[key], expected[key], rtol=1e-4)
 
 
-@pytest.mark.parametrize('key, value, message', [
+@pytest.mark.parametrize(
+  'key, value, message',
+  [
     ('num_frames', 0, 'data.num_frames=0 must be a positive integer'),
     ('frame_stride', -1, 'data.frame_stride=-1 must be a positive integer'),
     ('resize_size', 0, 'data.resize_size=0 must be positive or None'),
     ('eval_clips', 0, 'data.eval_clips=0 must be a positive integer'),
     ('eval_crops', 2, 'data.eval_crops=2 must be 1 (centre) or 3 (both ends and centre)'),
-])
+  ],
+)
 def test_bad_video_keys_are_config_errors(key, value, message):
   config = make_config(**{key: value})
   with pytest.raises(ConfigError) as e:

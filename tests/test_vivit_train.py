@@ -61,15 +61,23 @@ def test_init_from_an_image_vit_run(smoke_config, moving_digits_dir, tmp_path, c
 def test_kinetics_recipe_builds_the_published_model():
   config = config_lib.load(os.path.join(ROOT, 'configs/vivit/kinetics400.py'))
   assert (config.model.variant, config.model.model, config.model.temporal_depth) == ('B/16x2', 'factorised_encoder', 4)
-  assert (config.data.num_frames, config.data.frame_stride, config.data.resize_size, config.data.image_size) == \
-         (32, 2, 256, 224)
+  assert (config.data.num_frames, config.data.frame_stride, config.data.resize_size, config.data.image_size) == (
+    32,
+    2,
+    256,
+    224,
+  )
   assert (config.data.eval_clips, config.data.eval_crops, config.data.batch_size) == (4, 3, 64)
   assert (config.optim.name, config.optim.lr, config.optim.momentum, config.optim.clip_norm) == ('sgd', 0.05, 0.9, 1.0)
   assert config.total_steps == 30 * (214_834 // 64) and config.schedule.warmup_steps == int(2.5 * (214_834 // 64))
-  assert config_lib.load(os.path.join(ROOT, 'configs/vivit/kinetics400.py:spatiotemporal')).model.model == \
-         'spatiotemporal'
-  from vit_jax_lab import cost, models
+  assert (
+    config_lib.load(os.path.join(ROOT, 'configs/vivit/kinetics400.py:spatiotemporal')).model.model == 'spatiotemporal'
+  )
   from flax import nnx
-  fn, args = cost.forward(lambda: models.build(config.model, nnx.Rngs(0), num_classes=400,
-                                               input_shape=(32, 224, 224, 3)), (32, 224, 224, 3))
+
+  from vit_jax_lab import cost, models
+
+  fn, args = cost.forward(
+    lambda: models.build(config.model, nnx.Rngs(0), num_classes=400, input_shape=(32, 224, 224, 3)), (32, 224, 224, 3)
+  )
   assert round(cost.param_count(args[0]) / 1e6, 1) == 115.1

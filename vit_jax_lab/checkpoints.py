@@ -16,9 +16,11 @@ class Checkpointer:
 
   def __init__(self, workdir: str, *, every: int, keep: int):
     self.manager = ocp.CheckpointManager(
-        os.path.abspath(os.path.join(workdir, 'checkpoints')),
-        options=ocp.CheckpointManagerOptions(save_interval_steps=every, max_to_keep=keep, create=True,
-                                             enable_async_checkpointing=True))
+      os.path.abspath(os.path.join(workdir, 'checkpoints')),
+      options=ocp.CheckpointManagerOptions(
+        save_interval_steps=every, max_to_keep=keep, create=True, enable_async_checkpointing=True
+      ),
+    )
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -65,8 +67,10 @@ def read_params(path: str) -> dict:
   if not os.path.isdir(os.path.join(path, 'state')):
     steps = sorted(int(d) for d in os.listdir(path) if d.isdigit()) if os.path.isdir(path) else []
     if not steps:
-      raise ConfigError(f'{path} holds no orbax checkpoint: give a workdir, its checkpoints/ folder or a '
-                        'checkpoints/<step> folder (or, for init_from, a .npz file)')
+      raise ConfigError(
+        f'{path} holds no orbax checkpoint: give a workdir, its checkpoints/ folder or a '
+        'checkpoints/<step> folder (or, for init_from, a .npz file)'
+      )
     path = os.path.join(path, str(steps[-1]))
   restored = ocp.StandardCheckpointer().restore(os.path.join(path, 'state'))
   return _pure(restored['params'])

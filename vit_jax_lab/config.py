@@ -117,8 +117,9 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
-def smoke(c: ml_collections.ConfigDict, *, steps: int = 4, warmup: int = 1, batch_size: int = 32,
-          eval_batch_size: int = 64) -> None:
+def smoke(
+  c: ml_collections.ConfigDict, *, steps: int = 4, warmup: int = 1, batch_size: int = 32, eval_batch_size: int = 64
+) -> None:
   """Makes `c` a run of seconds, for tests: `steps` steps logged each, evaluated and checkpointed halfway and at
   the end, small batches."""
   c.data.batch_size, c.data.eval_batch_size = batch_size, eval_batch_size
@@ -187,7 +188,7 @@ def override(config: ml_collections.ConfigDict, key: str, text: str) -> None:
     if i < len(parts) - 1:
       node = node[part]
       if not isinstance(node, ml_collections.ConfigDict):
-        raise ConfigError(f'unknown config key {key!r}: {".".join(parts[:i + 1])} has no sub-keys')
+        raise ConfigError(f'unknown config key {key!r}: {".".join(parts[: i + 1])} has no sub-keys')
   leaf = parts[-1]
   if isinstance(node[leaf], ml_collections.ConfigDict):
     raise ConfigError(f'--config.{key} is a group: set its keys, e.g. --config.{key}.{next(iter(node[leaf]))}=...')
@@ -204,7 +205,7 @@ def apply_overrides(config: ml_collections.ConfigDict, args: list[str]) -> None:
     key, eq, value = item.partition('=')
     if not key.startswith('--config.') or not eq:
       raise ConfigError(f'unrecognised argument {item!r}: overrides look like --config.data.batch_size=64')
-    override(config, key[len('--config.'):], value)
+    override(config, key[len('--config.') :], value)
 
 
 def _parse(text: str, field_type: type) -> Any:
@@ -232,32 +233,45 @@ def validate(config: ml_collections.ConfigDict) -> None:
     check(config[key] > 0, f'{key}={config[key]} must be a positive integer')
   check(0 <= config.seed < 2**32, f'seed={config.seed} must be in [0, 2**32)')
   check(config.accum_steps > 0, f'accum_steps={config.accum_steps} must be a positive integer')
-  check(config.compute_dtype in ('float32', 'bfloat16', 'float16'),
-        f"compute_dtype={config.compute_dtype!r} is not one of 'float32', 'bfloat16', 'float16'")
-  check(config.loss_scale_init >= 1 and config.loss_scale_period > 0,
-        f'loss_scale_init={config.loss_scale_init} must be >= 1 and loss_scale_period={config.loss_scale_period} '
-        'a positive integer')
-  check(config.optim.mu_dtype in (None, 'float32', 'bfloat16'),
-        f"optim.mu_dtype={config.optim.mu_dtype!r} is not one of None, 'float32', 'bfloat16'")
-  check(config.init_from is None or os.path.exists(config.init_from),
-        f'init_from={config.init_from!r} does not exist; give a .npz file or a workdir')
+  check(
+    config.compute_dtype in ('float32', 'bfloat16', 'float16'),
+    f"compute_dtype={config.compute_dtype!r} is not one of 'float32', 'bfloat16', 'float16'",
+  )
+  check(
+    config.loss_scale_init >= 1 and config.loss_scale_period > 0,
+    f'loss_scale_init={config.loss_scale_init} must be >= 1 and loss_scale_period={config.loss_scale_period} '
+    'a positive integer',
+  )
+  check(
+    config.optim.mu_dtype in (None, 'float32', 'bfloat16'),
+    f"optim.mu_dtype={config.optim.mu_dtype!r} is not one of None, 'float32', 'bfloat16'",
+  )
+  check(
+    config.init_from is None or os.path.exists(config.init_from),
+    f'init_from={config.init_from!r} does not exist; give a .npz file or a workdir',
+  )
   d, o, s = config.data, config.optim, config.schedule
   check(d.batch_size > 0, f'data.batch_size={d.batch_size} must be positive')
   check(d.eval_batch_size > 0, f'data.eval_batch_size={d.eval_batch_size} must be positive')
   check(d.image_size is None or d.image_size > 0, f'data.image_size={d.image_size} must be positive or None')
   check(d.crop_padding >= 0, f'data.crop_padding={d.crop_padding} must be >= 0')
-  check(len(d.value_range) == 2 and d.value_range[0] < d.value_range[1],
-        f'data.value_range={d.value_range} must be (low, high) with low < high')
+  check(
+    len(d.value_range) == 2 and d.value_range[0] < d.value_range[1],
+    f'data.value_range={d.value_range} must be (low, high) with low < high',
+  )
   check(d.num_frames > 0, f'data.num_frames={d.num_frames} must be a positive integer')
   check(d.frame_stride > 0, f'data.frame_stride={d.frame_stride} must be a positive integer')
   check(d.resize_size is None or d.resize_size > 0, f'data.resize_size={d.resize_size} must be positive or None')
-  check(d.resize_size is None or d.image_size is None or d.resize_size >= d.image_size,
-        f'data.resize_size={d.resize_size} must be >= data.image_size={d.image_size}: frames are resized, '
-        'then cropped')
+  check(
+    d.resize_size is None or d.image_size is None or d.resize_size >= d.image_size,
+    f'data.resize_size={d.resize_size} must be >= data.image_size={d.image_size}: frames are resized, then cropped',
+  )
   check(d.eval_clips > 0, f'data.eval_clips={d.eval_clips} must be a positive integer')
   check(d.eval_crops in (1, 3), f'data.eval_crops={d.eval_crops} must be 1 (centre) or 3 (both ends and centre)')
-  check(d.vocab in ('words', 'sentencepiece') or d.vocab.endswith('.model'),
-        f"data.vocab={d.vocab!r} is not 'words', 'sentencepiece' or the path of a SentencePiece .model file")
+  check(
+    d.vocab in ('words', 'sentencepiece') or d.vocab.endswith('.model'),
+    f"data.vocab={d.vocab!r} is not 'words', 'sentencepiece' or the path of a SentencePiece .model file",
+  )
   for key in ('vocab_size', 'vocab_sentences', 'max_input_length', 'max_target_length', 'pack_factor'):
     check(d[key] > 0, f'data.{key}={d[key]} must be a positive integer')
   check(d.shards == -1 or d.shards > 0, f'data.shards={d.shards} must be -1 (one per process) or positive')
@@ -265,23 +279,33 @@ def validate(config: ml_collections.ConfigDict) -> None:
   check(o.lr > 0, f'optim.lr={o.lr} must be positive')
   check(o.weight_decay >= 0, f'optim.weight_decay={o.weight_decay} must be >= 0')
   check(o.clip_norm >= 0, f'optim.clip_norm={o.clip_norm} must be >= 0 (0 turns clipping off)')
-  check(s.decay in ('cosine', 'linear', 'rsqrt', 'constant'),
-        f"schedule.decay={s.decay!r} is not one of 'cosine', 'linear', 'rsqrt', 'constant'")
-  check(0 <= s.warmup_steps <= config.total_steps,
-        f'schedule.warmup_steps={s.warmup_steps} must be between 0 and total_steps={config.total_steps}')
+  check(
+    s.decay in ('cosine', 'linear', 'rsqrt', 'constant'),
+    f"schedule.decay={s.decay!r} is not one of 'cosine', 'linear', 'rsqrt', 'constant'",
+  )
+  check(
+    0 <= s.warmup_steps <= config.total_steps,
+    f'schedule.warmup_steps={s.warmup_steps} must be between 0 and total_steps={config.total_steps}',
+  )
   check(0 <= s.end_factor <= 1, f'schedule.end_factor={s.end_factor} must be in [0, 1]')
   sizes = {k: config.mesh[k] for k in ('data', 'fsdp', 'model')}
   check(list(sizes.values()).count(-1) <= 1, f'mesh: at most one axis may be -1, got {sizes}')
   check(all(v == -1 or v > 0 for v in sizes.values()), f'mesh: axis sizes must be positive or -1, got {sizes}')
   dist = config.distributed
   given = [dist.coordinator_address is not None, dist.num_processes is not None, dist.process_id is not None]
-  check(all(given) or not any(given),
-        'distributed: set coordinator_address, num_processes and process_id together, or none of them')
+  check(
+    all(given) or not any(given),
+    'distributed: set coordinator_address, num_processes and process_id together, or none of them',
+  )
 
 
 # Moved to the registries and the workdir module: a config file or script that still calls them learns where.
-_MOVED = {'model_config': 'vit_jax_lab.models.config', 'task_config': 'vit_jax_lab.tasks.config',
-          'load_run': 'vit_jax_lab.workdir.load_run', 'from_resolved': 'vit_jax_lab.workdir.from_resolved'}
+_MOVED = {
+  'model_config': 'vit_jax_lab.models.config',
+  'task_config': 'vit_jax_lab.tasks.config',
+  'load_run': 'vit_jax_lab.workdir.load_run',
+  'from_resolved': 'vit_jax_lab.workdir.from_resolved',
+}
 
 
 def __getattr__(name: str):

@@ -44,6 +44,10 @@ def xla_flops(fn: Callable, *args: Any) -> float:
 def forward(model_fn: Callable, input_shape: tuple[int, ...]) -> tuple[Callable, Any]:
   """(fn, args) computing one example's forward pass of the NNX model built by `model_fn`, abstractly."""
   from flax import nnx
+
   graphdef, params = nnx.split(nnx.eval_shape(model_fn), nnx.Param)
-  fn = lambda p, x: nnx.merge(graphdef, p)(x)
+
+  def fn(p, x):
+    return nnx.merge(graphdef, p)(x)
+
   return fn, (params, jax.ShapeDtypeStruct((1, *input_shape), np.float32))

@@ -20,12 +20,20 @@ NEG_INF = -1e9  # Score of impossible candidates (finite, so arithmetic on it st
 @dataclasses.dataclass(frozen=True)
 class Stepper:
   """`step(tokens (N,), index, state) -> (logits (N, V), state)`; every array in `state` has N first."""
+
   step: Callable[[jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
   state: Any
 
 
-def stepper(model, inputs: jax.Array, length: int, *, cached: bool = True, repeat: int = 1,
-            encoded: tuple[jax.Array, jax.Array] | None = None) -> Stepper:
+def stepper(
+  model,
+  inputs: jax.Array,
+  length: int,
+  *,
+  cached: bool = True,
+  repeat: int = 1,
+  encoded: tuple[jax.Array, jax.Array] | None = None,
+) -> Stepper:
   """Decodes `model` (a seq2seq Transformer) for `inputs`, up to `length` tokens; each example repeated
   `repeat` times (the beams of beam search) next to each other. `encoded`: `model.encode(inputs)` when the
   caller has it already."""
@@ -60,8 +68,17 @@ def _filter(logits: jax.Array, temperature: float, top_k: int, top_p: float) -> 
   return logits
 
 
-def greedy(s: Stepper, batch: int, length: int, *, rng: jax.Array | None = None, temperature: float = 1.0,
-           top_k: int = 0, top_p: float = 1.0, min_length: int = 0) -> tuple[jax.Array, jax.Array]:
+def greedy(
+  s: Stepper,
+  batch: int,
+  length: int,
+  *,
+  rng: jax.Array | None = None,
+  temperature: float = 1.0,
+  top_k: int = 0,
+  top_p: float = 1.0,
+  min_length: int = 0,
+) -> tuple[jax.Array, jax.Array]:
   """The most likely next token at every step (or, with `rng`, a sampled one) -> tokens (batch, length) and
   their log-probabilities summed up to EOS (batch,). EOS is not chosen before `min_length` tokens. Stops
   early once every sequence has ended."""
@@ -85,8 +102,14 @@ def greedy(s: Stepper, batch: int, length: int, *, rng: jax.Array | None = None,
     index, *_, done = carry
     return (index < length) & ~done.all()
 
-  init = (jnp.asarray(0), jnp.full((batch,), BOS, jnp.int32), s.state, jnp.zeros((batch, length), jnp.int32),
-          jnp.zeros((batch,), jnp.float32), jnp.zeros((batch,), bool))
+  init = (
+    jnp.asarray(0),
+    jnp.full((batch,), BOS, jnp.int32),
+    s.state,
+    jnp.zeros((batch, length), jnp.int32),
+    jnp.zeros((batch,), jnp.float32),
+    jnp.zeros((batch,), bool),
+  )
   _, _, _, tokens, scores, _ = jax.lax.while_loop(cond, body, init)
   return tokens, scores
 
@@ -96,8 +119,9 @@ def length_penalty(length: jax.Array, alpha: float) -> jax.Array:
   return ((5.0 + length) / 6.0) ** alpha
 
 
-def beam_search(s: Stepper, batch: int, length: int, *, beam_size: int, alpha: float = 0.6
-                ) -> tuple[jax.Array, jax.Array]:
+def beam_search(
+  s: Stepper, batch: int, length: int, *, beam_size: int, alpha: float = 0.6
+) -> tuple[jax.Array, jax.Array]:
   """The `beam_size` best-scoring sequences per example -> tokens (batch, beam, length) and scores
   (batch, beam), best first. `s` must hold each example `beam_size` times (`stepper(..., repeat=beam_size)`).
 
@@ -136,8 +160,14 @@ def beam_search(s: Stepper, batch: int, length: int, *, beam_size: int, alpha: f
     return (index < length) & can_improve.any()
 
   alive_logp = jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1)), (batch, 1))  # One live beam to start from.
-  init = (jnp.asarray(0), jnp.zeros((batch, k, length), jnp.int32), alive_logp, s.state,
-          jnp.zeros((batch, k, length), jnp.int32), jnp.full((batch, k), NEG_INF))
+  init = (
+    jnp.asarray(0),
+    jnp.zeros((batch, k, length), jnp.int32),
+    alive_logp,
+    s.state,
+    jnp.zeros((batch, k, length), jnp.int32),
+    jnp.full((batch, k), NEG_INF),
+  )
   _, _, _, _, finished, finished_scores = jax.lax.while_loop(cond, body, init)
   return finished, finished_scores
 

@@ -20,6 +20,7 @@ def check(condition: bool, message: str) -> None:
 
 def command(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
   """Decorates a command's `main(argv)`: a ConfigError becomes one line `error: ...` on stderr and exit status 2."""
+
   @functools.wraps(main)
   def run(argv: list[str]) -> int:
     try:
@@ -27,4 +28,5 @@ def command(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
     except ConfigError as e:
       print(f'error: {e}', file=sys.stderr)
       return 2
+
   return run

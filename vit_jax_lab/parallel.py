@@ -18,8 +18,11 @@ def initialize_distributed(config) -> None:
   d = config.distributed
   if d.coordinator_address is not None:
     jax.distributed.initialize(d.coordinator_address, num_processes=d.num_processes, process_id=d.process_id)
-  elif (int(os.environ.get('SLURM_NTASKS', 1)) > 1 or 'JAX_COORDINATOR_ADDRESS' in os.environ
-        or ',' in os.environ.get('TPU_WORKER_HOSTNAMES', '')):
+  elif (
+    int(os.environ.get('SLURM_NTASKS', 1)) > 1
+    or 'JAX_COORDINATOR_ADDRESS' in os.environ
+    or ',' in os.environ.get('TPU_WORKER_HOSTNAMES', '')
+  ):
     jax.distributed.initialize()  # Detects SLURM, Cloud TPU and GKE by itself.
 
 
@@ -49,13 +52,20 @@ def make_mesh(mesh_config, devices: list[jax.Device] | None = None) -> Mesh:
   known = int(np.prod([s for s in sizes if s != -1]))
   check(n % known == 0, f'mesh: {dict(zip(AXES, sizes))} does not fit {n} devices')
   sizes = [n // known if s == -1 else s for s in sizes]
-  check(int(np.prod(sizes)) == n,
-        f'mesh: {dict(zip(AXES, sizes))} uses {int(np.prod(sizes))} devices but there are {n}; set one axis to -1')
+  check(
+    int(np.prod(sizes)) == n,
+    f'mesh: {dict(zip(AXES, sizes))} uses {int(np.prod(sizes))} devices but there are {n}; set one axis to -1',
+  )
   return jax.make_mesh(sizes, AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(AXES), devices=devices)
 
 
-def spec(shape: tuple[int, ...], mesh: Mesh, fsdp_min_size: int, path: tuple[str, ...] = (),
-         tensor_parallel: dict[str, str] | None = None) -> P:
+def spec(
+  shape: tuple[int, ...],
+  mesh: Mesh,
+  fsdp_min_size: int,
+  path: tuple[str, ...] = (),
+  tensor_parallel: dict[str, str] | None = None,
+) -> P:
   """Where one array lives. Tensor parallelism first: under a 'model' axis, an array below a sub-layer named
   in `tensor_parallel` (the model family's TENSOR_PARALLEL; `path` holds the array's names) is split along
   that kernel's 'outputs' (kernel and bias) or 'inputs' (kernel only: the bias is added after the all-reduce).
@@ -82,9 +92,11 @@ def spec(shape: tuple[int, ...], mesh: Mesh, fsdp_min_size: int, path: tuple[str
 
 def shardings(abstract_tree, mesh: Mesh, fsdp_min_size: int, tensor_parallel: dict[str, str] | None = None):
   """A `NamedSharding` for every array of a tree (parameters, optimizer state, ...)."""
+
   def sharding(path, x):
     names = tuple(str(k) for k in layers.path_keys(path))
     return NamedSharding(mesh, spec(x.shape, mesh, fsdp_min_size, names, tensor_parallel))
+
   return jax.tree_util.tree_map_with_path(sharding, abstract_tree)
 
 

@@ -30,16 +30,35 @@ class JsonlWriter(metric_writers.MetricWriter):
     with open(self.path, 'a') as f:
       f.write(json.dumps({'step': int(step), **{k: float(v) for k, v in scalars.items()}}) + '\n')
 
-  def write_summaries(self, step, values, metadata=None): pass
-  def write_images(self, step, images): pass
-  def write_videos(self, step, videos): pass
-  def write_audios(self, step, audios, *, sample_rate): pass
-  def write_texts(self, step, texts): pass
-  def write_histograms(self, step, arrays, num_buckets=None): pass
-  def write_pointcloud(self, step, point_clouds, *, point_colors=None, configs=None): pass
-  def write_hparams(self, hparams): pass
-  def flush(self): pass
-  def close(self): pass
+  def write_summaries(self, step, values, metadata=None):
+    pass
+
+  def write_images(self, step, images):
+    pass
+
+  def write_videos(self, step, videos):
+    pass
+
+  def write_audios(self, step, audios, *, sample_rate):
+    pass
+
+  def write_texts(self, step, texts):
+    pass
+
+  def write_histograms(self, step, arrays, num_buckets=None):
+    pass
+
+  def write_pointcloud(self, step, point_clouds, *, point_colors=None, configs=None):
+    pass
+
+  def write_hparams(self, hparams):
+    pass
+
+  def flush(self):
+    pass
+
+  def close(self):
+    pass
 
 
 def writer(workdir: str, start_step: int) -> metric_writers.MetricWriter:
@@ -78,6 +97,7 @@ class Progress:
 
   def line(self, step: int, loss: float, steps_per_sec: float) -> str:
     eta = (self.total - step) / max(steps_per_sec, 1e-9)
-    return (f'step {step:>{len(str(self.total))}}/{self.total}  loss {loss:.4f}  {steps_per_sec:.2f} steps/s  '
-            f'{steps_per_sec * self.batch:.0f} examples/s  ETA {time.strftime("%H:%M:%S", time.gmtime(eta))}')
-
+    return (
+      f'step {step:>{len(str(self.total))}}/{self.total}  loss {loss:.4f}  {steps_per_sec:.2f} steps/s  '
+      f'{steps_per_sec * self.batch:.0f} examples/s  ETA {time.strftime("%H:%M:%S", time.gmtime(eta))}'
+    )

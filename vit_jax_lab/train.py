@@ -15,14 +15,20 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+import tensorflow_datasets as tfds
 from flax import nnx
 from jax.experimental import multihost_utils
 
-import tensorflow_datasets as tfds
-
-from vit_jax_lab import checkpoints, models, optim, parallel, reporting, tasks
-from vit_jax_lab import config as config_lib
-from vit_jax_lab import workdir as workdir_lib
+from vit_jax_lab import (
+  checkpoints,
+  config as config_lib,
+  models,
+  optim,
+  parallel,
+  reporting,
+  tasks,
+  workdir as workdir_lib,
+)
 from vit_jax_lab.data import pipeline
 from vit_jax_lab.errors import check
 
@@ -40,6 +46,7 @@ class TrainState:
 @flax.struct.dataclass
 class LossScale:
   """Dynamic loss scaling for float16, whose small gradients would otherwise underflow to zero."""
+
   scale: jax.Array  # The loss is multiplied by this before the backward pass, the gradients divided after.
   finite_steps: jax.Array  # Steps in a row whose gradients were finite; at loss_scale_period the scale doubles.
   skipped: jax.Array  # Steps skipped so far: the optimizer (and its learning-rate schedule) is that many behind.
@@ -54,13 +61,13 @@ class LossScale:
 def initial_loss_scale(config: ml_collections.ConfigDict) -> LossScale | None:
   if config.compute_dtype != 'float16':
     return None
-  return LossScale(jnp.asarray(config.loss_scale_init, jnp.float32), jnp.zeros((), jnp.int32),
-                   jnp.zeros((), jnp.int32))
+  return LossScale(jnp.asarray(config.loss_scale_init, jnp.float32), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
 
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
   """Everything built from the config before the first compile."""
+
   config: ml_collections.ConfigDict
   mesh: jax.sharding.Mesh
   task: tasks.Task
@@ -82,8 +89,12 @@ def _keys(seed: jax.Array) -> tuple[jax.Array, jax.Array]:
   return init_key, jax.random.key_data(train_key)
 
 
-def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = None,
-          data: tuple[tfds.core.DatasetBuilder, Any] | None = None, workdir: str | None = None) -> Setup:
+def setup(
+  config: ml_collections.ConfigDict,
+  devices: list[jax.Device] | None = None,
+  data: tuple[tfds.core.DatasetBuilder, Any] | None = None,
+  workdir: str | None = None,
+) -> Setup:
   """Validates the config against the devices (default: all) and the data; builds the model abstractly.
   `data`: (builder, info) instead of the dataset of `config.data` (the benchmark's random inputs).
   `workdir`: where the task keeps what it derives from the data (a trained vocabulary)."""
@@ -92,20 +103,29 @@ def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = 
   shards = mesh.shape['data'] * mesh.shape['fsdp']
   for key in ('batch_size', 'eval_batch_size'):
     batch = config.data[key]
-    check(batch % shards == 0, f'data.{key}={batch} must be divisible by the {shards} batch shards '
-          f'(mesh data x fsdp = {mesh.shape["data"]} x {mesh.shape["fsdp"]})')
+    check(
+      batch % shards == 0,
+      f'data.{key}={batch} must be divisible by the {shards} batch shards '
+      f'(mesh data x fsdp = {mesh.shape["data"]} x {mesh.shape["fsdp"]})',
+    )
     pipeline.shards(config.data, key)
-  check(config.data.batch_size % (shards * config.accum_steps) == 0,
-        f'data.batch_size={config.data.batch_size} must be divisible by accum_steps={config.accum_steps} '
-        f'x {shards} batch shards')
+  check(
+    config.data.batch_size % (shards * config.accum_steps) == 0,
+    f'data.batch_size={config.data.batch_size} must be divisible by accum_steps={config.accum_steps} '
+    f'x {shards} batch shards',
+  )
   task = tasks.build(config.task)
   builder, info = pipeline.load(config.data, lambda b, d: task.dataset_info(b, d, workdir)) if data is None else data
   family = models.get(config.model.name)
   tx = optim.optimizer(config, family.NO_DECAY)
   graphdef, params = nnx.split(nnx.eval_shape(lambda: build_model(config, task, info, _keys(0)[0])), nnx.Param)
-  abstract_state = TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=params,
-                              opt_state=jax.eval_shape(tx.init, params), rng=jax.eval_shape(lambda: _keys(0)[1]),
-                              loss_scale=jax.eval_shape(lambda: initial_loss_scale(config)))
+  abstract_state = TrainState(
+    step=jax.ShapeDtypeStruct((), jnp.int32),
+    params=params,
+    opt_state=jax.eval_shape(tx.init, params),
+    rng=jax.eval_shape(lambda: _keys(0)[1]),
+    loss_scale=jax.eval_shape(lambda: initial_loss_scale(config)),
+  )
   state_shardings = parallel.shardings(abstract_state, mesh, config.mesh.fsdp_min_size, family.TENSOR_PARALLEL)
   return Setup(config, mesh, task, builder, info, graphdef, tx, abstract_state, state_shardings)
 
@@ -113,9 +133,15 @@ def setup(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = 
 def init_state(s: Setup) -> TrainState:
   """The initial state, created directly in its shardings (never whole on one device), with the
   weights of `config.init_from` when it is set."""
+
   def fresh(params, seed):
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=s.tx.init(params), rng=_keys(seed)[1],
-                      loss_scale=initial_loss_scale(s.config))
+    return TrainState(
+      step=jnp.zeros((), jnp.int32),
+      params=params,
+      opt_state=s.tx.init(params),
+      rng=_keys(seed)[1],
+      loss_scale=initial_loss_scale(s.config),
+    )
 
   def init(seed):
     return fresh(nnx.state(build_model(s.config, s.task, s.info, _keys(seed)[0]), nnx.Param), seed)
@@ -137,9 +163,16 @@ def init_state(s: Setup) -> TrainState:
 def train_batches(s: Setup, start_step: int = 0) -> Iterator[dict[str, jax.Array]]:
   """The task's global train batches (prepared, preprocessed, packed as it asks), from `start_step` on."""
   data = s.config.data
-  return pipeline.train_iterator(s.builder, data, s.task.preprocess(data, s.info, train=True),
-                                 jax.sharding.NamedSharding(s.mesh, parallel.BATCH), seed=s.config.seed,
-                                 start_step=start_step, prepare=s.task.prepare(s.info, True), pack=s.task.pack(data))
+  return pipeline.train_iterator(
+    s.builder,
+    data,
+    s.task.preprocess(data, s.info, train=True),
+    jax.sharding.NamedSharding(s.mesh, parallel.BATCH),
+    seed=s.config.seed,
+    start_step=start_step,
+    prepare=s.task.prepare(s.info, True),
+    pack=s.task.pack(data),
+  )
 
 
 def in_compute_dtype(tree: Any, config: ml_collections.ConfigDict) -> Any:
@@ -175,11 +208,14 @@ def make_train_step(s: Setup):
 
       def accumulate(total, i):
         mb = jax.tree.map(lambda x: x[i], micro)
-        return jax.tree.map(jnp.add, total, metrics_and_grads(state.params, mb, jax.random.fold_in(rng, i),
-                                                             state.step, scale)), None
+        return jax.tree.map(
+          jnp.add, total, metrics_and_grads(state.params, mb, jax.random.fold_in(rng, i), state.step, scale)
+        ), None
 
-      zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(
-          metrics_and_grads, state.params, jax.tree.map(lambda x: x[0], micro), rng, state.step, scale))
+      zeros = jax.tree.map(
+        lambda x: jnp.zeros(x.shape, x.dtype),
+        jax.eval_shape(metrics_and_grads, state.params, jax.tree.map(lambda x: x[0], micro), rng, state.step, scale),
+      )
       total, _ = jax.lax.scan(accumulate, zeros, jnp.arange(k))
       metrics, grads = jax.tree.map(lambda x: x / k, total)
     updates, opt_state = s.tx.update(grads, state.opt_state, state.params)
@@ -190,34 +226,50 @@ def make_train_step(s: Setup):
       metrics['lr'] = lr_schedule(state.step)
     else:  # An overflowing step changes nothing but the scale.
       finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
-      params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), (params, opt_state),
-                                       (state.params, state.opt_state))
+      params, opt_state = jax.tree.map(
+        lambda new, old: jnp.where(finite, new, old), (params, opt_state), (state.params, state.opt_state)
+      )
       metrics |= {'lr': lr_schedule(state.step - loss_scale.skipped), 'loss_scale': scale, 'skipped': 1.0 - finite}
       loss_scale = loss_scale.update(finite, s.config.loss_scale_period)
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state, loss_scale=loss_scale), metrics
 
   batch_sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
-  return jax.jit(train_step, in_shardings=(s.state_shardings, batch_sharding),
-                 out_shardings=(s.state_shardings, None), donate_argnums=0,
-                 compiler_options=parallel.compiler_options(s.mesh))
+  return jax.jit(
+    train_step,
+    in_shardings=(s.state_shardings, batch_sharding),
+    out_shardings=(s.state_shardings, None),
+    donate_argnums=0,
+    compiler_options=parallel.compiler_options(s.mesh),
+  )
 
 
 def make_eval_step(s: Setup):
   """(params, batch) -> sums of the task's metrics over the batch's real examples."""
+
   def eval_step(params, batch):
-    return s.task.eval_sums(nnx.merge(s.graphdef, in_compute_dtype(params, s.config)),
-                            in_compute_dtype(batch, s.config))
+    return s.task.eval_sums(
+      nnx.merge(s.graphdef, in_compute_dtype(params, s.config)), in_compute_dtype(batch, s.config)
+    )
+
   batch_sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
-  return jax.jit(eval_step, in_shardings=(s.state_shardings.params, batch_sharding),
-                 compiler_options=parallel.compiler_options(s.mesh))
+  return jax.jit(
+    eval_step,
+    in_shardings=(s.state_shardings.params, batch_sharding),
+    compiler_options=parallel.compiler_options(s.mesh),
+  )
 
 
 def evaluate(s: Setup, eval_step, params) -> dict[str, float]:
   """Task metrics over the whole eval split, from sums over all batches. Outputs a task scores on the host
   (decoded text for BLEU) come under the sums' 'host' key and are turned into more sums there."""
   preprocess = s.task.preprocess(s.config.data, s.info, train=False)
-  batches = pipeline.eval_batches(s.builder, s.config.data, preprocess,
-                                  jax.sharding.NamedSharding(s.mesh, parallel.BATCH), s.task.prepare(s.info, False))
+  batches = pipeline.eval_batches(
+    s.builder,
+    s.config.data,
+    preprocess,
+    jax.sharding.NamedSharding(s.mesh, parallel.BATCH),
+    s.task.prepare(s.info, False),
+  )
   totals = None
   for batch in batches:
     sums = eval_step(params, batch)
@@ -256,8 +308,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   else:
     state = init_state(s)
   log(reporting.parameter_overview(state.params))
-  log(f'mesh {dict(s.mesh.shape)}; parameters + optimizer state per device: '
-      f'{parallel.per_device_bytes(s.abstract_state, s.state_shardings) / 2**20:.1f} MiB')
+  log(
+    f'mesh {dict(s.mesh.shape)}; parameters + optimizer state per device: '
+    f'{parallel.per_device_bytes(s.abstract_state, s.state_shardings) / 2**20:.1f} MiB'
+  )
 
   batches = train_batches(s, start)
   train_step, eval_step = make_train_step(s), make_eval_step(s)
@@ -271,8 +325,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       last = step == config.total_steps
       if step % config.log_every == 0 or last:
         logged = _average(pending, prefix='train/')
-        check(np.isfinite(logged['train/loss']), f'train loss is {logged["train/loss"]} at step {step}; '
-              'lower optim.lr or raise schedule.warmup_steps')
+        check(
+          np.isfinite(logged['train/loss']),
+          f'train loss is {logged["train/loss"]} at step {step}; lower optim.lr or raise schedule.warmup_steps',
+        )
         pending = []
         logged['train/steps_per_sec'] = progress.rate(step)
         writer.write_scalars(step, logged)
@@ -281,8 +337,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         t0 = time.perf_counter()
         eval_metrics = evaluate(s, eval_step, state.params)
         writer.write_scalars(step, eval_metrics)
-        log(f'eval at step {step}: ' + '  '.join(f'{k} {v:.4f}' for k, v in eval_metrics.items()) +
-            f'  ({time.perf_counter() - t0:.1f}s)')
+        log(
+          f'eval at step {step}: '
+          + '  '.join(f'{k} {v:.4f}' for k, v in eval_metrics.items())
+          + f'  ({time.perf_counter() - t0:.1f}s)'
+        )
         progress.rate(step)  # Eval time does not count against steps/s.
       checkpointer.save(step, state, force=last)
   finally:

@@ -12,14 +12,22 @@ import jax
 import ml_collections
 from jax.experimental import multihost_utils
 
-from vit_jax_lab import config as config_lib
-from vit_jax_lab import models, tasks
+from vit_jax_lab import config as config_lib, models, tasks
 from vit_jax_lab.errors import ConfigError, check
 
 # Keys a resumed run may change: cadence, length, where data lives, how devices are laid out and how a
 # batch is split into micro-batches (neither changes results). Entries ending in '.' cover a group.
-RESUMABLE_CHANGES = ('total_steps', 'log_every', 'eval_every', 'checkpoint_every', 'keep', 'data.data_dir',
-                     'accum_steps', 'mesh.', 'distributed.')
+RESUMABLE_CHANGES = (
+  'total_steps',
+  'log_every',
+  'eval_every',
+  'checkpoint_every',
+  'keep',
+  'data.data_dir',
+  'accum_steps',
+  'mesh.',
+  'distributed.',
+)
 
 
 def record_config(config: ml_collections.ConfigDict, workdir: str) -> None:
@@ -31,10 +39,14 @@ def record_config(config: ml_collections.ConfigDict, workdir: str) -> None:
     with open(path) as f:
       saved = json.load(f)
     new, old = _flatten(resolved), _flatten(saved)
-    changed = sorted(k for k in new.keys() | old.keys()
-                     if new.get(k) != old.get(k) and not k.startswith(RESUMABLE_CHANGES))
-    check(not changed, f'workdir {workdir} holds a run with a different config ({", ".join(changed)}); '
-          'use a new --workdir, or the same config to resume it')
+    changed = sorted(
+      k for k in new.keys() | old.keys() if new.get(k) != old.get(k) and not k.startswith(RESUMABLE_CHANGES)
+    )
+    check(
+      not changed,
+      f'workdir {workdir} holds a run with a different config ({", ".join(changed)}); '
+      'use a new --workdir, or the same config to resume it',
+    )
   if jax.process_count() > 1:  # Every process has read the old file before it is replaced.
     multihost_utils.sync_global_devices('config checked')
   if jax.process_index() == 0:

@@ -6,17 +6,27 @@ python -m main --config configs/seq2seq/digit_captions.py --workdir runs/digit_c
 Argument: [smoke] makes it tiny and a few steps long, for tests.
 """
 
-from vit_jax_lab import config as config_lib
-from vit_jax_lab import models, tasks
+from vit_jax_lab import config as config_lib, models, tasks
 
 
 def get_config(arg: str | None = None):
   if arg not in (None, 'smoke'):
     raise config_lib.ConfigError(f'configs/seq2seq/digit_captions.py takes no argument or smoke, got {arg!r}')
   c = config_lib.base_config()
-  c.model = models.config('transformer', variant=None, width=64, encoder_depth=2, decoder_depth=2,
-                                    mlp_dim=128, num_heads=4, patch_size=4, share_embeddings='decoder',
-                                    dropout=0.0, prenorm=True, activation='gelu')
+  c.model = models.config(
+    'transformer',
+    variant=None,
+    width=64,
+    encoder_depth=2,
+    decoder_depth=2,
+    mlp_dim=128,
+    num_heads=4,
+    patch_size=4,
+    share_embeddings='decoder',
+    dropout=0.0,
+    prenorm=True,
+    activation='gelu',
+  )
   c.task = tasks.config('seq2seq', label_smoothing=0.0, eval_decode='greedy')
   c.data.name = 'digit_scenes'
   c.data.vocab = 'words'

@@ -7,21 +7,32 @@ most 22 actions, test on longer ones). `beam` evaluates with beam search (beam 4
 `smoke` makes it tiny and a few steps long, for tests.
 """
 
-from vit_jax_lab import config as config_lib
-from vit_jax_lab import models, tasks
+from vit_jax_lab import config as config_lib, models, tasks
 
 
 def get_config(arg: str | None = None):
   split, *flags = (arg or 'simple').split(',')
   if split not in ('simple', 'length') or not set(flags) <= {'beam', 'smoke'}:
-    raise config_lib.ConfigError(f'configs/seq2seq/scan.py takes SPLIT[,beam][,smoke] with SPLIT simple or length, '
-                                 f'got {arg!r}')
+    raise config_lib.ConfigError(
+      f'configs/seq2seq/scan.py takes SPLIT[,beam][,smoke] with SPLIT simple or length, got {arg!r}'
+    )
   c = config_lib.base_config()
-  c.model = models.config('transformer', variant=None, width=64, encoder_depth=2, decoder_depth=2,
-                                    mlp_dim=256, num_heads=4, share_embeddings='decoder', dropout=0.0,
-                                    prenorm=True, activation='relu')
-  c.task = tasks.config('seq2seq', label_smoothing=0.0, eval_decode='beam' if 'beam' in flags else 'greedy',
-                                  beam_size=4, alpha=0.6)
+  c.model = models.config(
+    'transformer',
+    variant=None,
+    width=64,
+    encoder_depth=2,
+    decoder_depth=2,
+    mlp_dim=256,
+    num_heads=4,
+    share_embeddings='decoder',
+    dropout=0.0,
+    prenorm=True,
+    activation='relu',
+  )
+  c.task = tasks.config(
+    'seq2seq', label_smoothing=0.0, eval_decode='beam' if 'beam' in flags else 'greedy', beam_size=4, alpha=0.6
+  )
   c.data.name = f'scan/{split}'
   c.data.vocab = 'words'
   c.data.max_input_length = 20  # 2 commands of up to 9 words + EOS: two per packed row.

@@ -12,8 +12,7 @@ as the paper), Adam (0.9, 0.98, 1e-9), learning rate d_model^-0.5 * min(step^-0.
 checkpoints and reports tokenised BLEU; we report sacreBLEU on detokenised text, typically ~1 point lower.
 """
 
-from vit_jax_lab import config as config_lib
-from vit_jax_lab import models, tasks
+from vit_jax_lab import config as config_lib, models, tasks
 
 
 def get_config(arg: str | None = None):
@@ -22,8 +21,15 @@ def get_config(arg: str | None = None):
     raise config_lib.ConfigError(f'configs/seq2seq/wmt14_ende.py takes base or big, got {arg!r}')
   width = 512 if size == 'base' else 1024
   c = config_lib.base_config()
-  c.model = models.config('transformer', variant=size, share_embeddings='all', posemb='sincos',
-                                    prenorm=False, activation='relu', dropout=0.1 if size == 'base' else 0.3)
+  c.model = models.config(
+    'transformer',
+    variant=size,
+    share_embeddings='all',
+    posemb='sincos',
+    prenorm=False,
+    activation='relu',
+    dropout=0.1 if size == 'base' else 0.3,
+  )
   c.task = tasks.config('seq2seq', label_smoothing=0.1, eval_decode='beam', beam_size=4, alpha=0.6)
   c.data.name = 'wmt14_translate/de-en'
   c.data.source, c.data.target = 'en', 'de'
@@ -45,7 +51,7 @@ def get_config(arg: str | None = None):
   c.optim.b1, c.optim.b2, c.optim.eps = 0.9, 0.98, 1e-9
   c.optim.weight_decay = 0.0
   c.optim.clip_norm = 0.0
-  c.optim.lr = width ** -0.5 * 4000 ** -0.5  # The paper's rate at the end of warm-up: 7.0e-4 for base.
+  c.optim.lr = width**-0.5 * 4000**-0.5  # The paper's rate at the end of warm-up: 7.0e-4 for base.
   c.schedule.warmup_steps = 4000
   c.schedule.decay = 'rsqrt'
   c.schedule.rsqrt_timescale = 4000  # lr * sqrt(4000 / step) after warm-up: the paper's step^-0.5.

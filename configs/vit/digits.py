@@ -4,8 +4,7 @@ python -m main --config configs/vit/digits.py --workdir runs/vit_digits
 python -m main --config configs/vit/digits.py:smoke --workdir runs/smoke   # a tiny model, a few steps
 """
 
-from vit_jax_lab import config as config_lib
-from vit_jax_lab import models, tasks
+from vit_jax_lab import config as config_lib, models, tasks
 
 
 def get_config(arg: str | None = None):
@@ -26,8 +25,9 @@ def get_config(arg: str | None = None):
   c.schedule.warmup_steps = 100
 
   if arg == 'smoke':  # Dropout, stochastic depth, mixup, class token, learned position embeddings; seconds.
-    c.model.update(width=32, depth=2, mlp_dim=64, num_heads=2, patch_size=4, pool='tok', posemb='learn',
-                   dropout=0.1, drop_path=0.1)
+    c.model.update(
+      width=32, depth=2, mlp_dim=64, num_heads=2, patch_size=4, pool='tok', posemb='learn', dropout=0.1, drop_path=0.1
+    )
     c.task.mixup = 0.2
     config_lib.smoke(c, steps=6, warmup=2)
     c.mesh.fsdp_min_size = 256

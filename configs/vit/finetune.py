@@ -9,22 +9,22 @@ python -m main --config configs/vit/finetune.py:cifar10,B/16,500 --workdir runs/
     --config.init_from=pretrained/imagenet21k/ViT-B_16.npz --config.data.data_dir=/datasets/tfds
 """
 
-from vit_jax_lab import config as config_lib
-from vit_jax_lab import models, tasks
+from vit_jax_lab import config as config_lib, models, tasks
 from vit_jax_lab.models import release
 
 DATASETS = {  # train split, eval split, full schedule (steps)
-    'cifar10': ('train[:98%]', 'test', 10_000),
-    'cifar100': ('train[:98%]', 'test', 10_000),
-    'imagenet2012': ('train[:99%]', 'validation', 20_000),
+  'cifar10': ('train[:98%]', 'test', 10_000),
+  'cifar100': ('train[:98%]', 'test', 10_000),
+  'imagenet2012': ('train[:99%]', 'validation', 20_000),
 }
 
 
 def get_config(arg: str | None = None):
   parts = (arg or 'cifar10,B/16').split(',')
   if len(parts) not in (2, 3) or parts[0] not in DATASETS:
-    raise config_lib.ConfigError(f'configs/vit/finetune.py takes DATASET,VARIANT[,STEPS] with DATASET one of '
-                                 f'{", ".join(DATASETS)}, got {arg!r}')
+    raise config_lib.ConfigError(
+      f'configs/vit/finetune.py takes DATASET,VARIANT[,STEPS] with DATASET one of {", ".join(DATASETS)}, got {arg!r}'
+    )
   dataset, variant = parts[:2]
   train_split, eval_split, full_steps = DATASETS[dataset]
   steps = int(parts[2]) if len(parts) == 3 else full_steps

@@ -17,8 +17,7 @@ gradient clipping at 1, no weight decay, central-frame tubelet initialisation, c
 clips x 3 crops at test time. Not implemented here: scenic's scale jitter and colour augmentation.
 """
 
-from vit_jax_lab import config as config_lib
-from vit_jax_lab import models, tasks
+from vit_jax_lab import config as config_lib, models, tasks
 from vit_jax_lab.models import release
 
 TRAIN_EXAMPLES = 214_834  # Kinetics-400 shrinks as videos leave YouTube; set your copy's count.
@@ -31,8 +30,15 @@ def get_config(arg: str | None = None):
     raise config_lib.ConfigError(f'configs/vivit/kinetics400.py takes {" or ".join(PUBLISHED_TOP1)}, got {arg!r}')
   c = config_lib.base_config()
   # The released image weights' math (tanh GELU, LayerNorm epsilon 1e-6); model 2's temporal encoder starts fresh.
-  c.model = models.config('vivit', variant='B/16x2', model=model, temporal_depth=4, pool='tok',
-                                    tubelet_init='central_frame', **release.RELEASE_OPTIONS)
+  c.model = models.config(
+    'vivit',
+    variant='B/16x2',
+    model=model,
+    temporal_depth=4,
+    pool='tok',
+    tubelet_init='central_frame',
+    **release.RELEASE_OPTIONS,
+  )
   c.init_from = 'pretrained/imagenet21k/ViT-B_16.npz'
   c.task = tasks.config('classification')
   c.data.name = 'kinetics400'

@@ -9,8 +9,7 @@ eval_clips frames are averaged). `smoke` makes it tiny and a few steps long, for
 Clips are 8 of the 9 frames; evaluation averages the two 8-frame clips of each video.
 """
 
-from vit_jax_lab import config as config_lib
-from vit_jax_lab import models, tasks
+from vit_jax_lab import config as config_lib, models, tasks
 from vit_jax_lab.models import vivit
 
 MODELS = (*vivit.MODELS, 'single_frame')
@@ -19,13 +18,23 @@ MODELS = (*vivit.MODELS, 'single_frame')
 def get_config(arg: str | None = None):
   model, _, smoke = (arg or 'spatiotemporal').partition(',')
   if model not in MODELS or smoke not in ('', 'smoke'):
-    raise config_lib.ConfigError(f'configs/vivit/moving_digits.py takes MODEL[,smoke] with MODEL one of '
-                                 f'{", ".join(MODELS)}, got {arg!r}')
+    raise config_lib.ConfigError(
+      f'configs/vivit/moving_digits.py takes MODEL[,smoke] with MODEL one of {", ".join(MODELS)}, got {arg!r}'
+    )
   c = config_lib.base_config()
   single = model == 'single_frame'
-  c.model = models.config('vivit', model='spatiotemporal' if single else model, width=64, depth=4,
-                                    mlp_dim=128, num_heads=4, patch_size=4, tubelet_time=1 if single else 2,
-                                    temporal_depth=2, pool='gap')
+  c.model = models.config(
+    'vivit',
+    model='spatiotemporal' if single else model,
+    width=64,
+    depth=4,
+    mlp_dim=128,
+    num_heads=4,
+    patch_size=4,
+    tubelet_time=1 if single else 2,
+    temporal_depth=2,
+    pool='gap',
+  )
   c.task = tasks.config('classification')
   c.data.name = 'moving_digits'
   c.data.num_frames = 1 if single else 8

@@ -19,23 +19,27 @@ PUBLISHED = {'base': (65, 27.3), 'big': (213, 28.4)}  # Vaswani et al. 2017, Tab
 
 
 def count(variant: str, **options) -> int:
-  model = nnx.eval_shape(lambda: seq2seq.Transformer(VOCAB, VOCAB, None, 256, variant=variant, rngs=nnx.Rngs(0),
-                                                     **options))
+  model = nnx.eval_shape(
+    lambda: seq2seq.Transformer(VOCAB, VOCAB, None, 256, variant=variant, rngs=nnx.Rngs(0), **options)
+  )
   return cost.param_count(nnx.state(model, nnx.Param))
 
 
 def main() -> None:
   lines = [
-      '| model | d_model | heads | d_ff | layers | params | paper | within 5% | untied embeddings | pre-norm |'
-      ' WMT14 EN-DE BLEU (paper) |',
-      '|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|']
+    '| model | d_model | heads | d_ff | layers | params | paper | within 5% | untied embeddings | pre-norm |'
+    ' WMT14 EN-DE BLEU (paper) |',
+    '|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|',
+  ]
   for variant, (paper, bleu) in PUBLISHED.items():
     width, enc, dec, mlp, heads = seq2seq.PRESETS[variant]
     params = count(variant)
     within = abs(params / (paper * 1e6) - 1) <= 0.05
-    lines.append(f'| {variant} | {width} | {heads} | {mlp} | {enc}+{dec} | {params:,} | {paper}M | '
-                 f'{"yes" if within else "NO"} | {count(variant, share_embeddings="none"):,} | '
-                 f'{count(variant, prenorm=True):,} | {bleu} |')
+    lines.append(
+      f'| {variant} | {width} | {heads} | {mlp} | {enc}+{dec} | {params:,} | {paper}M | '
+      f'{"yes" if within else "NO"} | {count(variant, share_embeddings="none"):,} | '
+      f'{count(variant, prenorm=True):,} | {bleu} |'
+    )
   common.write_table(__file__, lines)
 
 

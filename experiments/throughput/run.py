@@ -18,28 +18,67 @@ from experiments import common  # noqa: E402
 from vit_jax_lab import config as config_lib  # noqa: E402
 from vit_jax_lab.tools import bench  # noqa: E402
 
-VIT = ['--config.model.pool=tok', '--config.model.posemb=learn', '--config.model.dropout=0.0',
-       '--config.optim.weight_decay=0.05']
-VIDEO = ['--config.model.variant=Ti/16x2', '--config.model.temporal_depth=4', '--config.data.batch_size=8',
-         *(f'--config.model.{k}=None' for k in ('width', 'depth', 'mlp_dim', 'num_heads', 'patch_size', 'tubelet_time'))]
+VIT = [
+  '--config.model.pool=tok',
+  '--config.model.posemb=learn',
+  '--config.model.dropout=0.0',
+  '--config.optim.weight_decay=0.05',
+]
+VIDEO = [
+  '--config.model.variant=Ti/16x2',
+  '--config.model.temporal_depth=4',
+  '--config.data.batch_size=8',
+  *(f'--config.model.{k}=None' for k in ('width', 'depth', 'mlp_dim', 'num_heads', 'patch_size', 'tubelet_time')),
+]
 STEP_ROWS = [  # (name, config, overrides, synthetic input shape)
-    ('ViT-Ti/16', 'configs/vit/digits.py', [*VIT, '--config.model.variant=Ti/16', '--config.data.batch_size=32'],
-     '224,224,3,1000'),
-    ('ViT-S/16', 'configs/vit/digits.py', [*VIT, '--config.model.variant=S/16', '--config.data.batch_size=32'],
-     '224,224,3,1000'),
-    ('ViT-B/16', 'configs/vit/digits.py', [*VIT, '--config.model.variant=B/16', '--config.data.batch_size=32'],
-     '224,224,3,1000'),
-    ('ViViT-Ti/16x2 model 1', 'configs/vivit/moving_digits.py:spatiotemporal', VIDEO, '8,224,224,3,400'),
-    ('ViViT-Ti/16x2 model 2', 'configs/vivit/moving_digits.py:factorised_encoder', VIDEO, '8,224,224,3,400'),
-    ('Transformer-base', 'configs/seq2seq/wmt14_ende.py:base', ['--config.compute_dtype=float32',
-                                                              '--config.data.batch_size=16'], '128,37000'),
+  (
+    'ViT-Ti/16',
+    'configs/vit/digits.py',
+    [*VIT, '--config.model.variant=Ti/16', '--config.data.batch_size=32'],
+    '224,224,3,1000',
+  ),
+  (
+    'ViT-S/16',
+    'configs/vit/digits.py',
+    [*VIT, '--config.model.variant=S/16', '--config.data.batch_size=32'],
+    '224,224,3,1000',
+  ),
+  (
+    'ViT-B/16',
+    'configs/vit/digits.py',
+    [*VIT, '--config.model.variant=B/16', '--config.data.batch_size=32'],
+    '224,224,3,1000',
+  ),
+  ('ViViT-Ti/16x2 model 1', 'configs/vivit/moving_digits.py:spatiotemporal', VIDEO, '8,224,224,3,400'),
+  ('ViViT-Ti/16x2 model 2', 'configs/vivit/moving_digits.py:factorised_encoder', VIDEO, '8,224,224,3,400'),
+  (
+    'Transformer-base',
+    'configs/seq2seq/wmt14_ende.py:base',
+    ['--config.compute_dtype=float32', '--config.data.batch_size=16'],
+    '128,37000',
+  ),
 ]
 COMPILE_ROWS = [  # Compile time and compiled memory, no steps.
-    (f'ViT-{v} {"scanned" if scan else "unscanned"}, remat {remat}, batch {b}', 'configs/vit/digits.py',
-     [*VIT, f'--config.model.variant={v}', f'--config.data.batch_size={b}', f'--config.model.scan={scan}',
-      f'--config.model.remat={remat}'], '224,224,3,1000')
-    for v, scan, remat, b in [('B/16', False, 'none', 32), ('B/16', True, 'none', 32), ('L/16', True, 'none', 32),
-                              ('L/16', True, 'none', 64), ('L/16', True, 'full', 64)]]
+  (
+    f'ViT-{v} {"scanned" if scan else "unscanned"}, remat {remat}, batch {b}',
+    'configs/vit/digits.py',
+    [
+      *VIT,
+      f'--config.model.variant={v}',
+      f'--config.data.batch_size={b}',
+      f'--config.model.scan={scan}',
+      f'--config.model.remat={remat}',
+    ],
+    '224,224,3,1000',
+  )
+  for v, scan, remat, b in [
+    ('B/16', False, 'none', 32),
+    ('B/16', True, 'none', 32),
+    ('L/16', True, 'none', 32),
+    ('L/16', True, 'none', 64),
+    ('L/16', True, 'full', 64),
+  ]
+]
 
 
 def measure(rows, steps: int) -> list[dict]:

@@ -22,8 +22,16 @@ def main() -> None:
   rows = []
   for seed in map(int, args.seeds.split(',')):
     workdir = os.path.join(args.workdir, f'seed{seed}')
-    command = [sys.executable, '-m', 'main', '--config', 'configs/vit/digits.py', '--workdir', workdir,
-               f'--config.seed={seed}']
+    command = [
+      sys.executable,
+      '-m',
+      'main',
+      '--config',
+      'configs/vit/digits.py',
+      '--workdir',
+      workdir,
+      f'--config.seed={seed}',
+    ]
     start = time.time()
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.time() - start

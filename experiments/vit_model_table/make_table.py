@@ -15,9 +15,15 @@ from vit_jax_lab import cost  # noqa: E402
 from vit_jax_lab.models import vit  # noqa: E402
 
 # Dosovitskiy et al. 2021 / timm: parameters at 224 px with 1,000 classes, forward GMACs per image.
-PUBLISHED = {'Ti/16': (5_717_416, 1.25), 'S/16': (22_050_664, 4.60), 'B/16': (86_567_656, 17.56),
-             'B/32': (88_224_232, 4.41), 'L/16': (304_326_632, 61.55), 'L/32': (306_535_400, None),
-             'H/14': (632_045_800, 167.3)}
+PUBLISHED = {
+  'Ti/16': (5_717_416, 1.25),
+  'S/16': (22_050_664, 4.60),
+  'B/16': (86_567_656, 17.56),
+  'B/32': (88_224_232, 4.41),
+  'L/16': (304_326_632, 61.55),
+  'L/32': (306_535_400, None),
+  'H/14': (632_045_800, 167.3),
+}
 
 
 def rows():
@@ -31,12 +37,14 @@ def rows():
 
 def main() -> None:
   lines = [
-      '| variant | params | published | GMACs | XLA FLOPs / 2 (G) | published GMACs | match |',
-      '|---|---:|---:|---:|---:|---:|---|']
+    '| variant | params | published | GMACs | XLA FLOPs / 2 (G) | published GMACs | match |',
+    '|---|---:|---:|---:|---:|---:|---|',
+  ]
   for variant, params, pub_params, gmacs, xla, pub_gmacs, match in rows():
     pub = '—' if pub_gmacs is None else f'{pub_gmacs:.2f}'
-    lines.append(f'| {variant} | {params:,} | {pub_params:,} | {gmacs:.2f} | {xla:.2f} | {pub} | '
-                 f'{"yes" if match else "NO"} |')
+    lines.append(
+      f'| {variant} | {params:,} | {pub_params:,} | {gmacs:.2f} | {xla:.2f} | {pub} | {"yes" if match else "NO"} |'
+    )
   common.write_table(__file__, lines)
 
 

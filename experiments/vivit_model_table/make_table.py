@@ -16,8 +16,12 @@ from vit_jax_lab.models import vivit  # noqa: E402
 
 SHAPE = (32, 224, 224, 3)
 # Arnab et al. 2021, Table 2: parameters (millions), GFLOPs (the paper's FLOPs are multiply-adds), K400 top-1.
-PUBLISHED = {'spatiotemporal': (88.9, 455.2, 80.0), 'factorised_encoder': (115.1, 284.4, 78.8),
-             'factorised_self_attention': (117.3, 372.3, 77.4), 'factorised_dot_product': (88.9, 277.1, 76.3)}
+PUBLISHED = {
+  'spatiotemporal': (88.9, 455.2, 80.0),
+  'factorised_encoder': (115.1, 284.4, 78.8),
+  'factorised_self_attention': (117.3, 372.3, 77.4),
+  'factorised_dot_product': (88.9, 277.1, 76.3),
+}
 
 
 def rows():
@@ -30,11 +34,14 @@ def rows():
 
 def main() -> None:
   lines = [
-      '| model | params | published (M) | GMACs | published | K400 top-1 (paper) | match |',
-      '|---|---:|---:|---:|---:|---:|---|']
+    '| model | params | published (M) | GMACs | published | K400 top-1 (paper) | match |',
+    '|---|---:|---:|---:|---:|---:|---|',
+  ]
   for number, model, params, pub_params, gmacs, pub_gmacs, top1, match in rows():
-    lines.append(f'| {number}: {model} | {params:,} | {pub_params} | {gmacs:.1f} | {pub_gmacs} | {top1} | '
-                 f'{"yes" if match else "NO"} |')
+    lines.append(
+      f'| {number}: {model} | {params:,} | {pub_params} | {gmacs:.1f} | {pub_gmacs} | {top1} | '
+      f'{"yes" if match else "NO"} |'
+    )
   common.write_table(__file__, lines)
 
 

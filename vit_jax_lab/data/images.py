@@ -9,8 +9,14 @@ import tensorflow as tf
 def inception_crop(image: tf.Tensor, seed: tf.Tensor, min_area: float = 0.05) -> tf.Tensor:
   """A random crop of 5%-100% of the area and aspect ratio 3/4-4/3 (Szegedy et al. 2015)."""
   begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-      tf.shape(image), tf.zeros([0, 0, 4], tf.float32), seed=seed, area_range=(min_area, 1.0),
-      aspect_ratio_range=(3 / 4, 4 / 3), min_object_covered=0, use_image_if_no_bounding_boxes=True)
+    tf.shape(image),
+    tf.zeros([0, 0, 4], tf.float32),
+    seed=seed,
+    area_range=(min_area, 1.0),
+    aspect_ratio_range=(3 / 4, 4 / 3),
+    min_object_covered=0,
+    use_image_if_no_bounding_boxes=True,
+  )
   return tf.slice(image, begin, size)
 
 

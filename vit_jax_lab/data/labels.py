@@ -14,6 +14,7 @@ from vit_jax_lab.errors import check
 @dataclasses.dataclass(frozen=True)
 class LabelInfo:
   """What a classification model and task need to know about the data before anything is built."""
+
   num_classes: int
   input_key: str  # The raw feature the model input is made from: 'image' or 'video'.
   input_shape: tuple[int, ...]  # One preprocessed example: (height, width, channels) or (frames, h, w, c).
@@ -31,8 +32,10 @@ def dataset_info(builder: tfds.core.DatasetBuilder, data_config) -> LabelInfo:
   """Input shape and classes of an image or video classification dataset."""
   name, features = data_config.name, builder.info.features
   key = input_key(features)
-  check(key is not None and 'label' in features,
-        f'data.name={name!r} has features {list(features)}; classification needs "label" and one of "image", "video"')
+  check(
+    key is not None and 'label' in features,
+    f'data.name={name!r} has features {list(features)}; classification needs "label" and one of "image", "video"',
+  )
   if key == 'image':
     shape = tuple(features['image'].shape)
     if data_config.image_size is not None:
@@ -40,21 +43,31 @@ def dataset_info(builder: tfds.core.DatasetBuilder, data_config) -> LabelInfo:
     check(None not in shape, f'data.name={name!r} has images of varying size {shape}: set data.image_size')
   else:
     _, height, width, channels = features['video'].shape
-    check(data_config.image_size is not None or None not in (height, width),
-          f'data.name={name!r} has frames of varying size {(height, width)}: set data.image_size')
+    check(
+      data_config.image_size is not None or None not in (height, width),
+      f'data.name={name!r} has frames of varying size {(height, width)}: set data.image_size',
+    )
     if data_config.image_size is not None:
       height = width = data_config.image_size
     elif data_config.resize_size is not None:
       height, width = (int(n) for n in videos.resized_size(height, width, data_config.resize_size))
     shape = (data_config.num_frames, height, width, channels)
-  return LabelInfo(num_classes=features['label'].num_classes, input_key=key, input_shape=shape,
-                   num_train=builder.info.splits[data_config.train_split].num_examples,
-                   num_eval=builder.info.splits[data_config.eval_split].num_examples)
+  return LabelInfo(
+    num_classes=features['label'].num_classes,
+    input_key=key,
+    input_shape=shape,
+    num_train=builder.info.splits[data_config.train_split].num_examples,
+    num_eval=builder.info.splits[data_config.eval_split].num_examples,
+  )
 
 
 def prepare_fn(info: LabelInfo) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
   """Raw examples -> only the input feature and the label."""
-  return lambda ds: ds.map(lambda ex: {info.input_key: ex[info.input_key], 'label': ex['label']})
+
+  def prepare(ds: tf.data.Dataset) -> tf.data.Dataset:
+    return ds.map(lambda ex: {info.input_key: ex[info.input_key], 'label': ex['label']})
+
+  return prepare
 
 
 def preprocess_fn(data_config, info: LabelInfo, train: bool) -> Callable[[dict, tf.Tensor], dict]:

@@ -34,16 +34,22 @@ def load(data_config, info_fn: Callable[[tfds.core.DatasetBuilder, Any], Any]) -
     try:
       builder = tfds.builder(name, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError:
-      raise ConfigError(f'data.name={name!r} is not a TFDS dataset; built-in ones: {", ".join(builders.BUILTIN)}') from None
-    check(builder.is_prepared(),
-          f'data.name={name!r} is not prepared in data.data_dir={data_dir!r}: run `tfds build {name} '
-          '--data_dir DIR` where there is network, then set data.data_dir=DIR')
+      raise ConfigError(
+        f'data.name={name!r} is not a TFDS dataset; built-in ones: {", ".join(builders.BUILTIN)}'
+      ) from None
+    check(
+      builder.is_prepared(),
+      f'data.name={name!r} is not prepared in data.data_dir={data_dir!r}: run `tfds build {name} '
+      '--data_dir DIR` where there is network, then set data.data_dir=DIR',
+    )
   for key in ('train_split', 'eval_split'):
     try:
       builder.info.splits[data_config[key]]
     except (KeyError, ValueError) as e:
-      raise ConfigError(f'data.{key}={data_config[key]!r} is not a split of {name}: '
-                        f'valid ones are {", ".join(builder.info.splits)} (TFDS slicing allowed)') from e
+      raise ConfigError(
+        f'data.{key}={data_config[key]!r} is not a split of {name}: '
+        f'valid ones are {", ".join(builder.info.splits)} (TFDS slicing allowed)'
+      ) from e
   return builder, info_fn(builder, data_config)
 
 
@@ -54,6 +60,7 @@ def _prepare_once(builder: tfds.core.DatasetBuilder) -> None:
     builder.download_and_prepare(download_config=no_network)
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils
+
     multihost_utils.sync_global_devices('data prepared')
     if not builder.is_prepared():  # Hosts without a shared disk build their own copy.
       builder.download_and_prepare(download_config=no_network)
@@ -63,8 +70,10 @@ def shards(data_config, batch_key: str) -> tuple[list[int], int, int]:
   """(this process's shard ids, number of shards, examples per shard in a `data.<batch_key>` batch)."""
   global_batch = data_config[batch_key]
   count = jax.process_count() if data_config.shards == -1 else data_config.shards
-  check(count % jax.process_count() == 0,
-        f'data.shards={count} must be a multiple of the process count {jax.process_count()}')
+  check(
+    count % jax.process_count() == 0,
+    f'data.shards={count} must be a multiple of the process count {jax.process_count()}',
+  )
   check(global_batch % count == 0, f'data.{batch_key}={global_batch} must be divisible by data.shards={count}')
   per_process = count // jax.process_count()
   first = jax.process_index() * per_process
@@ -74,8 +83,9 @@ def shards(data_config, batch_key: str) -> tuple[list[int], int, int]:
 def _read(builder, split: str, cache: bool, prepare: Prepare) -> tf.data.Dataset:
   """The split's examples in order, after the task's `prepare` (deterministic: feature selection,
   tokenisation, length filtering)."""
-  ds = builder.as_dataset(split=split, shuffle_files=False,
-                          read_config=tfds.ReadConfig(add_tfds_id=False, try_autocache=False))
+  ds = builder.as_dataset(
+    split=split, shuffle_files=False, read_config=tfds.ReadConfig(add_tfds_id=False, try_autocache=False)
+  )
   ds = prepare(ds)
   return ds.cache() if cache else ds
 
@@ -95,9 +105,17 @@ def _example_seed(seed: int, shard: int, index: tf.Tensor) -> tf.Tensor:
   return tf.stack([tf.constant(seed * 1_000_003 + shard, tf.int64), tf.cast(index, tf.int64)])
 
 
-def train_iterator(builder, data_config, preprocess: Preprocess, sharding: jax.sharding.Sharding, *,
-                   seed: int, start_step: int, prepare: Prepare,
-                   pack: tuple[int, Callable[[dict, int], dict]] | None = None) -> Iterator[Batch]:
+def train_iterator(
+  builder,
+  data_config,
+  preprocess: Preprocess,
+  sharding: jax.sharding.Sharding,
+  *,
+  seed: int,
+  start_step: int,
+  prepare: Prepare,
+  pack: tuple[int, Callable[[dict, int], dict]] | None = None,
+) -> Iterator[Batch]:
   """Endless global train batches, starting at `start_step` exactly as an uninterrupted run would.
   `pack`: (k, fn): fn(examples, rows) packs k batches' worth of examples into a batch of `rows` rows."""
   local_shards, num_shards, shard_batch = shards(data_config, 'batch_size')
@@ -116,8 +134,11 @@ def train_iterator(builder, data_config, preprocess: Preprocess, sharding: jax.s
 
     start_epoch, offset = divmod(start_step * per_batch, n)
     ds = tf.data.Dataset.range(start_epoch, 2**62).flat_map(epoch).skip(offset)
-    ds = ds.map(lambda i, ex, shard=shard: preprocess(ex, _example_seed(seed, shard, i)),
-                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.map(
+      lambda i, ex, shard=shard: preprocess(ex, _example_seed(seed, shard, i)),
+      num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=True,
+    )
     ds = ds.batch(per_batch, drop_remainder=True)
     if pack:
       ds = ds.map(lambda b: pack[1](b, shard_batch), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -126,20 +147,25 @@ def train_iterator(builder, data_config, preprocess: Preprocess, sharding: jax.s
   return _to_global(ds, sharding)
 
 
-def eval_batches(builder, data_config, preprocess: Preprocess, sharding: jax.sharding.Sharding,
-                 prepare: Prepare) -> Iterator[Batch]:
+def eval_batches(
+  builder, data_config, preprocess: Preprocess, sharding: jax.sharding.Sharding, prepare: Prepare
+) -> Iterator[Batch]:
   """The whole eval split once, in order; the last batches are padded with `mask` = 0."""
   local_shards, num_shards, shard_batch = shards(data_config, 'eval_batch_size')
-  splits = [tfds.split_for_jax_process(data_config.eval_split, process_index=s, process_count=num_shards)
-            for s in range(num_shards)]
+  splits = [
+    tfds.split_for_jax_process(data_config.eval_split, process_index=s, process_count=num_shards)
+    for s in range(num_shards)
+  ]
   num_batches = max(math.ceil(builder.info.splits[s].num_examples / shard_batch) for s in splits)
   streams = []
   for shard in local_shards:
     ds = _read(builder, splits[shard], data_config.cache, prepare).map(
-        lambda ex: preprocess(ex, tf.zeros([2], tf.int64)) | {'mask': tf.constant(1.0)},
-        num_parallel_calls=tf.data.AUTOTUNE)
+      lambda ex: preprocess(ex, tf.zeros([2], tf.int64)) | {'mask': tf.constant(1.0)},
+      num_parallel_calls=tf.data.AUTOTUNE,
+    )
     padding = tf.data.Dataset.from_tensors(
-        tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), ds.element_spec)).repeat()
+      tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), ds.element_spec)
+    ).repeat()
     streams.append(ds.concatenate(padding).take(num_batches * shard_batch).batch(shard_batch))
   return _to_global(_concat(streams).prefetch(tf.data.AUTOTUNE), sharding)
 
@@ -148,5 +174,4 @@ def _concat(streams: list[tf.data.Dataset]) -> tf.data.Dataset:
   """Batches of the local shards side by side: rows of shard k follow those of shard k - 1."""
   if len(streams) == 1:
     return streams[0]
-  return tf.data.Dataset.zip(tuple(streams)).map(
-      lambda *b: {k: tf.concat([x[k] for x in b], axis=0) for k in b[0]})
+  return tf.data.Dataset.zip(tuple(streams)).map(lambda *b: {k: tf.concat([x[k] for x in b], axis=0) for k in b[0]})

@@ -27,7 +27,7 @@ class WordVocab:
   def __init__(self, words: list[str]):
     self.words = list(SPECIALS) + sorted(set(words))
     self.size = len(self.words)
-    keys, values = tf.constant(self.words[len(SPECIALS):]), tf.range(len(SPECIALS), self.size, dtype=tf.int32)
+    keys, values = tf.constant(self.words[len(SPECIALS) :]), tf.range(len(SPECIALS), self.size, dtype=tf.int32)
     self._table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, values), UNK)
 
   def encode_tf(self, text: tf.Tensor) -> tf.Tensor:
@@ -44,12 +44,15 @@ class SentencePieceVocab:
 
   def __init__(self, path: str):
     import sentencepiece as spm
+
     self.path = path
     self._sp = spm.SentencePieceProcessor(model_file=path)
     self.size = self._sp.get_piece_size()
 
   def encode_tf(self, text: tf.Tensor) -> tf.Tensor:
-    encode = lambda s: np.asarray(self._sp.encode(np.asarray(s).item().decode('utf-8')), np.int32)
+    def encode(s):
+      return np.asarray(self._sp.encode(np.asarray(s).item().decode('utf-8')), np.int32)
+
     return tf.ensure_shape(tf.numpy_function(encode, [text], tf.int32, stateful=False), [None])
 
   def decode(self, ids: np.ndarray) -> str:
@@ -58,23 +61,34 @@ class SentencePieceVocab:
 
 def _until_eos(ids: np.ndarray) -> list[int]:
   ids = [int(i) for i in ids]
-  return ids[:ids.index(EOS)] if EOS in ids else ids
+  return ids[: ids.index(EOS)] if EOS in ids else ids
 
 
 def train_sentencepiece(texts: list[str], vocab_size: int, path: str) -> SentencePieceVocab:
   """Trains a unigram SentencePiece model on `texts` and saves it as `path` (+ '.vocab')."""
   import sentencepiece as spm
+
   os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
   spm.SentencePieceTrainer.train(
-      sentence_iterator=iter(texts), model_prefix=path.removesuffix('.model'), vocab_size=vocab_size,
-      model_type='unigram', character_coverage=1.0, pad_id=PAD, bos_id=BOS, eos_id=EOS, unk_id=UNK,
-      shuffle_input_sentence=False, minloglevel=2)
+    sentence_iterator=iter(texts),
+    model_prefix=path.removesuffix('.model'),
+    vocab_size=vocab_size,
+    model_type='unigram',
+    character_coverage=1.0,
+    pad_id=PAD,
+    bos_id=BOS,
+    eos_id=EOS,
+    unk_id=UNK,
+    shuffle_input_sentence=False,
+    minloglevel=2,
+  )
   return SentencePieceVocab(path)
 
 
 @dataclasses.dataclass(frozen=True)
 class TextInfo:
   """What a seq2seq model and task need to know about the data before anything is built."""
+
   input_key: str  # Source feature: text, or an image.
   target_key: str  # Target text feature.
   input_vocab: WordVocab | SentencePieceVocab | None  # None: the inputs are images.
@@ -104,14 +118,16 @@ def dataset_info(builder, data_config, vocab_dir: str | None = None) -> TextInfo
   for side, key in (('source', source), ('target', target)):
     check(key in features, f'data.{side}={key!r} is not a feature of {data_config.name}: it has {list(features)}')
   image = isinstance(features[source], tfds.features.Image)
-  check(isinstance(features[target], tfds.features.Text),
-        f'data.target={target!r} of {data_config.name} is not text')
+  check(isinstance(features[target], tfds.features.Text), f'data.target={target!r} of {data_config.name} is not text')
   train = data_config.train_split
   vocab = data_config.vocab
   text_keys = (target,) if image else (target, source)
   if vocab == 'words':
     texts = _texts(builder, train, text_keys)
-    words = lambda key: [w for t in texts[key] for w in t.split()]
+
+    def words(key):
+      return [w for t in texts[key] for w in t.split()]
+
     target_vocab = WordVocab(words(target))
     input_vocab = None if image else WordVocab(words(source))
   else:
@@ -123,6 +139,7 @@ def dataset_info(builder, data_config, vocab_dir: str | None = None) -> TextInfo
           train_sentencepiece([t for key in text_keys for t in texts[key]], data_config.vocab_size, path)
         if jax.process_count() > 1:
           from jax.experimental import multihost_utils
+
           multihost_utils.sync_global_devices('vocabulary trained')
     else:
       path = vocab
@@ -131,10 +148,16 @@ def dataset_info(builder, data_config, vocab_dir: str | None = None) -> TextInfo
     input_vocab = None if image else target_vocab
   input_shape = tuple(features[source].shape) if image else (data_config.max_input_length,)
   check(None not in input_shape, f'data.source={source!r} has images of varying size {input_shape}')
-  return TextInfo(input_key=source, target_key=target, input_vocab=input_vocab, target_vocab=target_vocab,
-                  input_shape=input_shape, max_target_length=data_config.max_target_length,
-                  num_train=builder.info.splits[train].num_examples,
-                  num_eval=builder.info.splits[data_config.eval_split].num_examples)
+  return TextInfo(
+    input_key=source,
+    target_key=target,
+    input_vocab=input_vocab,
+    target_vocab=target_vocab,
+    input_shape=input_shape,
+    max_target_length=data_config.max_target_length,
+    num_train=builder.info.splits[train].num_examples,
+    num_eval=builder.info.splits[data_config.eval_split].num_examples,
+  )
 
 
 def prepare_fn(info: TextInfo, train: bool) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
@@ -174,9 +197,17 @@ def pack(inputs: np.ndarray, targets: np.ndarray, rows: int) -> dict[str, np.nda
   """
   li, lt = inputs.shape[1], targets.shape[1]
   lengths = [(int((x != PAD).sum()), int((y != PAD).sum())) for x, y in zip(inputs, targets)]
-  out = {k: np.zeros((rows, n), np.int32) for k, n in (('inputs', li), ('targets', lt), ('inputs_segments', li),
-                                                        ('targets_segments', lt), ('inputs_positions', li),
-                                                        ('targets_positions', lt))}
+  out = {
+    k: np.zeros((rows, n), np.int32)
+    for k, n in (
+      ('inputs', li),
+      ('targets', lt),
+      ('inputs_segments', li),
+      ('targets_segments', lt),
+      ('inputs_positions', li),
+      ('targets_positions', lt),
+    )
+  }
   used = np.zeros((rows, 2), np.int64)
   count = np.zeros(rows, np.int32)
   kept = 0
@@ -191,9 +222,9 @@ def pack(inputs: np.ndarray, targets: np.ndarray, rows: int) -> dict[str, np.nda
     kept += 1
     for side, n, seq in (('inputs', n_in, inputs[i]), ('targets', n_tg, targets[i])):
       start = used[row, 0 if side == 'inputs' else 1]
-      out[side][row, start:start + n] = seq[:n]
-      out[f'{side}_segments'][row, start:start + n] = count[row]
-      out[f'{side}_positions'][row, start:start + n] = np.arange(n)
+      out[side][row, start : start + n] = seq[:n]
+      out[f'{side}_segments'][row, start : start + n] = count[row]
+      out[f'{side}_positions'][row, start : start + n] = np.arange(n)
     used[row] += (n_in, n_tg)
   out['packed_fraction'] = np.full((rows,), kept / max(sum(1 for _, t in lengths if t), 1), np.float32)
   return out
@@ -201,9 +232,19 @@ def pack(inputs: np.ndarray, targets: np.ndarray, rows: int) -> dict[str, np.nda
 
 def pack_batch(batch: dict, rows: int) -> dict:
   """In tf.data: a batch of token sequences -> `rows` packed rows (see `pack`)."""
-  keys = ('inputs', 'targets', 'inputs_segments', 'targets_segments', 'inputs_positions', 'targets_positions',
-          'packed_fraction')
-  run = lambda inputs, targets: [pack(inputs, targets, rows)[k] for k in keys]
+  keys = (
+    'inputs',
+    'targets',
+    'inputs_segments',
+    'targets_segments',
+    'inputs_positions',
+    'targets_positions',
+    'packed_fraction',
+  )
+
+  def run(inputs, targets):
+    return [pack(inputs, targets, rows)[k] for k in keys]
+
   values = tf.numpy_function(run, [batch['inputs'], batch['targets']], [tf.int32] * 6 + [tf.float32], stateful=False)
   shapes = [batch['inputs'].shape[1:], batch['targets'].shape[1:]] * 3 + [[]]
   return {k: tf.ensure_shape(v, [rows, *s]) for k, v, s in zip(keys, values, shapes)}

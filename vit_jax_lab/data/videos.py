@@ -46,8 +46,9 @@ def _inception_crop(frames: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
   return tf.transpose(crop, [2, 0, 1, 3])
 
 
-def preprocess_fn(data_config, shape: tuple[int, int, int, int],
-                  train: bool) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+def preprocess_fn(
+  data_config, shape: tuple[int, int, int, int], train: bool
+) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
   """(uint8 video, seed) -> one clip of `shape` (T, H, W, C) for training, or for evaluation its
   (eval_clips * eval_crops, T, H, W, C) views, clip-major; float32 in data.value_range."""
   num_frames, height, width, channels = shape
@@ -81,7 +82,7 @@ def preprocess_fn(data_config, shape: tuple[int, int, int, int],
     else:
       offsets = crop_offsets(tf.shape(frames)[1], tf.shape(frames)[2], height, width, crops)
       frames = tf.reshape(frames, tf.concat([[clips, num_frames], tf.shape(frames)[1:]], 0))
-      views = [frames[:, :, o[0]:o[0] + height, o[1]:o[1] + width] for o in tf.unstack(offsets, num=crops)]
+      views = [frames[:, :, o[0] : o[0] + height, o[1] : o[1] + width] for o in tf.unstack(offsets, num=crops)]
       out_shape = (clips * crops, *shape)
       frames = tf.reshape(tf.stack(views, 1), out_shape)
     frames = frames / 255.0 * (high - low) + low

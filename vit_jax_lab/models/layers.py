@@ -27,8 +27,10 @@ def resolve_dims(preset: dict[str, int], given: dict[str, int | None], example: 
 def check_patch(patch_size: int, image_size: tuple[int, int]) -> None:
   """Patches must tile the image exactly."""
   if patch_size < 1 or image_size[0] % patch_size or image_size[1] % patch_size:
-    raise ConfigError(f'model.patch_size={patch_size} must divide the image size {image_size[0]}x{image_size[1]}: '
-                      'change model.patch_size or data.image_size')
+    raise ConfigError(
+      f'model.patch_size={patch_size} must divide the image size {image_size[0]}x{image_size[1]}: '
+      'change model.patch_size or data.image_size'
+    )
 
 
 ATTENTION_IMPLS = (None, 'xla', 'cudnn')
@@ -40,8 +42,9 @@ def check_options(choices: dict[str, tuple[Any, tuple[Any, ...]]], rates: dict[s
     if value not in valid:
       raise ConfigError(f'model.{key}={value!r} is not one of {", ".join(map(repr, valid))}')
   if choices.get('attention_impl', (None,))[0] == 'cudnn' and jax.default_backend() != 'gpu':
-    raise ConfigError(f"model.attention_impl='cudnn' needs an NVIDIA GPU (backend: {jax.default_backend()}); "
-                      "use None or 'xla'")
+    raise ConfigError(
+      f"model.attention_impl='cudnn' needs an NVIDIA GPU (backend: {jax.default_backend()}); use None or 'xla'"
+    )
   for key, rate in rates.items():
     if not 0.0 <= rate < 1.0:
       raise ConfigError(f'model.{key}={rate} must be in [0, 1)')
@@ -89,8 +92,9 @@ def sincos_1d(length: int, features: int, temperature: float = 10_000.0) -> np.n
   return np.concatenate([np.sin(t), np.cos(t)], axis=1).astype(np.float32)
 
 
-def add_positions(x: jax.Array, *, fixed: np.ndarray | None = None, cls: nnx.Param | None = None,
-                  learned: nnx.Param | None = None) -> jax.Array:
+def add_positions(
+  x: jax.Array, *, fixed: np.ndarray | None = None, cls: nnx.Param | None = None, learned: nnx.Param | None = None
+) -> jax.Array:
   """Tokens (B, N, D) -> [class token] + tokens, plus position embeddings: `fixed` ones (N, D) are added
   to the N tokens only; `learned` ones (1, N [+ 1], D) cover the class token too, as vision_transformer."""
   if fixed is not None:
@@ -148,8 +152,9 @@ class Attention(nnx.Module):
   is active, which needs the weights explicitly, and on CPU, where explicit heads-major products run faster.
   """
 
-  def __init__(self, width: int, num_heads: int, *, dropout: float = 0.0, implementation: str | None = None,
-               rngs: nnx.Rngs):
+  def __init__(
+    self, width: int, num_heads: int, *, dropout: float = 0.0, implementation: str | None = None, rngs: nnx.Rngs
+  ):
     self.num_heads, self.implementation = num_heads, implementation
     self.qkv = nnx.Linear(width, 3 * width, kernel_init=xavier, rngs=rngs)
     self.out = nnx.Linear(width, width, kernel_init=xavier, rngs=rngs)
@@ -188,8 +193,9 @@ class Attention(nnx.Module):
     q, k, _ = self.heads(x, context)
     return self._probabilities(q, k)
 
-  def attend(self, q: jax.Array, k: jax.Array, v: jax.Array, *, train: bool, rngs: nnx.Rngs | None,
-             mask: jax.Array | None = None) -> jax.Array:
+  def attend(
+    self, q: jax.Array, k: jax.Array, v: jax.Array, *, train: bool, rngs: nnx.Rngs | None, mask: jax.Array | None = None
+  ) -> jax.Array:
     """Heads (batch, tokens, heads, head_dim) -> attention outputs of the same shape. `mask`: bool, broadcastable
     to (batch, heads, queries, keys), True where a query may attend to a key."""
     # The explicit path also serves float16 without cuDNN (jax.nn.dot_product_attention's XLA path asks for a
@@ -201,8 +207,15 @@ class Attention(nnx.Module):
       return heads_major(jnp.einsum('bhqk,bhkd->bhqd', probs, heads_major(v)))
     return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=self.implementation)
 
-  def __call__(self, x: jax.Array, context: jax.Array | None = None, *, train: bool = False,
-               rngs: nnx.Rngs | None = None, mask: jax.Array | None = None) -> jax.Array:
+  def __call__(
+    self,
+    x: jax.Array,
+    context: jax.Array | None = None,
+    *,
+    train: bool = False,
+    rngs: nnx.Rngs | None = None,
+    mask: jax.Array | None = None,
+  ) -> jax.Array:
     return self.output(self.attend(*self.heads(x, context), train=train, rngs=rngs, mask=mask))
 
   def output(self, y: jax.Array) -> jax.Array:
@@ -213,8 +226,9 @@ class Attention(nnx.Module):
 class Mlp(nnx.Module):
   """Two dense layers with GELU (or ReLU) between them."""
 
-  def __init__(self, width: int, mlp_dim: int, *, dropout: float, gelu_approximate: bool, rngs: nnx.Rngs,
-               activation: str = 'gelu'):
+  def __init__(
+    self, width: int, mlp_dim: int, *, dropout: float, gelu_approximate: bool, rngs: nnx.Rngs, activation: str = 'gelu'
+  ):
     bias_init = nnx.initializers.normal(1e-6)
     self.fc1 = nnx.Linear(width, mlp_dim, kernel_init=xavier, bias_init=bias_init, rngs=rngs)
     self.fc2 = nnx.Linear(mlp_dim, width, kernel_init=xavier, bias_init=bias_init, rngs=rngs)
@@ -235,41 +249,85 @@ class EncoderBlock(nnx.Module):
   differently override `mix`.
   """
 
-  def __init__(self, width: int, mlp_dim: int, num_heads: int, *, dropout: float, attention_dropout: float,
-               drop_path: float, prenorm: bool, gelu_approximate: bool, layernorm_epsilon: float, rngs: nnx.Rngs,
-               attention: Callable[..., Attention] = Attention, attention_impl: str | None = None,
-               activation: str = 'gelu'):
+  def __init__(
+    self,
+    width: int,
+    mlp_dim: int,
+    num_heads: int,
+    *,
+    dropout: float,
+    attention_dropout: float,
+    drop_path: float,
+    prenorm: bool,
+    gelu_approximate: bool,
+    layernorm_epsilon: float,
+    rngs: nnx.Rngs,
+    attention: Callable[..., Attention] = Attention,
+    attention_impl: str | None = None,
+    activation: str = 'gelu',
+  ):
     self.prenorm = prenorm
     self.norm1 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
     self.attn = attention(width, num_heads, dropout=attention_dropout, implementation=attention_impl, rngs=rngs)
     self.norm2 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
-    self.mlp = Mlp(width, mlp_dim, dropout=dropout, gelu_approximate=gelu_approximate, activation=activation,
-                   rngs=rngs)
+    self.mlp = Mlp(width, mlp_dim, dropout=dropout, gelu_approximate=gelu_approximate, activation=activation, rngs=rngs)
     self.dropout = Dropout(dropout)
     self.drop_path = Dropout(drop_path, per_example=True)
 
-  def residual(self, x: jax.Array, norm: nnx.LayerNorm, fn: Callable[[jax.Array], jax.Array], *, train: bool,
-               rngs: nnx.Rngs | None, drop_path: jax.Array | None = None) -> jax.Array:
+  def residual(
+    self,
+    x: jax.Array,
+    norm: nnx.LayerNorm,
+    fn: Callable[[jax.Array], jax.Array],
+    *,
+    train: bool,
+    rngs: nnx.Rngs | None,
+    drop_path: jax.Array | None = None,
+  ) -> jax.Array:
     """x + fn(x) with dropout and stochastic depth on the branch, normalised before fn or after the sum."""
+
     def branch(y):
       y = self.dropout(fn(y), train=train, rngs=rngs)
       return self.drop_path(y, train=train, rngs=rngs, rate=drop_path)
+
     return x + branch(norm(x)) if self.prenorm else norm(x + branch(x))
 
-  def mix(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, drop_path: jax.Array | None,
-          mask: jax.Array | None = None) -> jax.Array:
+  def mix(
+    self,
+    x: jax.Array,
+    *,
+    train: bool,
+    rngs: nnx.Rngs | None,
+    drop_path: jax.Array | None,
+    mask: jax.Array | None = None,
+  ) -> jax.Array:
     """The token-mixing residual branch: self-attention (over the keys `mask` allows)."""
-    return self.residual(x, self.norm1, lambda y: self.attn(y, train=train, rngs=rngs, mask=mask), train=train,
-                         rngs=rngs, drop_path=drop_path)
+    return self.residual(
+      x,
+      self.norm1,
+      lambda y: self.attn(y, train=train, rngs=rngs, mask=mask),
+      train=train,
+      rngs=rngs,
+      drop_path=drop_path,
+    )
 
-  def feed_forward(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None,
-                   drop_path: jax.Array | None = None) -> jax.Array:
+  def feed_forward(
+    self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, drop_path: jax.Array | None = None
+  ) -> jax.Array:
     """The MLP residual branch."""
-    return self.residual(x, self.norm2, lambda y: self.mlp(y, train=train, rngs=rngs), train=train, rngs=rngs,
-                         drop_path=drop_path)
+    return self.residual(
+      x, self.norm2, lambda y: self.mlp(y, train=train, rngs=rngs), train=train, rngs=rngs, drop_path=drop_path
+    )
 
-  def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, drop_path: jax.Array | None = None,
-               mask: jax.Array | None = None) -> jax.Array:
+  def __call__(
+    self,
+    x: jax.Array,
+    *,
+    train: bool,
+    rngs: nnx.Rngs | None,
+    drop_path: jax.Array | None = None,
+    mask: jax.Array | None = None,
+  ) -> jax.Array:
     """`drop_path`: this layer's stochastic-depth rate when it differs from the static one (scanned layers).
     `mask`: which tokens attend to which (padding, packed sequences), broadcastable to (B, heads, N, N)."""
     x = self.mix(x, train=train, rngs=rngs, drop_path=drop_path, mask=mask)
@@ -281,11 +339,11 @@ class EncoderBlock(nnx.Module):
 
 
 REMAT_POLICIES = {  # Which activations of a block are kept for the backward pass; the rest is recomputed.
-    'none': None,  # No rematerialisation: everything is kept.
-    None: None,  # The same: the command line reads --config.model.remat=none as None.
-    'full': jax.checkpoint_policies.nothing_saveable,  # Only the block's input: least memory.
-    'dots': jax.checkpoint_policies.dots_saveable,  # Matmul outputs kept; norms and activations recomputed.
-    'dots_no_batch': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # Weight matmuls only.
+  'none': None,  # No rematerialisation: everything is kept.
+  None: None,  # The same: the command line reads --config.model.remat=none as None.
+  'full': jax.checkpoint_policies.nothing_saveable,  # Only the block's input: least memory.
+  'dots': jax.checkpoint_policies.dots_saveable,  # Matmul outputs kept; norms and activations recomputed.
+  'dots_no_batch': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # Weight matmuls only.
 }
 
 
@@ -299,16 +357,45 @@ class Encoder(nnx.Module):
   the unscanned ones; `unscanned`/`scanned_like` convert parameters between the two layouts.
   """
 
-  def __init__(self, depth: int, width: int, mlp_dim: int, num_heads: int, *, dropout: float,
-               attention_dropout: float, drop_path: float, prenorm: bool, gelu_approximate: bool,
-               layernorm_epsilon: float, rngs: nnx.Rngs, block: Callable[..., EncoderBlock] = EncoderBlock,
-               remat: str = 'none', scan: bool = False, attention_impl: str | None = None, activation: str = 'gelu'):
+  def __init__(
+    self,
+    depth: int,
+    width: int,
+    mlp_dim: int,
+    num_heads: int,
+    *,
+    dropout: float,
+    attention_dropout: float,
+    drop_path: float,
+    prenorm: bool,
+    gelu_approximate: bool,
+    layernorm_epsilon: float,
+    rngs: nnx.Rngs,
+    block: Callable[..., EncoderBlock] = EncoderBlock,
+    remat: str = 'none',
+    scan: bool = False,
+    attention_impl: str | None = None,
+    activation: str = 'gelu',
+  ):
     self.remat, self.scan = remat, scan
     self.drop_path_rates = tuple(drop_path * i / max(depth - 1, 1) for i in range(depth))
-    make = lambda rate, block_rngs: block(
-        width, mlp_dim, num_heads, dropout=dropout, attention_dropout=attention_dropout, drop_path=rate,
-        prenorm=prenorm, gelu_approximate=gelu_approximate, layernorm_epsilon=layernorm_epsilon,
-        attention_impl=attention_impl, activation=activation, rngs=block_rngs)
+
+    def make(rate, block_rngs):
+      return block(
+        width,
+        mlp_dim,
+        num_heads,
+        dropout=dropout,
+        attention_dropout=attention_dropout,
+        drop_path=rate,
+        prenorm=prenorm,
+        gelu_approximate=gelu_approximate,
+        layernorm_epsilon=layernorm_epsilon,
+        attention_impl=attention_impl,
+        activation=activation,
+        rngs=block_rngs,
+      )
+
     if scan:
       keys = jax.random.split(rngs.params(), depth)
       self.blocks = nnx.vmap(lambda key: make(drop_path, nnx.Rngs(params=key)))(keys)
@@ -334,7 +421,10 @@ class Encoder(nnx.Module):
         layer = jax.checkpoint(layer, policy=policy, prevent_cse=False)
       x, _ = jax.lax.scan(layer, x, (params, keys, jnp.asarray(self.drop_path_rates)))
     else:
-      apply = lambda block, y, r: block(y, train=train, rngs=r, **block_kwargs)
+
+      def apply(block, y, r):
+        return block(y, train=train, rngs=r, **block_kwargs)
+
       if policy is not None:
         apply = nnx.remat(apply, policy=policy)
       for block in self.blocks:
@@ -375,8 +465,9 @@ class MAPHead(nnx.Module):
   """Multi-head attention pooling: a learned probe attends over the tokens, then a residual MLP
   (Lee et al. 2019; big_vision's MAPHead)."""
 
-  def __init__(self, width: int, mlp_dim: int, num_heads: int, *, gelu_approximate: bool,
-               layernorm_epsilon: float, rngs: nnx.Rngs):
+  def __init__(
+    self, width: int, mlp_dim: int, num_heads: int, *, gelu_approximate: bool, layernorm_epsilon: float, rngs: nnx.Rngs
+  ):
     self.probe = nnx.Param(xavier(rngs.params(), (1, 1, width)))
     self.attn = Attention(width, num_heads, rngs=rngs)
     self.norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)

@@ -14,30 +14,40 @@ from typing import Any
 import jax
 import numpy as np
 
-from vit_jax_lab.errors import ConfigError
 import vit_jax_lab.models.layers as layers
+from vit_jax_lab.errors import ConfigError
 
 # The released checkpoints (google-research/vision_transformer and big_vision) were trained with
 # flax.linen's defaults: tanh-approximate GELU and LayerNorm epsilon 1e-6.
 RELEASE_OPTIONS = dict(gelu_approximate=True, layernorm_epsilon=1e-6)
 
-_BIG_VISION_NAMES = {'MultiHeadDotProductAttention_0': 'MultiHeadDotProductAttention_1', 'LayerNorm_1': 'LayerNorm_2',
-                     'MlpBlock_0': 'MlpBlock_3'}
+_BIG_VISION_NAMES = {
+  'MultiHeadDotProductAttention_0': 'MultiHeadDotProductAttention_1',
+  'LayerNorm_1': 'LayerNorm_2',
+  'MlpBlock_0': 'MlpBlock_3',
+}
 
 
 def _attention_to_release(attn: dict, num_heads: int) -> dict:
   d = attn['out']['kernel'].shape[1]
-  out = {name: {'kernel': w.reshape(d, num_heads, -1), 'bias': b.reshape(num_heads, -1)}
-         for name, w, b in zip(('query', 'key', 'value'), np.split(attn['qkv']['kernel'], 3, axis=1),
-                               np.split(attn['qkv']['bias'], 3))}
+  out = {
+    name: {'kernel': w.reshape(d, num_heads, -1), 'bias': b.reshape(num_heads, -1)}
+    for name, w, b in zip(
+      ('query', 'key', 'value'), np.split(attn['qkv']['kernel'], 3, axis=1), np.split(attn['qkv']['bias'], 3)
+    )
+  }
   return out | {'out': {'kernel': attn['out']['kernel'].reshape(num_heads, -1, d), 'bias': attn['out']['bias']}}
 
 
 def _attention_from_release(t: dict) -> dict:
   d, names = t['out']['bias'].shape[0], ('query', 'key', 'value')
-  return {'qkv': {'kernel': np.concatenate([t[n]['kernel'].reshape(d, -1) for n in names], axis=1),
-                  'bias': np.concatenate([t[n]['bias'].reshape(-1) for n in names])},
-          'out': {'kernel': t['out']['kernel'].reshape(-1, d), 'bias': t['out']['bias']}}
+  return {
+    'qkv': {
+      'kernel': np.concatenate([t[n]['kernel'].reshape(d, -1) for n in names], axis=1),
+      'bias': np.concatenate([t[n]['bias'].reshape(-1) for n in names]),
+    },
+    'out': {'kernel': t['out']['kernel'].reshape(-1, d), 'bias': t['out']['bias']},
+  }
 
 
 def _dense(p: dict) -> dict:
@@ -56,10 +66,15 @@ def to_release(params: dict, num_heads: int) -> dict[str, np.ndarray]:
   """Our parameters (a pure dict) -> the vision_transformer .npz layout (MAP heads in big_vision's)."""
   params = layers.unscanned(params)
   tree = {'embedding': _dense(params['embedding']), 'head': _dense(params['head'])}
-  tree['Transformer'] = {f'encoderblock_{i}': {
-      'LayerNorm_0': _norm(b['norm1']), 'LayerNorm_2': _norm(b['norm2']),
+  tree['Transformer'] = {
+    f'encoderblock_{i}': {
+      'LayerNorm_0': _norm(b['norm1']),
+      'LayerNorm_2': _norm(b['norm2']),
       'MultiHeadDotProductAttention_1': _attention_to_release(b['attn'], num_heads),
-      'MlpBlock_3': _mlp_to_release(b['mlp'])} for i, b in params['encoder']['blocks'].items()}
+      'MlpBlock_3': _mlp_to_release(b['mlp']),
+    }
+    for i, b in params['encoder']['blocks'].items()
+  }
   if params['encoder'].get('norm'):
     tree['Transformer']['encoder_norm'] = _norm(params['encoder']['norm'])
   if 'pos_embedding' in params:
@@ -70,8 +85,12 @@ def to_release(params: dict, num_heads: int) -> dict[str, np.ndarray]:
     tree['pre_logits'] = _dense(params['pre_logits'])
   if 'map_head' in params:
     m = params['map_head']
-    tree['MAPHead_0'] = {'probe': m['probe'], 'LayerNorm_0': _norm(m['norm']), 'MlpBlock_0': _mlp_to_release(m['mlp']),
-                         'MultiHeadDotProductAttention_0': _attention_to_release(m['attn'], num_heads)}
+    tree['MAPHead_0'] = {
+      'probe': m['probe'],
+      'LayerNorm_0': _norm(m['norm']),
+      'MlpBlock_0': _mlp_to_release(m['mlp']),
+      'MultiHeadDotProductAttention_0': _attention_to_release(m['attn'], num_heads),
+    }
   return {k: np.asarray(v) for k, v in _flatten(tree).items()}
 
 
@@ -148,12 +167,20 @@ def from_release(flat: dict[str, np.ndarray], model: Any, target: dict) -> tuple
     del flat['pre_logits/kernel'], flat['pre_logits/bias']
   missing = sorted(expected.keys() - flat.keys())
   unexpected = sorted(flat.keys() - expected.keys())
-  misshaped = sorted(f'{k} {flat[k].shape} (model: {expected[k].shape})' for k in expected.keys() & flat.keys()
-                     if flat[k].shape != expected[k].shape)
+  misshaped = sorted(
+    f'{k} {flat[k].shape} (model: {expected[k].shape})'
+    for k in expected.keys() & flat.keys()
+    if flat[k].shape != expected[k].shape
+  )
   if missing or unexpected or misshaped:
-    raise ConfigError('init_from does not fit the model: ' + '; '.join(
-        f'{what}: {", ".join(keys)}' for what, keys in
-        (('missing', missing), ('unexpected', unexpected), ('mis-shaped', misshaped)) if keys))
+    raise ConfigError(
+      'init_from does not fit the model: '
+      + '; '.join(
+        f'{what}: {", ".join(keys)}'
+        for what, keys in (('missing', missing), ('unexpected', unexpected), ('mis-shaped', misshaped))
+        if keys
+      )
+    )
   return layers.scanned_like(_unflatten_like(flat, target), layout), notes
 
 
@@ -166,13 +193,19 @@ def _unflatten_like(flat: dict[str, np.ndarray], target: dict) -> dict:
     for p in parents:
       node = node.setdefault(p, {})
     node[leaf] = v
-  unmlp = lambda m: {'fc1': m['Dense_0'], 'fc2': m['Dense_1']}
+
+  def unmlp(m):
+    return {'fc1': m['Dense_0'], 'fc2': m['Dense_1']}
+
   params = {'embedding': t['embedding'], 'head': t['head'], 'encoder': {'blocks': {}}}
   for i in target['encoder']['blocks']:
     b = t['Transformer'][f'encoderblock_{i}']
     params['encoder']['blocks'][i] = {
-        'norm1': b['LayerNorm_0'], 'norm2': b['LayerNorm_2'], 'mlp': unmlp(b['MlpBlock_3']),
-        'attn': _attention_from_release(b['MultiHeadDotProductAttention_1'])}
+      'norm1': b['LayerNorm_0'],
+      'norm2': b['LayerNorm_2'],
+      'mlp': unmlp(b['MlpBlock_3']),
+      'attn': _attention_from_release(b['MultiHeadDotProductAttention_1']),
+    }
   if 'norm' in target['encoder']:
     params['encoder']['norm'] = t['Transformer']['encoder_norm']
   if 'pos_embedding' in target:
@@ -182,6 +215,10 @@ def _unflatten_like(flat: dict[str, np.ndarray], target: dict) -> dict:
       params[key] = t[key]
   if 'map_head' in target:
     m = t['MAPHead_0']
-    params['map_head'] = {'probe': m['probe'], 'norm': m['LayerNorm_0'], 'mlp': unmlp(m['MlpBlock_0']),
-                          'attn': _attention_from_release(m['MultiHeadDotProductAttention_0'])}
+    params['map_head'] = {
+      'probe': m['probe'],
+      'norm': m['LayerNorm_0'],
+      'mlp': unmlp(m['MlpBlock_0']),
+      'attn': _attention_from_release(m['MultiHeadDotProductAttention_0']),
+    }
   return params

@@ -9,14 +9,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from vit_jax_lab.errors import ConfigError
 import vit_jax_lab.models.layers as layers
+from vit_jax_lab.errors import ConfigError
 
 # width, encoder_depth, decoder_depth, mlp_dim, num_heads. "tiny" is for tests and small built-in tasks.
 PRESETS = {
-    'tiny': (64, 2, 2, 128, 4),
-    'base': (512, 6, 6, 2048, 8),
-    'big': (1024, 6, 6, 4096, 16),
+  'tiny': (64, 2, 2, 128, 4),
+  'base': (512, 6, 6, 2048, 8),
+  'big': (1024, 6, 6, 4096, 16),
 }
 SHARING = ('all', 'decoder', 'none')
 
@@ -37,21 +37,53 @@ class DecoderBlock(layers.EncoderBlock):
   earlier ones (and of the encoder output), so a token costs work linear in the length so far.
   """
 
-  def __init__(self, width: int, mlp_dim: int, num_heads: int, *, attention_dropout: float,
-               layernorm_epsilon: float, rngs: nnx.Rngs, attention_impl: str | None = None, **kwargs):
-    super().__init__(width, mlp_dim, num_heads, attention_dropout=attention_dropout,
-                     layernorm_epsilon=layernorm_epsilon, attention_impl=attention_impl, rngs=rngs, **kwargs)
+  def __init__(
+    self,
+    width: int,
+    mlp_dim: int,
+    num_heads: int,
+    *,
+    attention_dropout: float,
+    layernorm_epsilon: float,
+    rngs: nnx.Rngs,
+    attention_impl: str | None = None,
+    **kwargs,
+  ):
+    super().__init__(
+      width,
+      mlp_dim,
+      num_heads,
+      attention_dropout=attention_dropout,
+      layernorm_epsilon=layernorm_epsilon,
+      attention_impl=attention_impl,
+      rngs=rngs,
+      **kwargs,
+    )
     self.cross_norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
-    self.cross_attn = layers.Attention(width, num_heads, dropout=attention_dropout, implementation=attention_impl,
-                                       rngs=rngs)
+    self.cross_attn = layers.Attention(
+      width, num_heads, dropout=attention_dropout, implementation=attention_impl, rngs=rngs
+    )
 
-  def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, drop_path: jax.Array | None = None,
-               mask: jax.Array | None = None, encoded: jax.Array | None = None,
-               cross_mask: jax.Array | None = None) -> jax.Array:
+  def __call__(
+    self,
+    x: jax.Array,
+    *,
+    train: bool,
+    rngs: nnx.Rngs | None,
+    drop_path: jax.Array | None = None,
+    mask: jax.Array | None = None,
+    encoded: jax.Array | None = None,
+    cross_mask: jax.Array | None = None,
+  ) -> jax.Array:
     x = self.mix(x, train=train, rngs=rngs, drop_path=drop_path, mask=mask)
-    x = self.residual(x, self.cross_norm, lambda y: self.cross_attn(y, encoded, train=train, rngs=rngs,
-                                                                    mask=cross_mask),
-                      train=train, rngs=rngs, drop_path=drop_path)
+    x = self.residual(
+      x,
+      self.cross_norm,
+      lambda y: self.cross_attn(y, encoded, train=train, rngs=rngs, mask=cross_mask),
+      train=train,
+      rngs=rngs,
+      drop_path=drop_path,
+    )
     return self.feed_forward(x, train=train, rngs=rngs, drop_path=drop_path)
 
   def init_cache(self, encoded: jax.Array, length: int) -> dict[str, jax.Array]:
@@ -60,8 +92,9 @@ class DecoderBlock(layers.EncoderBlock):
     empty = jnp.zeros((encoded.shape[0], length, *cross_k.shape[2:]), cross_k.dtype)
     return {'k': empty, 'v': empty, 'cross_k': cross_k, 'cross_v': cross_v}
 
-  def step(self, x: jax.Array, cache: dict[str, jax.Array], index: jax.Array,
-           cross_mask: jax.Array | None) -> tuple[jax.Array, dict[str, jax.Array]]:
+  def step(
+    self, x: jax.Array, cache: dict[str, jax.Array], index: jax.Array, cross_mask: jax.Array | None
+  ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Tokens (B, 1, D) at position `index` -> outputs (B, 1, D) and the cache with their keys/values."""
     cache = dict(cache)
 
@@ -74,8 +107,9 @@ class DecoderBlock(layers.EncoderBlock):
 
     def cross_attention(y):
       q = self.cross_attn.queries(y)
-      return self.cross_attn.output(self.cross_attn.attend(q, cache['cross_k'], cache['cross_v'], train=False,
-                                                           rngs=None, mask=cross_mask))
+      return self.cross_attn.output(
+        self.cross_attn.attend(q, cache['cross_k'], cache['cross_v'], train=False, rngs=None, mask=cross_mask)
+      )
 
     x = self.residual(x, self.norm1, self_attention, train=False, rngs=None)
     x = self.residual(x, self.cross_norm, cross_attention, train=False, rngs=None)
@@ -114,39 +148,77 @@ class Transformer(nnx.Module):
   TENSOR_PARALLEL = layers.TENSOR_PARALLEL
   NO_DECAY = ('input_posemb', 'target_posemb', 'image_posemb')
 
-  def __init__(self, vocab_size: int, input_vocab_size: int | None, input_shape: tuple[int, ...] | None,
-               max_len: int, *, variant: str | None = 'base',
-               width: int | None = None, encoder_depth: int | None = None, decoder_depth: int | None = None,
-               mlp_dim: int | None = None, num_heads: int | None = None, patch_size: int = 4,
-               share_embeddings: str = 'all', posemb: str = 'sincos', prenorm: bool = False,
-               activation: str = 'relu', dropout: float = 0.1, attention_dropout: float = 0.0,
-               layernorm_epsilon: float = 1e-6, remat: str = 'none', scan: bool = False,
-               attention_impl: str | None = None, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    vocab_size: int,
+    input_vocab_size: int | None,
+    input_shape: tuple[int, ...] | None,
+    max_len: int,
+    *,
+    variant: str | None = 'base',
+    width: int | None = None,
+    encoder_depth: int | None = None,
+    decoder_depth: int | None = None,
+    mlp_dim: int | None = None,
+    num_heads: int | None = None,
+    patch_size: int = 4,
+    share_embeddings: str = 'all',
+    posemb: str = 'sincos',
+    prenorm: bool = False,
+    activation: str = 'relu',
+    dropout: float = 0.1,
+    attention_dropout: float = 0.0,
+    layernorm_epsilon: float = 1e-6,
+    remat: str = 'none',
+    scan: bool = False,
+    attention_impl: str | None = None,
+    rngs: nnx.Rngs,
+  ):
     if variant is not None and variant not in PRESETS:
       raise ConfigError(f'model.variant={variant!r} is not one of {", ".join(PRESETS)} (or None with explicit sizes)')
     preset = dict(zip(('width', 'encoder_depth', 'decoder_depth', 'mlp_dim', 'num_heads'), PRESETS.get(variant, ())))
-    given = dict(width=width, encoder_depth=encoder_depth, decoder_depth=decoder_depth, mlp_dim=mlp_dim,
-                 num_heads=num_heads)
+    given = dict(
+      width=width, encoder_depth=encoder_depth, decoder_depth=decoder_depth, mlp_dim=mlp_dim, num_heads=num_heads
+    )
     dims = layers.resolve_dims(preset, given, 'base')
     d = dims['width']
-    layers.check_options(dict(share_embeddings=(share_embeddings, SHARING), posemb=(posemb, ('sincos', 'learn')),
-                           activation=(activation, layers.ACTIVATIONS), remat=(remat, tuple(layers.REMAT_POLICIES)),
-                           attention_impl=(attention_impl, layers.ATTENTION_IMPLS)),
-                      dict(dropout=dropout, attention_dropout=attention_dropout))
+    layers.check_options(
+      dict(
+        share_embeddings=(share_embeddings, SHARING),
+        posemb=(posemb, ('sincos', 'learn')),
+        activation=(activation, layers.ACTIVATIONS),
+        remat=(remat, tuple(layers.REMAT_POLICIES)),
+        attention_impl=(attention_impl, layers.ATTENTION_IMPLS),
+      ),
+      dict(dropout=dropout, attention_dropout=attention_dropout),
+    )
     images = input_vocab_size is None
     if images and (input_shape is None or len(input_shape) != 3):
       raise ConfigError(f'the inputs are neither tokens nor images (height, width, channels): {input_shape}')
     if share_embeddings == 'all' and (images or input_vocab_size != vocab_size):
-      raise ConfigError(f"model.share_embeddings='all' needs one vocabulary for inputs and targets, but the data has "
-                        f"{'images' if images else input_vocab_size} -> {vocab_size}; use 'decoder' or 'none'")
+      raise ConfigError(
+        f"model.share_embeddings='all' needs one vocabulary for inputs and targets, but the data has "
+        f"{'images' if images else input_vocab_size} -> {vocab_size}; use 'decoder' or 'none'"
+      )
     if posemb == 'sincos' and d % 2:
       raise ConfigError(f'model.width={d} must be even for sin-cos position embeddings')
     self.share_embeddings = share_embeddings
-    stack = dict(mlp_dim=dims['mlp_dim'], num_heads=dims['num_heads'], dropout=dropout,
-                 attention_dropout=attention_dropout, drop_path=0.0, prenorm=prenorm, gelu_approximate=False,
-                 layernorm_epsilon=layernorm_epsilon, remat=remat, scan=scan, attention_impl=attention_impl,
-                 activation=activation, rngs=rngs)
-    embed_init = nnx.initializers.normal(d ** -0.5)  # Scaled by sqrt(d) at the input: unit-variance tokens.
+    stack = dict(
+      mlp_dim=dims['mlp_dim'],
+      num_heads=dims['num_heads'],
+      dropout=dropout,
+      attention_dropout=attention_dropout,
+      drop_path=0.0,
+      prenorm=prenorm,
+      gelu_approximate=False,
+      layernorm_epsilon=layernorm_epsilon,
+      remat=remat,
+      scan=scan,
+      attention_impl=attention_impl,
+      activation=activation,
+      rngs=rngs,
+    )
+    embed_init = nnx.initializers.normal(d**-0.5)  # Scaled by sqrt(d) at the input: unit-variance tokens.
     self.target_embedding = nnx.Embed(vocab_size, d, embedding_init=embed_init, rngs=rngs)
     if images:
       height, wide, channels = input_shape
@@ -165,8 +237,14 @@ class Transformer(nnx.Module):
     if share_embeddings == 'none':
       self.logits = nnx.Linear(d, vocab_size, use_bias=False, kernel_init=layers.xavier, rngs=rngs)
 
-  def _embed(self, tokens: jax.Array, embedding: nnx.Embed, positions: jax.Array | None,
-             learned: nnx.Param | None, length: int | None = None) -> jax.Array:
+  def _embed(
+    self,
+    tokens: jax.Array,
+    embedding: nnx.Embed,
+    positions: jax.Array | None,
+    learned: nnx.Param | None,
+    length: int | None = None,
+  ) -> jax.Array:
     """Tokens (B, L) -> sqrt(d)-scaled embeddings plus the position embeddings of `positions` (default 0..L-1),
     which are below `length` (default L)."""
     x = embedding(tokens) * jnp.sqrt(embedding.features).astype(embedding.embedding.dtype)
@@ -175,8 +253,15 @@ class Transformer(nnx.Module):
     table = learned[...] if learned is not None else layers.sincos_1d(length or tokens.shape[1], x.shape[-1])
     return x + jnp.take(table, positions, axis=0)
 
-  def encode(self, inputs: jax.Array, *, segments: jax.Array | None = None, positions: jax.Array | None = None,
-             train: bool = False, rngs: nnx.Rngs | None = None) -> tuple[jax.Array, jax.Array]:
+  def encode(
+    self,
+    inputs: jax.Array,
+    *,
+    segments: jax.Array | None = None,
+    positions: jax.Array | None = None,
+    train: bool = False,
+    rngs: nnx.Rngs | None = None,
+  ) -> tuple[jax.Array, jax.Array]:
     """Source tokens (B, S) or images -> encoder outputs (B, S', D) and their segment ids (B, S')."""
     if hasattr(self, 'patch_embedding'):
       x = self.patch_embedding(inputs) + self.image_posemb[...]
@@ -193,25 +278,55 @@ class Transformer(nnx.Module):
   def output_logits(self, y: jax.Array) -> jax.Array:
     return self.logits(y) if self.share_embeddings == 'none' else self.target_embedding.attend(y)
 
-  def decode(self, decoder_inputs: jax.Array, encoded: jax.Array, encoder_segments: jax.Array, *,
-             segments: jax.Array | None = None, positions: jax.Array | None = None, train: bool = False,
-             rngs: nnx.Rngs | None = None) -> jax.Array:
+  def decode(
+    self,
+    decoder_inputs: jax.Array,
+    encoded: jax.Array,
+    encoder_segments: jax.Array,
+    *,
+    segments: jax.Array | None = None,
+    positions: jax.Array | None = None,
+    train: bool = False,
+    rngs: nnx.Rngs | None = None,
+  ) -> jax.Array:
     """Decoder inputs (B, T) (targets shifted right) and the encoder output -> logits (B, T, V), all at once."""
     segments = (decoder_inputs != 0).astype(jnp.int32) if segments is None else segments
     x = self._embed(decoder_inputs, self.target_embedding, positions, getattr(self, 'target_posemb', None))
     x = self.dropout(x, train=train, rngs=rngs)
-    y = self.decoder(x, train=train, rngs=rngs, mask=attention_mask(segments, segments, causal=True),
-                     encoded=encoded, cross_mask=attention_mask(segments, encoder_segments))
+    y = self.decoder(
+      x,
+      train=train,
+      rngs=rngs,
+      mask=attention_mask(segments, segments, causal=True),
+      encoded=encoded,
+      cross_mask=attention_mask(segments, encoder_segments),
+    )
     return self.output_logits(y)
 
-  def __call__(self, inputs: jax.Array, decoder_inputs: jax.Array, *, inputs_segments: jax.Array | None = None,
-               inputs_positions: jax.Array | None = None, targets_segments: jax.Array | None = None,
-               targets_positions: jax.Array | None = None, train: bool = False,
-               rngs: nnx.Rngs | None = None) -> jax.Array:
-    encoded, encoder_segments = self.encode(inputs, segments=inputs_segments, positions=inputs_positions,
-                                            train=train, rngs=rngs)
-    return self.decode(decoder_inputs, encoded, encoder_segments, segments=targets_segments,
-                       positions=targets_positions, train=train, rngs=rngs)
+  def __call__(
+    self,
+    inputs: jax.Array,
+    decoder_inputs: jax.Array,
+    *,
+    inputs_segments: jax.Array | None = None,
+    inputs_positions: jax.Array | None = None,
+    targets_segments: jax.Array | None = None,
+    targets_positions: jax.Array | None = None,
+    train: bool = False,
+    rngs: nnx.Rngs | None = None,
+  ) -> jax.Array:
+    encoded, encoder_segments = self.encode(
+      inputs, segments=inputs_segments, positions=inputs_positions, train=train, rngs=rngs
+    )
+    return self.decode(
+      decoder_inputs,
+      encoded,
+      encoder_segments,
+      segments=targets_segments,
+      positions=targets_positions,
+      train=train,
+      rngs=rngs,
+    )
 
   # --- Cached decoding -------------------------------------------------------------------------------------------
 
@@ -226,13 +341,20 @@ class Transformer(nnx.Module):
   def init_cache(self, encoded: jax.Array, encoder_segments: jax.Array, length: int) -> dict:
     """A decoding cache for up to `length` tokens after the encoder output (B, S, D). Every array in it
     has the batch first, so beam search can reorder it."""
-    return {'layers': [block.init_cache(encoded, length) for block in self._decoder_blocks()],
-            'cross_mask': (encoder_segments > 0)[:, None, None, :]}
+    return {
+      'layers': [block.init_cache(encoded, length) for block in self._decoder_blocks()],
+      'cross_mask': (encoder_segments > 0)[:, None, None, :],
+    }
 
   def decode_step(self, tokens: jax.Array, index: jax.Array, cache: dict) -> tuple[jax.Array, dict]:
     """The last tokens (B,) at position `index` -> next-token logits (B, V) and the updated cache."""
-    x = self._embed(tokens[:, None], self.target_embedding, jnp.reshape(index, (1, 1)),
-                    getattr(self, 'target_posemb', None), length=cache['layers'][0]['k'].shape[1])
+    x = self._embed(
+      tokens[:, None],
+      self.target_embedding,
+      jnp.reshape(index, (1, 1)),
+      getattr(self, 'target_posemb', None),
+      length=cache['layers'][0]['k'].shape[1],
+    )
     new_layers = []
     for block, layer_cache in zip(self._decoder_blocks(), cache['layers']):
       x, layer_cache = block.step(x, layer_cache, index, cache['cross_mask'])
@@ -240,4 +362,3 @@ class Transformer(nnx.Module):
     if self.decoder.norm is not None:
       x = self.decoder.norm(x)
     return self.output_logits(x)[:, 0], cache | {'layers': new_layers}
-

@@ -4,30 +4,31 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from vit_jax_lab.errors import ConfigError
 import vit_jax_lab.models.layers as layers
 import vit_jax_lab.models.release as release
+from vit_jax_lab.errors import ConfigError
 
 # width, depth, mlp_dim, num_heads. "mu" is a tiny size for small images and tests.
 VARIANTS = {
-    'mu': (64, 4, 128, 4),
-    'Ti': (192, 12, 768, 3),
-    'S': (384, 12, 1536, 6),
-    'M': (512, 12, 2048, 8),
-    'B': (768, 12, 3072, 12),
-    'L': (1024, 24, 4096, 16),
-    'H': (1280, 32, 5120, 16),
+  'mu': (64, 4, 128, 4),
+  'Ti': (192, 12, 768, 3),
+  'S': (384, 12, 1536, 6),
+  'M': (512, 12, 2048, 8),
+  'B': (768, 12, 3072, 12),
+  'L': (1024, 24, 4096, 16),
+  'H': (1280, 32, 5120, 16),
 }
 
 
 def decode_variant(variant: str | None) -> dict[str, int]:
-  """"B/16" -> width, depth, mlp_dim, num_heads and patch_size; "B" leaves patch_size out."""
+  """ "B/16" -> width, depth, mlp_dim, num_heads and patch_size; "B" leaves patch_size out."""
   if variant is None:
     return {}
   size, _, patch = variant.partition('/')
   if size not in VARIANTS or (patch and not patch.isdigit()):
-    raise ConfigError(f'model.variant={variant!r}: expected SIZE[/PATCH] with SIZE one of {", ".join(VARIANTS)}, '
-                      'e.g. "B/16"')
+    raise ConfigError(
+      f'model.variant={variant!r}: expected SIZE[/PATCH] with SIZE one of {", ".join(VARIANTS)}, e.g. "B/16"'
+    )
   dims = dict(zip(('width', 'depth', 'mlp_dim', 'num_heads'), VARIANTS[size]))
   return dims | ({'patch_size': int(patch)} if patch else {})
 
@@ -67,24 +68,53 @@ class ViT(nnx.Module):
   TENSOR_PARALLEL = layers.TENSOR_PARALLEL
   NO_DECAY = ('pos_embedding', 'cls')
 
-  def __init__(self, num_classes: int, input_shape: tuple[int, ...], *, variant: str | None = None,
-               patch_size: int | None = None, width: int | None = None, depth: int | None = None,
-               mlp_dim: int | None = None, num_heads: int | None = None, pool: str = 'tok',
-               posemb: str = 'learn', prenorm: bool = True, representation_size: int | None = None,
-               dropout: float = 0.0, attention_dropout: float = 0.0, drop_path: float = 0.0,
-               gelu_approximate: bool = False, layernorm_epsilon: float = 1e-6, head_zero_init: bool = True,
-               remat: str = 'none', scan: bool = False, attention_impl: str | None = None, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    num_classes: int,
+    input_shape: tuple[int, ...],
+    *,
+    variant: str | None = None,
+    patch_size: int | None = None,
+    width: int | None = None,
+    depth: int | None = None,
+    mlp_dim: int | None = None,
+    num_heads: int | None = None,
+    pool: str = 'tok',
+    posemb: str = 'learn',
+    prenorm: bool = True,
+    representation_size: int | None = None,
+    dropout: float = 0.0,
+    attention_dropout: float = 0.0,
+    drop_path: float = 0.0,
+    gelu_approximate: bool = False,
+    layernorm_epsilon: float = 1e-6,
+    head_zero_init: bool = True,
+    remat: str = 'none',
+    scan: bool = False,
+    attention_impl: str | None = None,
+    rngs: nnx.Rngs,
+  ):
     if len(input_shape) != 3:
-      raise ConfigError(f'ViT takes images of shape (height, width, channels), got {tuple(input_shape)}; '
-                        'use a video model (model.name="vivit") for clips')
+      raise ConfigError(
+        f'ViT takes images of shape (height, width, channels), got {tuple(input_shape)}; '
+        'use a video model (model.name="vivit") for clips'
+      )
     height, wide, channels = input_shape
-    dims = layers.resolve_dims(decode_variant(variant), dict(patch_size=patch_size, width=width, depth=depth,
-                                                             mlp_dim=mlp_dim, num_heads=num_heads), 'Ti/16')
+    dims = layers.resolve_dims(
+      decode_variant(variant),
+      dict(patch_size=patch_size, width=width, depth=depth, mlp_dim=mlp_dim, num_heads=num_heads),
+      'Ti/16',
+    )
     layers.check_patch(dims['patch_size'], (height, wide))
-    layers.check_options(dict(pool=(pool, ('tok', 'gap', 'map')), posemb=(posemb, ('learn', 'sincos2d')),
-                              remat=(remat, tuple(layers.REMAT_POLICIES)),
-                              attention_impl=(attention_impl, layers.ATTENTION_IMPLS)),
-                         dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path))
+    layers.check_options(
+      dict(
+        pool=(pool, ('tok', 'gap', 'map')),
+        posemb=(posemb, ('learn', 'sincos2d')),
+        remat=(remat, tuple(layers.REMAT_POLICIES)),
+        attention_impl=(attention_impl, layers.ATTENTION_IMPLS),
+      ),
+      dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path),
+    )
     p, d = dims['patch_size'], dims['width']
     self.grid = (height // p, wide // p)
     self.num_heads = dims['num_heads']
@@ -99,9 +129,21 @@ class ViT(nnx.Module):
       num_tokens = self.grid[0] * self.grid[1] + (pool == 'tok')
       self.pos_embedding = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (1, num_tokens, d)))
     self.dropout = layers.Dropout(dropout)
-    self.encoder = layers.Encoder(dims['depth'], d, dims['mlp_dim'], dims['num_heads'], dropout=dropout,
-                                  attention_dropout=attention_dropout, drop_path=drop_path, prenorm=prenorm,
-                                  remat=remat, scan=scan, attention_impl=attention_impl, rngs=rngs, **norm_kwargs)
+    self.encoder = layers.Encoder(
+      dims['depth'],
+      d,
+      dims['mlp_dim'],
+      dims['num_heads'],
+      dropout=dropout,
+      attention_dropout=attention_dropout,
+      drop_path=drop_path,
+      prenorm=prenorm,
+      remat=remat,
+      scan=scan,
+      attention_impl=attention_impl,
+      rngs=rngs,
+      **norm_kwargs,
+    )
     if pool == 'map':
       self.map_head = layers.MAPHead(d, dims['mlp_dim'], dims['num_heads'], rngs=rngs, **norm_kwargs)
     if representation_size is not None:
@@ -113,14 +155,26 @@ class ViT(nnx.Module):
     """Embedded patches with position embeddings (and the class token first, for 'tok')."""
     x = self.embedding(images)
     x = layers.add_positions(
-        x, fixed=layers.sincos_2d(*self.grid, x.shape[-1]) if self.posemb_type == 'sincos2d' else None,
-        cls=self.cls if self.pool == 'tok' else None,
-        learned=self.pos_embedding if self.posemb_type == 'learn' else None)
+      x,
+      fixed=layers.sincos_2d(*self.grid, x.shape[-1]) if self.posemb_type == 'sincos2d' else None,
+      cls=self.cls if self.pool == 'tok' else None,
+      learned=self.pos_embedding if self.posemb_type == 'learn' else None,
+    )
     return self.dropout(x, train=train, rngs=rngs)
 
   def __call__(self, images: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
     x = self.encoder(self.tokens(images, train=train, rngs=rngs), train=train, rngs=rngs)
-    x = {'tok': lambda: x[:, 0], 'gap': lambda: x.mean(axis=1), 'map': lambda: self.map_head(x)}[self.pool]()
+
+    def pooled(x):
+      if self.pool == 'tok':
+        return x[:, 0]
+      if self.pool == 'gap':
+        return x.mean(axis=1)
+      if self.pool == 'map':
+        return self.map_head(x)
+      raise KeyError(self.pool)
+
+    x = pooled(x)
     if hasattr(self, 'pre_logits'):
       x = jnp.tanh(self.pre_logits(x))
     return self.head(x)
@@ -132,8 +186,10 @@ class ViT(nnx.Module):
     if any('/' in k for k in source):
       options = dict(gelu_approximate=self.gelu_approximate, layernorm_epsilon=self.layernorm_epsilon)
       if options != release.RELEASE_OPTIONS:
-        notes.append(f'the released checkpoints were trained with {release.RELEASE_OPTIONS}; this model has '
-                     f'{options}, so its outputs differ slightly from the published model')
+        notes.append(
+          f'the released checkpoints were trained with {release.RELEASE_OPTIONS}; this model has '
+          f'{options}, so its outputs differ slightly from the published model'
+        )
     else:
       source = release.to_release(source, self.num_heads)
     params, adapted = release.from_release(source, self, params)

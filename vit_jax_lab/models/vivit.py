@@ -22,21 +22,23 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vit_jax_lab.errors import ConfigError
 import vit_jax_lab.models.layers as layers
 import vit_jax_lab.models.release as release
 import vit_jax_lab.models.vit as vit
+from vit_jax_lab.errors import ConfigError
 
 MODELS = ('spatiotemporal', 'factorised_encoder', 'factorised_self_attention', 'factorised_dot_product')
 
 
 def decode_variant(variant: str | None) -> dict[str, int]:
-  """"B/16x2" -> the ViT dimensions of "B/16" and tubelet_time 2; "B/16" and "B" leave the rest out."""
+  """ "B/16x2" -> the ViT dimensions of "B/16" and tubelet_time 2; "B/16" and "B" leave the rest out."""
   if variant is None:
     return {}
   if not re.fullmatch(r'[A-Za-z]+(/\d+(x\d+)?)?', variant):
-    raise ConfigError(f'model.variant={variant!r}: expected SIZE[/PATCH[xTIME]] with SIZE one of '
-                      f'{", ".join(vit.VARIANTS)}, e.g. "B/16x2"')
+    raise ConfigError(
+      f'model.variant={variant!r}: expected SIZE[/PATCH[xTIME]] with SIZE one of '
+      f'{", ".join(vit.VARIANTS)}, e.g. "B/16x2"'
+    )
   image, _, time = variant.partition('x')
   return vit.decode_variant(image) | ({'tubelet_time': int(time)} if time else {})
 
@@ -66,13 +68,28 @@ class FactorisedDotProductAttention(layers.Attention):
   """Model 4: the first half of the heads attend over space (tokens of the same time step), the other half
   over time (tokens at the same place). Same parameters as full attention; tokens (B, nt * ns, D)."""
 
-  def __init__(self, width: int, num_heads: int, *, grid: tuple[int, int], dropout: float = 0.0,
-               implementation: str | None = None, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    width: int,
+    num_heads: int,
+    *,
+    grid: tuple[int, int],
+    dropout: float = 0.0,
+    implementation: str | None = None,
+    rngs: nnx.Rngs,
+  ):
     super().__init__(width, num_heads, dropout=dropout, implementation=implementation, rngs=rngs)
     self.grid = grid
 
-  def __call__(self, x: jax.Array, context: jax.Array | None = None, *, train: bool = False,
-               rngs: nnx.Rngs | None = None, mask: jax.Array | None = None) -> jax.Array:
+  def __call__(
+    self,
+    x: jax.Array,
+    context: jax.Array | None = None,
+    *,
+    train: bool = False,
+    rngs: nnx.Rngs | None = None,
+    mask: jax.Array | None = None,
+  ) -> jax.Array:
     del context, mask  # Self-attention over every token of a clip.
     b, n, _ = x.shape
     (nt, ns), half = self.grid, self.num_heads // 2
@@ -89,18 +106,45 @@ class FactorisedSelfAttentionBlock(layers.EncoderBlock):
   LayerNorm and residual, then the MLP. Tokens (B, nt * ns, D). `attn`/`norm1` are the spatial ones, so
   the block holds an image ViT block plus `temporal_attn`/`temporal_norm`."""
 
-  def __init__(self, width: int, mlp_dim: int, num_heads: int, *, grid: tuple[int, int], time_first: bool,
-               attention_dropout: float, layernorm_epsilon: float, rngs: nnx.Rngs, attention_impl: str | None = None,
-               **kwargs):
-    super().__init__(width, mlp_dim, num_heads, attention_dropout=attention_dropout,
-                     layernorm_epsilon=layernorm_epsilon, attention_impl=attention_impl, rngs=rngs, **kwargs)
+  def __init__(
+    self,
+    width: int,
+    mlp_dim: int,
+    num_heads: int,
+    *,
+    grid: tuple[int, int],
+    time_first: bool,
+    attention_dropout: float,
+    layernorm_epsilon: float,
+    rngs: nnx.Rngs,
+    attention_impl: str | None = None,
+    **kwargs,
+  ):
+    super().__init__(
+      width,
+      mlp_dim,
+      num_heads,
+      attention_dropout=attention_dropout,
+      layernorm_epsilon=layernorm_epsilon,
+      attention_impl=attention_impl,
+      rngs=rngs,
+      **kwargs,
+    )
     self.grid, self.time_first = grid, time_first
     self.temporal_norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
-    self.temporal_attn = layers.Attention(width, num_heads, dropout=attention_dropout, implementation=attention_impl,
-                                          rngs=rngs)
+    self.temporal_attn = layers.Attention(
+      width, num_heads, dropout=attention_dropout, implementation=attention_impl, rngs=rngs
+    )
 
-  def mix(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, drop_path: jax.Array | None,
-          mask: jax.Array | None = None) -> jax.Array:
+  def mix(
+    self,
+    x: jax.Array,
+    *,
+    train: bool,
+    rngs: nnx.Rngs | None,
+    drop_path: jax.Array | None,
+    mask: jax.Array | None = None,
+  ) -> jax.Array:
     del mask  # Every token of a clip is real.
     b, n, d = x.shape
     nt, ns = self.grid
@@ -121,6 +165,7 @@ class FactorisedSelfAttentionBlock(layers.EncoderBlock):
 @dataclasses.dataclass(frozen=True)
 class _ImageModel:
   """What `release.from_release` needs to know of the image ViT whose weights this video model takes."""
+
   pool: str
   posemb_type: str
   num_heads: int
@@ -172,40 +217,76 @@ class ViViT(nnx.Module):
   TENSOR_PARALLEL = layers.TENSOR_PARALLEL
   NO_DECAY = ('pos_embedding', 'cls', 'temporal_pos_embedding', 'temporal_cls')
 
-  def __init__(self, num_classes: int, input_shape: tuple[int, ...], *, variant: str | None = None,
-               model: str = 'spatiotemporal', embedding: str = 'tubelet', patch_size: int | None = None,
-               tubelet_time: int | None = None, width: int | None = None, depth: int | None = None,
-               mlp_dim: int | None = None, num_heads: int | None = None, temporal_depth: int = 4,
-               attention_order: str = 'time_space', pool: str | None = None, posemb: str = 'learn',
-               prenorm: bool = True, dropout: float = 0.0, attention_dropout: float = 0.0, drop_path: float = 0.0,
-               gelu_approximate: bool = False, layernorm_epsilon: float = 1e-6, head_zero_init: bool = True,
-               tubelet_init: str = 'central_frame', temporal_attention_init: str = 'zero', remat: str = 'none',
-               scan: bool = False, attention_impl: str | None = None, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    num_classes: int,
+    input_shape: tuple[int, ...],
+    *,
+    variant: str | None = None,
+    model: str = 'spatiotemporal',
+    embedding: str = 'tubelet',
+    patch_size: int | None = None,
+    tubelet_time: int | None = None,
+    width: int | None = None,
+    depth: int | None = None,
+    mlp_dim: int | None = None,
+    num_heads: int | None = None,
+    temporal_depth: int = 4,
+    attention_order: str = 'time_space',
+    pool: str | None = None,
+    posemb: str = 'learn',
+    prenorm: bool = True,
+    dropout: float = 0.0,
+    attention_dropout: float = 0.0,
+    drop_path: float = 0.0,
+    gelu_approximate: bool = False,
+    layernorm_epsilon: float = 1e-6,
+    head_zero_init: bool = True,
+    tubelet_init: str = 'central_frame',
+    temporal_attention_init: str = 'zero',
+    remat: str = 'none',
+    scan: bool = False,
+    attention_impl: str | None = None,
+    rngs: nnx.Rngs,
+  ):
     if len(input_shape) != 4:
-      raise ConfigError(f'ViViT takes clips of shape (frames, height, width, channels), got {tuple(input_shape)}; '
-                        'use a video dataset, or model.name="vit" for images')
+      raise ConfigError(
+        f'ViViT takes clips of shape (frames, height, width, channels), got {tuple(input_shape)}; '
+        'use a video dataset, or model.name="vit" for images'
+      )
     frames, height, wide, channels = input_shape
     pool = pool or ('tok' if model in MODELS[:2] else 'gap')
     layers.check_options(
-        dict(model=(model, MODELS), embedding=(embedding, ('tubelet', 'frames')), posemb=(posemb, ('learn', 'sincos')),
-             pool=(pool, ('tok', 'gap') if model in MODELS[:2] else ('gap',)),
-             attention_order=(attention_order, ('time_space', 'space_time')),
-             tubelet_init=(tubelet_init, ('central_frame', 'inflate')),
-             temporal_attention_init=(temporal_attention_init, ('zero', 'copy')),
-             remat=(remat, tuple(layers.REMAT_POLICIES)), attention_impl=(attention_impl, layers.ATTENTION_IMPLS)),
-        dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path))
+      dict(
+        model=(model, MODELS),
+        embedding=(embedding, ('tubelet', 'frames')),
+        posemb=(posemb, ('learn', 'sincos')),
+        pool=(pool, ('tok', 'gap') if model in MODELS[:2] else ('gap',)),
+        attention_order=(attention_order, ('time_space', 'space_time')),
+        tubelet_init=(tubelet_init, ('central_frame', 'inflate')),
+        temporal_attention_init=(temporal_attention_init, ('zero', 'copy')),
+        remat=(remat, tuple(layers.REMAT_POLICIES)),
+        attention_impl=(attention_impl, layers.ATTENTION_IMPLS),
+      ),
+      dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path),
+    )
     decoded = decode_variant(variant)
     variant_time = decoded.pop('tubelet_time', None)
     tubelet_time = None if embedding == 'frames' else tubelet_time or variant_time
-    dims = layers.resolve_dims(decoded, dict(patch_size=patch_size, width=width, depth=depth, mlp_dim=mlp_dim,
-                                             num_heads=num_heads), 'B/16x2')
+    dims = layers.resolve_dims(
+      decoded, dict(patch_size=patch_size, width=width, depth=depth, mlp_dim=mlp_dim, num_heads=num_heads), 'B/16x2'
+    )
     layers.check_patch(dims['patch_size'], (height, wide))
     if embedding == 'tubelet' and (tubelet_time is None or tubelet_time < 1 or frames % tubelet_time):
-      raise ConfigError(f'model.tubelet_time={tubelet_time} must be a positive divisor of the clip length '
-                        f'{frames} (data.num_frames); or use model.embedding="frames"')
+      raise ConfigError(
+        f'model.tubelet_time={tubelet_time} must be a positive divisor of the clip length '
+        f'{frames} (data.num_frames); or use model.embedding="frames"'
+      )
     if model == 'factorised_dot_product' and dims['num_heads'] % 2:
-      raise ConfigError(f'model.num_heads={dims["num_heads"]} must be even: factorised_dot_product splits the '
-                        'heads between space and time')
+      raise ConfigError(
+        f'model.num_heads={dims["num_heads"]} must be even: factorised_dot_product splits the '
+        'heads between space and time'
+      )
     if temporal_depth < 1:
       raise ConfigError(f'model.temporal_depth={temporal_depth} must be positive')
     p, d = dims['patch_size'], dims['width']
@@ -215,16 +296,37 @@ class ViViT(nnx.Module):
     self.tubelet_init, self.temporal_attention_init = tubelet_init, temporal_attention_init
     nt, ns = self.grid
     init = nnx.initializers.normal(0.02)
-    learned = lambda n: nnx.Param(init(rngs.params(), (1, n, d))) if posemb == 'learn' else None
-    cls = lambda: nnx.Param(jnp.zeros((1, 1, d))) if pool == 'tok' else None
+
+    def learned(n):
+      return nnx.Param(init(rngs.params(), (1, n, d))) if posemb == 'learn' else None
+
+    def cls():
+      return nnx.Param(jnp.zeros((1, 1, d))) if pool == 'tok' else None
+
     encoder = functools.partial(
-        layers.Encoder, width=d, mlp_dim=dims['mlp_dim'], num_heads=dims['num_heads'], dropout=dropout,
-        attention_dropout=attention_dropout, drop_path=drop_path, prenorm=prenorm, gelu_approximate=gelu_approximate,
-        layernorm_epsilon=layernorm_epsilon, remat=remat, scan=scan, attention_impl=attention_impl, rngs=rngs)
-    block = {'factorised_self_attention': functools.partial(FactorisedSelfAttentionBlock, grid=self.grid,
-                                                            time_first=attention_order == 'time_space'),
-             'factorised_dot_product': functools.partial(layers.EncoderBlock, attention=functools.partial(
-                 FactorisedDotProductAttention, grid=self.grid))}.get(model, layers.EncoderBlock)
+      layers.Encoder,
+      width=d,
+      mlp_dim=dims['mlp_dim'],
+      num_heads=dims['num_heads'],
+      dropout=dropout,
+      attention_dropout=attention_dropout,
+      drop_path=drop_path,
+      prenorm=prenorm,
+      gelu_approximate=gelu_approximate,
+      layernorm_epsilon=layernorm_epsilon,
+      remat=remat,
+      scan=scan,
+      attention_impl=attention_impl,
+      rngs=rngs,
+    )
+    block = {
+      'factorised_self_attention': functools.partial(
+        FactorisedSelfAttentionBlock, grid=self.grid, time_first=attention_order == 'time_space'
+      ),
+      'factorised_dot_product': functools.partial(
+        layers.EncoderBlock, attention=functools.partial(FactorisedDotProductAttention, grid=self.grid)
+      ),
+    }.get(model, layers.EncoderBlock)
 
     self.embedding = TubeletEmbedding(tubelet_time, p, channels, d, rngs=rngs)
     self.cls = cls()
@@ -249,8 +351,9 @@ class ViViT(nnx.Module):
     time = layers.sincos_1d(nt, d) if sincos else None
     if self.model == 'factorised_encoder':
       x = self._encode(x.reshape(b * nt, ns, d), self.encoder, self.cls, self.pos_embedding, space, train, rngs)
-      x = self._encode(x.reshape(b, nt, d), self.temporal_encoder, self.temporal_cls, self.temporal_pos_embedding,
-                       time, train, rngs)
+      x = self._encode(
+        x.reshape(b, nt, d), self.temporal_encoder, self.temporal_cls, self.temporal_pos_embedding, time, train, rngs
+      )
     else:
       fixed = (space[None] + time[:, None]).reshape(nt * ns, d) if sincos else None
       x = self._encode(x.reshape(b, nt * ns, d), self.encoder, self.cls, self.pos_embedding, fixed, train, rngs)
@@ -270,11 +373,17 @@ class ViViT(nnx.Module):
     temporal encoder, the head for another class count) keeps them."""
     if not any('/' in k for k in source):
       if 'embedding' not in source or np.ndim(source['embedding']['kernel']) != 4 or 'temporal_encoder' in source:
-        raise ConfigError('init_from: ViViT initialises from image ViT checkpoints (a release .npz or a ViT '
-                          'workdir); this checkpoint is not one')
+        raise ConfigError(
+          'init_from: ViViT initialises from image ViT checkpoints (a release .npz or a ViT '
+          'workdir); this checkpoint is not one'
+        )
       source = release.to_release(source, self.num_heads)
-    image_model = _ImageModel('tok' if self.cls is not None else 'gap',
-                              'learn' if self.posemb_type == 'learn' else 'sincos2d', self.num_heads, self.space_grid)
+    image_model = _ImageModel(
+      'tok' if self.cls is not None else 'gap',
+      'learn' if self.posemb_type == 'learn' else 'sincos2d',
+      self.num_heads,
+      self.space_grid,
+    )
     unscanned = layers.unscanned(params)
     image, notes = release.from_release(source, image_model, self.image_params(unscanned))
     return layers.scanned_like(self.from_image(image, unscanned), params), notes
@@ -283,9 +392,14 @@ class ViViT(nnx.Module):
     """The part of this model's parameters (a pure dict) an image ViT has, in the ViT's layout."""
     kernel = params['embedding']['kernel']
     blocks = {i: {k: b[k] for k in ('norm1', 'attn', 'norm2', 'mlp')} for i, b in params['encoder']['blocks'].items()}
-    image = {'embedding': {'kernel': kernel[kernel.shape[0] // 2] if kernel.ndim == 5 else kernel,
-                           'bias': params['embedding']['bias']},
-             'head': params['head'], 'encoder': params['encoder'] | {'blocks': blocks}}
+    image = {
+      'embedding': {
+        'kernel': kernel[kernel.shape[0] // 2] if kernel.ndim == 5 else kernel,
+        'bias': params['embedding']['bias'],
+      },
+      'head': params['head'],
+      'encoder': params['encoder'] | {'blocks': blocks},
+    }
     if 'cls' in params:
       image['cls'] = params['cls']
     if 'pos_embedding' in params:

@@ -14,9 +14,9 @@ from vit_jax_lab.tasks.base import Batch, Preprocess, Task
 
 class Classification(Task):
   """Attributes:
-    label_smoothing: mass spread uniformly over all classes in the training targets.
-    mixup: alpha of the Beta distribution for mixup (Zhang et al. 2018); 0 turns it off. One mixing
-      weight per batch; each example is mixed with its neighbour in the global batch.
+  label_smoothing: mass spread uniformly over all classes in the training targets.
+  mixup: alpha of the Beta distribution for mixup (Zhang et al. 2018); 0 turns it off. One mixing
+    weight per batch; each example is mixed with its neighbour in the global batch.
   """
 
   def __init__(self, *, label_smoothing: float = 0.0, mixup: float = 0.0):
@@ -40,8 +40,9 @@ class Classification(Task):
   def preprocess(self, data_config, info: labels.LabelInfo, train: bool) -> Preprocess:
     return labels.preprocess_fn(data_config, info, train)
 
-  def loss(self, model: nnx.Module, batch: Batch, rng: jax.Array,
-           step: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+  def loss(
+    self, model: nnx.Module, batch: Batch, rng: jax.Array, step: jax.Array
+  ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Mean training loss over the batch, and metrics to log."""
     del step  # No schedule of its own.
     x, labels = batch['inputs'], batch['label']

@@ -12,10 +12,10 @@ import tensorflow as tf
 from flax import nnx
 
 from vit_jax_lab import decode
-from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.tokens import BOS, PAD
 from vit_jax_lab.data import images, text
+from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tasks.base import Batch, Preprocess, Task
+from vit_jax_lab.tokens import BOS, PAD
 
 BLEU_ORDER = 4
 
@@ -29,22 +29,30 @@ def decoder_inputs(targets: jax.Array, positions: jax.Array | None = None) -> ja
 
 class Seq2Seq(Task):
   """Attributes:
-    label_smoothing: mass spread uniformly over the vocabulary in the training targets (the paper: 0.1).
-    eval_decode: how evaluation produces outputs: 'greedy' or 'beam'.
-    beam_size: beams of 'beam' decoding.
-    alpha: length-penalty exponent of beam search, ((5 + length) / 6) ** alpha.
-    max_decode_length: tokens to decode at most (EOS included); None: data.max_target_length.
-    scheduled_sampling: final probability that a decoder input is the model's own prediction instead of the
-      gold token (Bengio et al. 2015), in the parallel two-pass form of Duckworth et al. 2019: a first pass
-      without gradients predicts every position from the gold prefix, the second trains on the mixed inputs.
-      0 is teacher forcing.
-    scheduled_sampling_steps: the probability rises linearly from 0 to `scheduled_sampling` over these
-      optimizer steps, then stays.
+  label_smoothing: mass spread uniformly over the vocabulary in the training targets (the paper: 0.1).
+  eval_decode: how evaluation produces outputs: 'greedy' or 'beam'.
+  beam_size: beams of 'beam' decoding.
+  alpha: length-penalty exponent of beam search, ((5 + length) / 6) ** alpha.
+  max_decode_length: tokens to decode at most (EOS included); None: data.max_target_length.
+  scheduled_sampling: final probability that a decoder input is the model's own prediction instead of the
+    gold token (Bengio et al. 2015), in the parallel two-pass form of Duckworth et al. 2019: a first pass
+    without gradients predicts every position from the gold prefix, the second trains on the mixed inputs.
+    0 is teacher forcing.
+  scheduled_sampling_steps: the probability rises linearly from 0 to `scheduled_sampling` over these
+    optimizer steps, then stays.
   """
 
-  def __init__(self, *, label_smoothing: float = 0.1, eval_decode: str = 'greedy', beam_size: int = 4,
-               alpha: float = 0.6, max_decode_length: int | None = None, scheduled_sampling: float = 0.0,
-               scheduled_sampling_steps: int = 1):
+  def __init__(
+    self,
+    *,
+    label_smoothing: float = 0.1,
+    eval_decode: str = 'greedy',
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_decode_length: int | None = None,
+    scheduled_sampling: float = 0.0,
+    scheduled_sampling_steps: int = 1,
+  ):
     if not 0.0 <= label_smoothing < 1.0:
       raise ConfigError(f'task.label_smoothing={label_smoothing} must be in [0, 1)')
     if eval_decode not in ('greedy', 'beam'):
@@ -70,9 +78,12 @@ class Seq2Seq(Task):
 
   def model_kwargs(self, info: text.TextInfo) -> dict[str, Any]:
     tokens = info.input_vocab is not None
-    return dict(vocab_size=info.target_vocab.size, input_vocab_size=info.input_vocab.size if tokens else None,
-                input_shape=None if tokens else info.input_shape,
-                max_len=max(info.max_target_length, info.input_shape[0] if tokens else 0))
+    return dict(
+      vocab_size=info.target_vocab.size,
+      input_vocab_size=info.input_vocab.size if tokens else None,
+      input_shape=None if tokens else info.input_shape,
+      max_len=max(info.max_target_length, info.input_shape[0] if tokens else 0),
+    )
 
   def prepare(self, info: text.TextInfo, train: bool) -> Callable:
     return text.prepare_fn(info, train)
@@ -99,18 +110,26 @@ class Seq2Seq(Task):
   def sampling_rate(self, step: jax.Array) -> jax.Array:
     return self.scheduled_sampling * jnp.minimum(step / self.scheduled_sampling_steps, 1.0)
 
-  def loss(self, model: nnx.Module, batch: Batch, rng: jax.Array,
-           step: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+  def loss(
+    self, model: nnx.Module, batch: Batch, rng: jax.Array, step: jax.Array
+  ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Mean cross-entropy over the real target tokens of the batch, and metrics to log."""
     targets = batch['targets']
     segments, positions = batch.get('targets_segments'), batch.get('targets_positions')
     dropout_rng, mix_rng = jax.random.split(rng)
     rngs = nnx.Rngs(dropout=dropout_rng)
-    encoded, encoder_segments = model.encode(batch['inputs'], segments=batch.get('inputs_segments'),
-                                             positions=batch.get('inputs_positions'), train=True, rngs=rngs)
+    encoded, encoder_segments = model.encode(
+      batch['inputs'],
+      segments=batch.get('inputs_segments'),
+      positions=batch.get('inputs_positions'),
+      train=True,
+      rngs=rngs,
+    )
     inputs = decoder_inputs(targets, positions)
-    run = lambda x: model.decode(x, encoded, encoder_segments, segments=segments, positions=positions, train=True,
-                                 rngs=rngs)
+
+    def run(x):
+      return model.decode(x, encoded, encoder_segments, segments=segments, positions=positions, train=True, rngs=rngs)
+
     metrics = {'packed_fraction': batch['packed_fraction'].mean()} if 'packed_fraction' in batch else {}
     if self.scheduled_sampling > 0.0:
       rate = self.sampling_rate(step)
@@ -124,8 +143,9 @@ class Seq2Seq(Task):
 
   # --- Evaluation --------------------------------------------------------------------------------------------
 
-  def generate(self, model: nnx.Module, inputs: jax.Array, length: int,
-               encoded: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
+  def generate(
+    self, model: nnx.Module, inputs: jax.Array, length: int, encoded: tuple[jax.Array, jax.Array] | None = None
+  ) -> jax.Array:
     """Token ids (B, length) by the configured decoding, with the cache; `encoded`: `model.encode(inputs)`."""
     batch = inputs.shape[0]
     if self.eval_decode == 'greedy':
@@ -142,11 +162,19 @@ class Seq2Seq(Task):
     length = self.max_decode_length or targets.shape[1]
     decoded = self.generate(model, batch['inputs'], length, (encoded, encoder_segments))
     width = max(length, targets.shape[1])
-    pad = lambda x: jnp.pad(x, ((0, 0), (0, width - x.shape[1])))
+
+    def pad(x):
+      return jnp.pad(x, ((0, 0), (0, width - x.shape[1])))
+
     exact = (pad(decoded) == pad(targets)).all(-1)
-    return {'loss': loss, 'token_accuracy': correct, 'tokens': tokens, 'exact_match': (exact * mask).sum(),
-            'count': mask.sum(),
-            'host': {'decoded': decoded, 'targets': targets, 'mask': mask}}
+    return {
+      'loss': loss,
+      'token_accuracy': correct,
+      'tokens': tokens,
+      'exact_match': (exact * mask).sum(),
+      'count': mask.sum(),
+      'host': {'decoded': decoded, 'targets': targets, 'mask': mask},
+    }
 
   def host_sums(self, host: dict[str, np.ndarray], info: text.TextInfo) -> dict[str, np.ndarray]:
     """BLEU statistics of detokenised outputs against detokenised targets."""
@@ -157,32 +185,41 @@ class Seq2Seq(Task):
 
   def summarize(self, sums: dict[str, Any]) -> dict[str, float]:
     tokens, count = max(float(sums['tokens']), 1.0), max(float(sums['count']), 1.0)
-    return {'loss': float(sums['loss']) / tokens, 'token_accuracy': float(sums['token_accuracy']) / tokens,
-            'exact_match': float(sums['exact_match']) / count, 'bleu': bleu(sums['bleu_stats']),
-            'examples': float(sums['count'])}
+    return {
+      'loss': float(sums['loss']) / tokens,
+      'token_accuracy': float(sums['token_accuracy']) / tokens,
+      'exact_match': float(sums['exact_match']) / count,
+      'bleu': bleu(sums['bleu_stats']),
+      'examples': float(sums['count']),
+    }
 
 
-def token_sums(logits: jax.Array, targets: jax.Array, weights: jax.Array,
-               label_smoothing: float = 0.0) -> tuple[jax.Array, jax.Array, jax.Array]:
+def token_sums(
+  logits: jax.Array, targets: jax.Array, weights: jax.Array, label_smoothing: float = 0.0
+) -> tuple[jax.Array, jax.Array, jax.Array]:
   """(cross-entropy, correct predictions, tokens), each summed over the target tokens `weights` selects."""
   logits, weights = logits.astype(jnp.float32), weights.astype(jnp.float32)
   soft = optax.smooth_labels(jax.nn.one_hot(targets, logits.shape[-1]), label_smoothing)
-  return ((optax.softmax_cross_entropy(logits, soft) * weights).sum(),
-          ((logits.argmax(-1) == targets) * weights).sum(), weights.sum())
+  return (
+    (optax.softmax_cross_entropy(logits, soft) * weights).sum(),
+    ((logits.argmax(-1) == targets) * weights).sum(),
+    weights.sum(),
+  )
 
 
 def bleu_stats(hypotheses: list[str], references: list[str]) -> np.ndarray:
   """Sufficient statistics of corpus BLEU, summable over batches and hosts: hypothesis length, reference
   length, then n-gram matches and hypothesis n-gram counts for n = 1..4, after sacreBLEU's 13a tokenisation."""
   from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
   tokenize = Tokenizer13a()
   stats = np.zeros(2 + 2 * BLEU_ORDER, np.int64)
   for hypothesis, reference in zip(hypotheses, references):
     hyp, ref = tokenize(hypothesis.strip()).split(), tokenize(reference.strip()).split()
     stats[:2] += len(hyp), len(ref)
     for n in range(1, BLEU_ORDER + 1):
-      hyp_ngrams = collections.Counter(tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 1))
-      ref_ngrams = collections.Counter(tuple(ref[i:i + n]) for i in range(len(ref) - n + 1))
+      hyp_ngrams = collections.Counter(tuple(hyp[i : i + n]) for i in range(len(hyp) - n + 1))
+      ref_ngrams = collections.Counter(tuple(ref[i : i + n]) for i in range(len(ref) - n + 1))
       stats[1 + n] += sum((hyp_ngrams & ref_ngrams).values())
       stats[1 + BLEU_ORDER + n] += sum(hyp_ngrams.values())
   return stats
@@ -191,6 +228,12 @@ def bleu_stats(hypotheses: list[str], references: list[str]) -> np.ndarray:
 def bleu(stats: np.ndarray) -> float:
   """Corpus BLEU (0-100) from summed `bleu_stats`, with sacreBLEU's default exponential smoothing."""
   from sacrebleu.metrics import BLEU
+
   stats = [int(x) for x in stats]
-  return BLEU.compute_bleu(correct=stats[2:2 + BLEU_ORDER], total=stats[2 + BLEU_ORDER:], sys_len=stats[0],
-                           ref_len=stats[1], smooth_method='exp').score
+  return BLEU.compute_bleu(
+    correct=stats[2 : 2 + BLEU_ORDER],
+    total=stats[2 + BLEU_ORDER :],
+    sys_len=stats[0],
+    ref_len=stats[1],
+    smooth_method='exp',
+  ).score

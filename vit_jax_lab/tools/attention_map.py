@@ -18,9 +18,7 @@ import numpy as np
 from flax import nnx
 from PIL import Image
 
-from vit_jax_lab import checkpoints, errors, train
-from vit_jax_lab import config as config_lib
-from vit_jax_lab import workdir as workdir_lib
+from vit_jax_lab import checkpoints, config as config_lib, errors, train, workdir as workdir_lib
 from vit_jax_lab.errors import ConfigError
 
 
@@ -70,8 +68,9 @@ def render(model, image: np.ndarray, model_input: np.ndarray, layer: int, size: 
 
 @errors.command
 def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.attention_map',
-                                   description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(
+    prog='python -m vit_jax_lab.tools.attention_map', description=__doc__.splitlines()[0]
+  )
   parser.add_argument('--workdir', help='a run: its config.json and newest checkpoint')
   parser.add_argument('--config', help='a config file (with --config.init_from=...) instead of --workdir')
   parser.add_argument('--image', help='an image file; default: --example of the eval split')
@@ -81,8 +80,10 @@ def main(argv: list[str]) -> int:
   args, overrides = parser.parse_known_args(argv)
   config = _config(args, overrides)
   if config.model.name != 'vit' or config.model.scan:
-    raise ConfigError('attention maps are drawn for image ViTs with unscanned layers; this run has '
-                      f'model.name={config.model.name!r}, model.scan={config.model.scan}')
+    raise ConfigError(
+      'attention maps are drawn for image ViTs with unscanned layers; this run has '
+      f'model.name={config.model.name!r}, model.scan={config.model.scan}'
+    )
   s = train.setup(config, jax.devices()[:1])
   model = nnx.merge(s.graphdef, train.init_state(s).params)  # With --config.init_from applied.
   if args.workdir:
@@ -115,6 +116,7 @@ def _config(args, overrides):
 def _input(s, args) -> tuple[np.ndarray, np.ndarray]:
   """(the image for display as uint8, the preprocessed model input)."""
   import tensorflow as tf
+
   if args.image:
     if not os.path.exists(args.image):
       raise ConfigError(f'--image {args.image} does not exist')

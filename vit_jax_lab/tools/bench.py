@@ -24,27 +24,39 @@ from typing import Any
 from vit_jax_lab import errors
 
 PEAK_TFLOPS = {  # Dense bf16 peak per chip, by a substring of jax.Device.device_kind (first match wins).
-    'H200': 989.0, 'H100': 989.0, 'A100': 312.0, 'TPU v4': 275.0, 'TPU v5 lite': 197.0, 'TPU v5e': 197.0,
-    'TPU v5p': 459.0, 'TPU v5': 459.0}
+  'H200': 989.0,
+  'H100': 989.0,
+  'A100': 312.0,
+  'TPU v4': 275.0,
+  'TPU v5 lite': 197.0,
+  'TPU v5e': 197.0,
+  'TPU v5p': 459.0,
+  'TPU v5': 459.0,
+}
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[tuple[str, list[str]]]]:
   """(options, [(config spec, its overrides), ...])."""
   from vit_jax_lab.errors import ConfigError
+
   parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.bench', description=__doc__.splitlines()[0])
   parser.add_argument('--steps', type=int, default=10, help='timed steps (the median is reported); 0: compile only')
   parser.add_argument('--warmup', type=int, default=2, help='untimed steps after compilation')
   parser.add_argument('--input_batches', type=int, default=20, help='batches drawn to time the input pipeline')
-  parser.add_argument('--synthetic', help='H,W,C,CLASSES (or T,H,W,C,CLASSES; seq2seq: LENGTH,VOCAB): random '
-                      'inputs, no dataset')
-  parser.add_argument('--decode', help='seq2seq: also time greedy decoding of these lengths, e.g. 32,64,128,256, '
-                      'with and without the key/value cache')
+  parser.add_argument(
+    '--synthetic', help='H,W,C,CLASSES (or T,H,W,C,CLASSES; seq2seq: LENGTH,VOCAB): random inputs, no dataset'
+  )
+  parser.add_argument(
+    '--decode',
+    help='seq2seq: also time greedy decoding of these lengths, e.g. 32,64,128,256, '
+    'with and without the key/value cache',
+  )
   parser.add_argument('--out', help='write the results as JSON here')
   args, rest = parser.parse_known_args(argv)
   entries = []
   for item in rest:
     if item.startswith('--config='):
-      item = item[len('--config='):]
+      item = item[len('--config=') :]
     elif item.startswith('--config.'):
       if not entries:
         raise ConfigError(f'{item}: give --config PATH before its overrides')
@@ -71,7 +83,9 @@ def matmul_flops_per_second(n: int = 2048, repeats: int = 5) -> float:
   Best of XLA's default kernels and those the steps are compiled with (`parallel.compiler_options`)."""
   import jax
   import jax.numpy as jnp
+
   from vit_jax_lab import parallel
+
   a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
   mesh = jax.sharding.Mesh(jax.devices()[:1], ('data',))
   best = float('inf')
@@ -82,7 +96,7 @@ def matmul_flops_per_second(n: int = 2048, repeats: int = 5) -> float:
       t0 = time.perf_counter()
       matmul(a).block_until_ready()
       best = min(best, time.perf_counter() - t0)
-  return 2 * n ** 3 / best
+  return 2 * n**3 / best
 
 
 def peak_flops_per_second(devices) -> tuple[float, str]:
@@ -101,10 +115,12 @@ def synthetic_setup(config, shape: str):
   classification; LENGTH,VOCAB (source and target tokens, one shared vocabulary) for seq2seq."""
   import jax
   import jax.numpy as jnp
+
   from vit_jax_lab import parallel, train
-  from vit_jax_lab.errors import ConfigError
   from vit_jax_lab.data import text
   from vit_jax_lab.data.labels import LabelInfo
+  from vit_jax_lab.errors import ConfigError
+
   forms = {'classification': ((3, 4), 'H,W,C,CLASSES or T,H,W,C,CLASSES'), 'seq2seq': ((1,), 'LENGTH,VOCAB')}
   if config.task.name not in forms:
     raise ConfigError(f'--synthetic has no inputs for a {config.task.name} task; time it on its dataset')
@@ -120,12 +136,16 @@ def synthetic_setup(config, shape: str):
     (length,) = input_shape
     vocab = text.WordVocab([f'w{i}' for i in range(max(classes - len(text.SPECIALS), 1))])
     info = text.TextInfo('inputs', 'targets', vocab, vocab, (length,), length, 0, 0)
-    batch = {k: jax.random.randint(key, (b, length), len(text.SPECIALS), vocab.size)
-             for k, key in zip(('inputs', 'targets'), keys)}
+    batch = {
+      k: jax.random.randint(key, (b, length), len(text.SPECIALS), vocab.size)
+      for k, key in zip(('inputs', 'targets'), keys)
+    }
   else:
     info = LabelInfo(classes, 'image' if len(input_shape) == 3 else 'video', tuple(input_shape), 0, 0)
-    batch = {'inputs': jax.random.normal(keys[0], (b, *input_shape), jnp.float32),
-             'label': jax.random.randint(keys[1], (b,), 0, classes)}
+    batch = {
+      'inputs': jax.random.normal(keys[0], (b, *input_shape), jnp.float32),
+      'label': jax.random.randint(keys[1], (b,), 0, classes),
+    }
   s = train.setup(config, data=(None, info))
   return s, jax.device_put(batch, jax.sharding.NamedSharding(s.mesh, parallel.BATCH))
 
@@ -135,6 +155,7 @@ def step_flops(s, config, batch) -> float:
   before partitioning, so work replicated on every device (the optimizer update) counts once. XLA counts
   a loop's body once, so a scanned model is counted through its unscanned twin."""
   from vit_jax_lab import checkpoints, train
+
   if config.model.get('scan'):
     twin = config.copy_and_resolve_references()
     twin.model.scan = False
@@ -146,7 +167,9 @@ def step_flops(s, config, batch) -> float:
 def measure(config, args) -> dict[str, Any]:
   """One config's numbers."""
   import jax
+
   from vit_jax_lab import train
+
   if args.synthetic:
     s, batch = synthetic_setup(config, args.synthetic)
     input_rate = None
@@ -167,14 +190,26 @@ def measure(config, args) -> dict[str, Any]:
   compile_seconds = time.perf_counter() - t0
   flops = step_flops(s, config, batch)
   memory = compiled.memory_analysis()
-  peak_bytes = None if memory is None else (memory.temp_size_in_bytes + memory.argument_size_in_bytes +
-                                            memory.output_size_in_bytes - memory.alias_size_in_bytes)
+  peak_bytes = (
+    None
+    if memory is None
+    else (
+      memory.temp_size_in_bytes
+      + memory.argument_size_in_bytes
+      + memory.output_size_in_bytes
+      - memory.alias_size_in_bytes
+    )
+  )
   result = {
-      'model': f'{config.model.name} {config.model.get("variant") or ""}'.strip(),
-      'devices': f'{len(s.mesh.devices.flat)} x {s.mesh.devices.flat[0].device_kind}',
-      'batch': config.data.batch_size, 'input_shape': list(s.info.input_shape), 'compile_s': compile_seconds,
-      'step_tflop': flops / 1e12, 'peak_memory_gib': None if peak_bytes is None else peak_bytes / 2**30,
-      'input_examples_per_s': input_rate} | decoding
+    'model': f'{config.model.name} {config.model.get("variant") or ""}'.strip(),
+    'devices': f'{len(s.mesh.devices.flat)} x {s.mesh.devices.flat[0].device_kind}',
+    'batch': config.data.batch_size,
+    'input_shape': list(s.info.input_shape),
+    'compile_s': compile_seconds,
+    'step_tflop': flops / 1e12,
+    'peak_memory_gib': None if peak_bytes is None else peak_bytes / 2**30,
+    'input_examples_per_s': input_rate,
+  } | decoding
   if not args.steps:
     return result
   for _ in range(args.warmup):
@@ -189,10 +224,16 @@ def measure(config, args) -> dict[str, Any]:
   step = statistics.median(times)
   peak, peak_source = peak_flops_per_second(list(s.mesh.devices.flat))
   return result | {
-      'step_s_median': step, 'step_s_min': min(times), 'step_s_max': max(times),
-      'examples_per_s': config.data.batch_size / step, 'achieved_tflops': flops / step / 1e12,
-      'peak_tflops': peak / 1e12, 'peak_source': peak_source, 'mfu': flops / step / peak,
-      'loss': float(metrics['loss'])}
+    'step_s_median': step,
+    'step_s_min': min(times),
+    'step_s_max': max(times),
+    'examples_per_s': config.data.batch_size / step,
+    'achieved_tflops': flops / step / 1e12,
+    'peak_tflops': peak / 1e12,
+    'peak_source': peak_source,
+    'mfu': flops / step / peak,
+    'loss': float(metrics['loss']),
+  }
 
 
 def decode_speed(s, params, lengths: list[int], repeats: int = 3) -> list[dict[str, Any]]:
@@ -201,8 +242,10 @@ def decode_speed(s, params, lengths: list[int], repeats: int = 3) -> list[dict[s
   import jax
   import jax.numpy as jnp
   from flax import nnx
+
   from vit_jax_lab import decode, parallel
   from vit_jax_lab.errors import ConfigError
+
   if s.config.task.name != 'seq2seq':
     raise ConfigError(f'--decode times seq2seq models; this config is a {s.config.task.name} task')
   b, info = s.config.data.eval_batch_size, s.info
@@ -215,9 +258,13 @@ def decode_speed(s, params, lengths: list[int], repeats: int = 3) -> list[dict[s
   for length in lengths:
     row = {'length': length, 'batch': b}
     for cached in (True, False):
-      fn = jax.jit(lambda p, x: decode.greedy(decode.stepper(nnx.merge(s.graphdef, p), x, length, cached=cached), b,
-                                              length, min_length=length)[0],
-                   compiler_options=parallel.compiler_options(s.mesh))
+
+      def tokens(p, x):
+        return decode.greedy(
+          decode.stepper(nnx.merge(s.graphdef, p), x, length, cached=cached), b, length, min_length=length
+        )[0]
+
+      fn = jax.jit(tokens, compiler_options=parallel.compiler_options(s.mesh))
       jax.block_until_ready(fn(params, inputs))
       best = float('inf')
       for _ in range(repeats):
@@ -232,31 +279,69 @@ def decode_speed(s, params, lengths: list[int], repeats: int = 3) -> list[dict[s
 
 
 def decode_table(results: list[dict[str, Any]]) -> str:
-  lines = ['| config | length | batch | cached s | uncached s | cached / uncached speed | cached tokens/s | '
-           'uncached tokens/s |', '|---|---:|---:|---:|---:|---:|---:|---:|']
+  lines = [
+    '| config | length | batch | cached s | uncached s | cached / uncached speed | cached tokens/s | '
+    'uncached tokens/s |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|',
+  ]
   for r in results:
     for d in r.get('decode', []):
-      lines.append(f'| {r["config"]} | {d["length"]} | {d["batch"]} | {d["cached_s"]:.3f} | {d["uncached_s"]:.3f} | '
-                   f'{d["speedup"]:.1f}x | {d["cached_tokens_per_s"]:.0f} | {d["uncached_tokens_per_s"]:.0f} |')
+      lines.append(
+        f'| {r["config"]} | {d["length"]} | {d["batch"]} | {d["cached_s"]:.3f} | {d["uncached_s"]:.3f} | '
+        f'{d["speedup"]:.1f}x | {d["cached_tokens_per_s"]:.0f} | {d["uncached_tokens_per_s"]:.0f} |'
+      )
   return '\n'.join(lines)
 
 
 def table(results: list[dict[str, Any]]) -> str:
-  header = ('config', 'model', 'batch', 'compile s', 'step ms (min-max)', 'ex/s', 'input ex/s', 'TFLOP/step',
-            'TFLOP/s', 'MFU', 'peak GiB')
+  header = (
+    'config',
+    'model',
+    'batch',
+    'compile s',
+    'step ms (min-max)',
+    'ex/s',
+    'input ex/s',
+    'TFLOP/step',
+    'TFLOP/s',
+    'MFU',
+    'peak GiB',
+  )
   rows = []
-  number = lambda r, key, fmt: '—' if r.get(key) is None else format(r[key], fmt)
+
+  def number(r, key, fmt):
+    return '—' if r.get(key) is None else format(r[key], fmt)
+
   for r in results:
-    ms = '—' if 'step_s_median' not in r else (
-        f'{1e3 * r["step_s_median"]:.1f} ({1e3 * r["step_s_min"]:.1f}-{1e3 * r["step_s_max"]:.1f})')
-    rows.append((r['config'], r['model'], str(r['batch']), f'{r["compile_s"]:.1f}', ms,
-                 number(r, 'examples_per_s', '.1f'), number(r, 'input_examples_per_s', '.0f'),
-                 f'{r["step_tflop"]:.4f}', number(r, 'achieved_tflops', '.3f'), number(r, 'mfu', '.1%'),
-                 number(r, 'peak_memory_gib', '.2f')))
+    ms = (
+      '—'
+      if 'step_s_median' not in r
+      else (f'{1e3 * r["step_s_median"]:.1f} ({1e3 * r["step_s_min"]:.1f}-{1e3 * r["step_s_max"]:.1f})')
+    )
+    rows.append(
+      (
+        r['config'],
+        r['model'],
+        str(r['batch']),
+        f'{r["compile_s"]:.1f}',
+        ms,
+        number(r, 'examples_per_s', '.1f'),
+        number(r, 'input_examples_per_s', '.0f'),
+        f'{r["step_tflop"]:.4f}',
+        number(r, 'achieved_tflops', '.3f'),
+        number(r, 'mfu', '.1%'),
+        number(r, 'peak_memory_gib', '.2f'),
+      )
+    )
   lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   lines += ['| ' + ' | '.join(row) + ' |' for row in rows]
-  sources = sorted({f'{r["devices"]}: MFU against {r["peak_tflops"]:.3f} TFLOP/s ({r["peak_source"]})'
-                    for r in results if 'peak_tflops' in r})
+  sources = sorted(
+    {
+      f'{r["devices"]}: MFU against {r["peak_tflops"]:.3f} TFLOP/s ({r["peak_source"]})'
+      for r in results
+      if 'peak_tflops' in r
+    }
+  )
   return '\n'.join(lines + [''] + sources)
 
 
@@ -264,6 +349,7 @@ def table(results: list[dict[str, Any]]) -> str:
 def main(argv: list[str]) -> int:
   args, entries = parse(argv)
   from vit_jax_lab import config as config_lib, parallel
+
   configs = []
   for spec, overrides in entries:  # Every config is checked before the first one runs.
     config = config_lib.load(spec)

@@ -6,8 +6,7 @@ python -m vit_jax_lab.tools.export --workdir runs/vit_digits --out runs/vit_digi
 import argparse
 import sys
 
-from vit_jax_lab import checkpoints, errors
-from vit_jax_lab import workdir as workdir_lib
+from vit_jax_lab import checkpoints, errors, workdir as workdir_lib
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.models import release, vit
 

@@ -6,10 +6,10 @@ import os
 from vit_jax_lab.errors import check
 
 BUILTIN = {
-    'digit_scenes': 'vit_jax_lab.data.builders.digit_scenes',
-    'digits': 'vit_jax_lab.data.builders.digits',
-    'moving_digits': 'vit_jax_lab.data.builders.moving_digits',
-    'scan': 'vit_jax_lab.data.builders.scan',
+  'digit_scenes': 'vit_jax_lab.data.builders.digit_scenes',
+  'digits': 'vit_jax_lab.data.builders.digits',
+  'moving_digits': 'vit_jax_lab.data.builders.moving_digits',
+  'scan': 'vit_jax_lab.data.builders.scan',
 }
 
 
@@ -26,5 +26,7 @@ def register(name: str) -> None:
 def check_data_dir(data_config) -> None:
   """`data.data_dir` must exist unless the dataset is one of ours (generated into it on first use)."""
   d = data_config.data_dir
-  check(d is None or os.path.isdir(d) or is_builtin(data_config.name),
-        f'data.data_dir={d!r} does not exist; point it at the folder holding prepared TFDS data')
+  check(
+    d is None or os.path.isdir(d) or is_builtin(data_config.name),
+    f'data.data_dir={d!r} does not exist; point it at the folder holding prepared TFDS data',
+  )

@@ -32,7 +32,7 @@ def scenes(test: bool):
     picks = rng.integers(0, len(images), size=n)
     canvas = np.zeros((SLOT, SLOT * MAX_DIGITS, images.shape[-1]), np.uint8)
     for slot, pick in enumerate(picks):
-      canvas[:, slot * SLOT:(slot + 1) * SLOT] = images[pick]
+      canvas[:, slot * SLOT : (slot + 1) * SLOT] = images[pick]
     yield key, canvas, ' '.join(WORDS[labels[pick]] for pick in picks)
 
 
@@ -48,12 +48,14 @@ class DigitScenes(tfds.core.GeneratorBasedBuilder):
 
   def _info(self) -> tfds.core.DatasetInfo:
     return self.dataset_info_from_configs(
-        features=tfds.features.FeaturesDict({
-            'image': tfds.features.Image(shape=(SLOT, SLOT * MAX_DIGITS, 1)),
-            'caption': tfds.features.Text(),
-        }),
-        supervised_keys=('image', 'caption'),
-        homepage='https://archive.ics.uci.edu/dataset/80',
+      features=tfds.features.FeaturesDict(
+        {
+          'image': tfds.features.Image(shape=(SLOT, SLOT * MAX_DIGITS, 1)),
+          'caption': tfds.features.Text(),
+        }
+      ),
+      supervised_keys=('image', 'caption'),
+      homepage='https://archive.ics.uci.edu/dataset/80',
     )
 
   def _split_generators(self, dl_manager):

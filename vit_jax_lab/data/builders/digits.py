@@ -19,12 +19,14 @@ class Digits(tfds.core.GeneratorBasedBuilder):
 
   def _info(self) -> tfds.core.DatasetInfo:
     return self.dataset_info_from_configs(
-        features=tfds.features.FeaturesDict({
-            'image': tfds.features.Image(shape=(8, 8, 1)),
-            'label': tfds.features.ClassLabel(num_classes=10),
-        }),
-        supervised_keys=('image', 'label'),
-        homepage='https://archive.ics.uci.edu/dataset/80',
+      features=tfds.features.FeaturesDict(
+        {
+          'image': tfds.features.Image(shape=(8, 8, 1)),
+          'label': tfds.features.ClassLabel(num_classes=10),
+        }
+      ),
+      supervised_keys=('image', 'label'),
+      homepage='https://archive.ics.uci.edu/dataset/80',
     )
 
   def _split_generators(self, dl_manager):
@@ -39,6 +41,7 @@ class Digits(tfds.core.GeneratorBasedBuilder):
 def examples(test: bool):
   """(index, uint8 image (8, 8, 1), label) of the `test` or `train` split, in scikit-learn's order."""
   from sklearn.datasets import load_digits  # Bundled data; no network.
+
   digits = load_digits()
   images = np.round(digits.images * 255.0 / 16.0).astype(np.uint8)[..., None]
   for i, (image, label) in enumerate(zip(images, digits.target)):

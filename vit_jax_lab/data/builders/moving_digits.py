@@ -17,7 +17,7 @@ def video(image: np.ndarray, centre: tuple[int, int], velocity: tuple[int, int])
   frames = np.zeros((FRAMES, SIZE, SIZE, c), np.uint8)
   for t in range(FRAMES):
     row, col = (centre[k] + velocity[k] * (t - FRAMES // 2) for k in range(2))
-    frames[t, row:row + h, col:col + w] = image
+    frames[t, row : row + h, col : col + w] = image
   return frames
 
 
@@ -40,13 +40,15 @@ class MovingDigits(tfds.core.GeneratorBasedBuilder):
 
   def _info(self) -> tfds.core.DatasetInfo:
     return self.dataset_info_from_configs(
-        features=tfds.features.FeaturesDict({
-            'video': tfds.features.Video(shape=(FRAMES, SIZE, SIZE, 1)),
-            'label': tfds.features.ClassLabel(names=DIRECTIONS),
-            'digit': tfds.features.ClassLabel(num_classes=10),
-        }),
-        supervised_keys=('video', 'label'),
-        homepage='https://archive.ics.uci.edu/dataset/80',
+      features=tfds.features.FeaturesDict(
+        {
+          'video': tfds.features.Video(shape=(FRAMES, SIZE, SIZE, 1)),
+          'label': tfds.features.ClassLabel(names=DIRECTIONS),
+          'digit': tfds.features.ClassLabel(num_classes=10),
+        }
+      ),
+      supervised_keys=('video', 'label'),
+      homepage='https://archive.ics.uci.edu/dataset/80',
     )
 
   def _split_generators(self, dl_manager):

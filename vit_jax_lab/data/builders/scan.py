@@ -55,7 +55,7 @@ def split(config_name: str, test: bool) -> list[tuple[str, str]]:
   everything = pairs()
   if config_name == 'simple':
     in_test = np.zeros(len(everything), bool)
-    in_test[np.random.default_rng(SIMPLE_SEED).permutation(len(everything))[SPLIT_SIZES['simple'][0]:]] = True
+    in_test[np.random.default_rng(SIMPLE_SEED).permutation(len(everything))[SPLIT_SIZES['simple'][0] :]] = True
   elif config_name == 'length':
     in_test = np.array([len(actions.split()) > MAX_ACTION_LENGTH_TRAIN for _, actions in everything])
   else:
@@ -75,15 +75,15 @@ class Scan(tfds.core.GeneratorBasedBuilder):
   VERSION = tfds.core.Version('1.0.0')
   RELEASE_NOTES = {'1.0.0': 'Generated from the grammar; simple: default_rng(0) 80/20; length: <= 22 actions.'}
   BUILDER_CONFIGS = [
-      tfds.core.BuilderConfig(name='simple', description='Random 80/20 split: 16,728 train, 4,182 test.'),
-      tfds.core.BuilderConfig(name='length', description='Train <= 22 actions (16,990), test longer (3,920).'),
+    tfds.core.BuilderConfig(name='simple', description='Random 80/20 split: 16,728 train, 4,182 test.'),
+    tfds.core.BuilderConfig(name='length', description='Train <= 22 actions (16,990), test longer (3,920).'),
   ]
 
   def _info(self) -> tfds.core.DatasetInfo:
     return self.dataset_info_from_configs(
-        features=tfds.features.FeaturesDict({'commands': tfds.features.Text(), 'actions': tfds.features.Text()}),
-        supervised_keys=('commands', 'actions'),
-        homepage='https://github.com/brendenlake/SCAN',
+      features=tfds.features.FeaturesDict({'commands': tfds.features.Text(), 'actions': tfds.features.Text()}),
+      supervised_keys=('commands', 'actions'),
+      homepage='https://github.com/brendenlake/SCAN',
     )
 
   def _split_generators(self, dl_manager):
