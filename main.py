@@ -1,17 +1,18 @@
 """Train and evaluate: `python -m main --config configs/vit/digits.py --workdir runs/vit_digits`.
 
 Options: --config PATH[:ARG] (a file with get_config(arg)), --config.KEY=VALUE (any number), --workdir DIR.
-A user mistake prints one line `error: ...` and exits with status 2.
+Every way a run ends is one line: 0 done, 2 a user mistake (`error: ...`), 3 the loss diverged, 74 no space
+left, 75 stopped by SIGTERM/SIGINT with a checkpoint saved (the same command continues).
 """
 
 import argparse
 import sys
 
-from vit_jax_lab import errors
+from vit_jax_lab import console
 
 
 def parse_args(argv: list[str]):
-  """(config, workdir) from the command line; raises ConfigError on a bad key or value."""
+  """(config, workdir) from the command line, checked in full; raises ConfigError on a bad key or value."""
   from vit_jax_lab import config as config_lib
 
   parser = argparse.ArgumentParser(prog='python -m main', description=__doc__.splitlines()[0])
@@ -20,12 +21,14 @@ def parse_args(argv: list[str]):
   args, rest = parser.parse_known_args(argv)
   config = config_lib.load(args.config)
   config_lib.apply_overrides(config, rest)
+  config_lib.validate(config)  # Before TensorFlow is imported: a mistake costs a second, not five.
   return config, args.workdir
 
 
-@errors.command
+@console.command
 def main(argv: list[str]) -> int:
   config, workdir = parse_args(argv)
+  console.quiet_libraries()
   from vit_jax_lab import parallel
 
   parallel.initialize_distributed(config)  # Before anything touches a JAX backend.

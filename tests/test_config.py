@@ -76,7 +76,7 @@ def test_bad_config_is_one_line_and_exit_2(overrides, message, data_dir, tmp_pat
   err = capsys.readouterr().err
   assert err.startswith('error: ') and err.count('\n') == 1, err
   assert message in err
-  assert not os.path.exists(os.path.join(workdir, 'checkpoints'))  # Failed before anything was built.
+  assert not os.path.exists(workdir)  # Failed before anything was written.
 
 
 def test_missing_config_file(capsys):

@@ -2,9 +2,11 @@
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -20,35 +22,18 @@ def losses(workdir):
   return {m['step']: m['train/loss'] for m in lines if 'train/loss' in m}, [m for m in lines if 'eval/accuracy' in m]
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_two_processes_match_one_process(smoke_config, data_dir, tmp_path):
-  # data.shards=2 fixes how the split is cut, so one process reads both shards, two processes one each.
-  config = smoke_config(data__shards=2)
-  single = str(tmp_path / 'single')
-  train.train_and_evaluate(config, single)
-
+def start_two_processes(workdir, data_dir, *overrides):
+  """Two local processes of 4 CPU devices each, one run."""
   with socket.socket() as s:
     s.bind(('127.0.0.1', 0))
     port = s.getsockname()[1]
-  multi = str(tmp_path / 'multi')
   env = os.environ | {'JAX_NUM_CPU_DEVICES': '4', 'JAX_PLATFORMS': 'cpu'}
-  procs = [
+  command = [sys.executable, '-m', 'main', '--config', 'configs/vit/digits.py:smoke', '--workdir', workdir]
+  command += [f'--config.data.data_dir={data_dir}', '--config.data.shards=2', *overrides]
+  command += [f'--config.distributed.coordinator_address=127.0.0.1:{port}', '--config.distributed.num_processes=2']
+  return [
     subprocess.Popen(
-      [
-        sys.executable,
-        '-m',
-        'main',
-        '--config',
-        'configs/vit/digits.py:smoke',
-        '--workdir',
-        multi,
-        f'--config.data.data_dir={data_dir}',
-        '--config.data.shards=2',
-        f'--config.distributed.coordinator_address=127.0.0.1:{port}',
-        '--config.distributed.num_processes=2',
-        f'--config.distributed.process_id={i}',
-      ],
+      [*command, f'--config.distributed.process_id={i}'],
       cwd=ROOT,
       env=env,
       stdout=subprocess.PIPE,
@@ -57,8 +42,24 @@ def test_two_processes_match_one_process(smoke_config, data_dir, tmp_path):
     )
     for i in range(2)
   ]
-  outputs = [p.communicate(timeout=300)[0] for p in procs]
-  assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+
+
+def run_two_processes(workdir, data_dir, *overrides):
+  procs = start_two_processes(workdir, data_dir, *overrides)
+  return [p.communicate(timeout=300)[0] for p in procs], [p.returncode for p in procs]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_processes_match_one_process(smoke_config, data_dir, tmp_path):
+  # data.shards=2 fixes how the split is cut, so one process reads both shards, two processes one each.
+  config = smoke_config(data__shards=2)
+  single = str(tmp_path / 'single')
+  train.train_and_evaluate(config, single)
+
+  multi = str(tmp_path / 'multi')
+  outputs, returncodes = run_two_processes(multi, data_dir)
+  assert returncodes == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
   assert "mesh {'data': 8, 'fsdp': 1, 'model': 1}" in outputs[0]
 
   single_losses, single_evals = losses(single)
@@ -69,3 +70,27 @@ def test_two_processes_match_one_process(smoke_config, data_dir, tmp_path):
   )
   assert [e['eval/examples'] for e in multi_evals] == [360.0, 360.0]
   np.testing.assert_allclose([e['eval/accuracy'] for e in multi_evals], [e['eval/accuracy'] for e in single_evals])
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_sigterm_to_one_process_stops_both_at_the_same_step(data_dir, tmp_path):
+  """Preemption reaches one host only: JAX's preemption service makes both stop after the same step, whose
+  checkpoint is saved whole; the rerun finishes."""
+  workdir = str(tmp_path / 'multi')
+  steps = ('--config.total_steps=300', '--config.checkpoint_every=100', '--config.eval_every=300')
+  procs = start_two_processes(workdir, data_dir, *steps)
+  metrics = os.path.join(workdir, 'metrics.jsonl')
+  deadline = time.time() + 200
+  while not (os.path.exists(metrics) and os.path.getsize(metrics) > 0) and time.time() < deadline:
+    time.sleep(0.05)
+  procs[1].send_signal(signal.SIGTERM)
+  outputs = [p.communicate(timeout=300)[0] for p in procs]
+  assert [p.returncode for p in procs] == [75, 75], outputs[0][-3000:] + outputs[1][-3000:]
+  lines = [line for out in outputs for line in out.splitlines() if line.startswith('stopped by')]
+  stops = {line.split(' at step ')[1].split(':')[0] for line in lines}
+  assert len(lines) == 2 and len(stops) == 1, outputs  # The same step on both.
+  step = stops.pop()
+  assert os.path.isdir(os.path.join(workdir, 'checkpoints', step)) and int(step) < 300
+  outputs, returncodes = run_two_processes(workdir, data_dir, *steps)
+  assert returncodes == [0, 0] and f'resumed from step {step}' in outputs[0], outputs[0][-3000:]

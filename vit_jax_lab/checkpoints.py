@@ -1,43 +1,164 @@
 """Train-state checkpoints with orbax (saved asynchronously, restored straight into their shardings),
-and the flat .npz files of published checkpoints."""
+and the flat .npz files of published checkpoints.
 
+A damaged checkpoint (a truncated or missing file after a crash or a full disk) is never the end of a run:
+the newest one that reads whole is restored and the damaged ones are moved to `checkpoints_damaged/`.
+"""
+
+import contextlib
+import errno
+import gc
 import os
-from typing import Any
+import shutil
+import sys
+import tempfile
+import time
+import zipfile
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
-from vit_jax_lab.errors import ConfigError
+from vit_jax_lab.errors import ConfigError, DiskFull
 
 
 class Checkpointer:
   """`workdir/checkpoints/<step>/state`, the newest `keep` of them, one every `every` steps."""
 
   def __init__(self, workdir: str, *, every: int, keep: int):
-    self.manager = ocp.CheckpointManager(
-      os.path.abspath(os.path.join(workdir, 'checkpoints')),
-      options=ocp.CheckpointManagerOptions(
-        save_interval_steps=every, max_to_keep=keep, create=True, enable_async_checkpointing=True
-      ),
-    )
+    self.workdir, self.closed = workdir, False
+    self.directory = os.path.abspath(os.path.join(workdir, 'checkpoints'))
+    with disk_errors(self.directory):
+      self.manager = ocp.CheckpointManager(
+        self.directory,
+        options=ocp.CheckpointManagerOptions(
+          save_interval_steps=every, max_to_keep=keep, create=True, enable_async_checkpointing=True
+        ),
+      )
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
 
+  def should_save(self, step: int) -> bool:
+    return self.manager.should_save(step)
+
   def save(self, step: int, state: Any, *, force: bool = False) -> bool:
     """Saves when `step` is on the interval (or `force`); the write finishes in the background."""
-    return self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)), force=force)
+    with disk_errors(self.directory):
+      return self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)), force=force)
 
   def restore(self, step: int, abstract_state: Any) -> Any:
     """Restores into the structure, dtypes and shardings of `abstract_state` (ShapeDtypeStructs)."""
     restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
     return restored.state
 
+  def restore_newest(self, abstract_state: Any, note: Callable[[str], None]) -> tuple[int, Any]:
+    """(step, state) of the newest checkpoint that reads whole, or (0, None) when there is none. The damaged
+    ones newer than it are moved to `<workdir>/checkpoints_damaged/` (kept, not deleted), each with a one-line
+    `note`. When none reads, nothing is moved: that is a changed model, not damage, and a ConfigError."""
+    failures = []
+    for step in sorted(self.manager.all_steps(), reverse=True):
+      with _stderr_kept_on_success() as outcome:
+        try:
+          state, failure = self.restore(step, abstract_state), None
+        except Exception as e:  # Whatever orbax or tensorstore raise for a bad file; reported, never hidden.
+          state, failure = None, first_line(e)
+        outcome['failed'] = failure is not None
+      if _all_processes(failure is None):
+        for damaged, reason in failures:
+          note(f'checkpoint {damaged} does not read whole ({reason}); moved to {self._set_aside(damaged)}')
+        return step, state
+      failures.append((step, failure or 'on another process'))
+    if failures:
+      raise ConfigError(
+        f'no checkpoint in {self.directory} fits this model (newest, {failures[0][0]}: {failures[0][1]}); if the '
+        'code changed since, use a new --workdir'
+      )
+    return 0, None
+
+  def _set_aside(self, step: int) -> str:
+    target = os.path.join(self.workdir, 'checkpoints_damaged', f'{step}-{time.strftime("%Y%m%d-%H%M%S")}')
+    if jax.process_index() == 0:
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      shutil.move(os.path.join(self.directory, str(step)), target)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices('damaged checkpoint moved')
+    self.manager.reload()
+    return target
+
   def close(self) -> None:
-    """Waits for writes in flight; call before the process ends."""
-    self.manager.wait_until_finished()
-    self.manager.close()
+    """Waits for writes in flight; call before the process ends (again: nothing more happens)."""
+    if self.closed:
+      return
+    self.closed = True
+    with disk_errors(self.directory):
+      self.manager.wait_until_finished()
+      self.manager.close()
+
+
+@contextlib.contextmanager
+def _stderr_kept_on_success() -> Iterator[dict[str, bool]]:
+  """Holds back what is written to file descriptor 2 in the block: replayed if the block sets
+  outcome['failed'] False, dropped otherwise. A failed orbax restore leaves reads in flight on other threads
+  that print dozens of tracebacks ("Event loop is closed") as they die; the failure is reported in one line."""
+  outcome = {'failed': False}
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as held:
+    os.dup2(held.fileno(), 2)
+    try:
+      yield outcome
+    finally:
+      if outcome['failed']:
+        gc.collect()  # Finalises the abandoned reads now, while their messages are held back.
+        time.sleep(0.5)
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+      if not outcome['failed']:
+        held.seek(0)
+        os.write(2, held.read())
+
+
+def _all_processes(ok: bool) -> bool:
+  """Whether `ok` holds on every process (the same answer everywhere)."""
+  if jax.process_count() == 1:
+    return ok
+  return bool(np.all(multihost_utils.process_allgather(np.asarray(ok))))
+
+
+@contextlib.contextmanager
+def disk_errors(path: str) -> Iterator[None]:
+  """Turns "no space left" from any layer (OSError, orbax or tensorstore's RESOURCE_EXHAUSTED) into DiskFull."""
+  try:
+    yield
+  except Exception as e:
+    if no_space(e):
+      raise DiskFull(
+        f'no space left at {path}: free space and run the same command again to continue from the newest checkpoint'
+      ) from None
+    raise
+
+
+def first_line(error: BaseException) -> str:
+  """`Type: the first line of the message` (cut to 160 characters), for one-line reports."""
+  text = str(error).strip().split(' See full TensorStore details')[0]
+  return f'{type(error).__name__}: {text.splitlines()[0][:160]}' if text else type(error).__name__
+
+
+def no_space(error: BaseException) -> bool:
+  """Whether `error`, or an error it was raised from, says the disk is full."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+      return True
+    if 'No space left' in str(error) or 'RESOURCE_EXHAUSTED' in str(error):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
 
 
 def abstract(tree: Any, shardings: Any) -> Any:
@@ -45,9 +166,19 @@ def abstract(tree: Any, shardings: Any) -> Any:
 
 
 def read_npz(path: str) -> dict[str, np.ndarray]:
-  """A flat .npz of arrays; never unpickles."""
-  with np.load(path, allow_pickle=False) as f:
-    return {k: f[k] for k in f.files}
+  """A flat .npz of arrays; never unpickles. A file that is not one is a ConfigError naming it."""
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      if not isinstance(f, np.lib.npyio.NpzFile):
+        raise ValueError('a single array, not an archive of named arrays')
+      return {k: f[k] for k in f.files}
+  except (OSError, EOFError, ValueError, zipfile.BadZipFile) as e:
+    reason = 'empty' if os.path.getsize(path) == 0 else str(e).splitlines()[0] if str(e) else type(e).__name__
+    if 'pickled' in reason:
+      reason = 'not an .npz archive'
+    raise ConfigError(
+      f'init_from={path!r} is not a readable .npz file ({reason}): give a released .npz checkpoint or a workdir'
+    ) from None
 
 
 def write_npz(path: str, flat: dict[str, np.ndarray]) -> None:

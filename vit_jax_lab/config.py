@@ -9,6 +9,7 @@ message names the key and what would be valid; `main` prints it as one line and 
 import ast
 import importlib.util
 import inspect
+import math
 import os
 import types
 import typing
@@ -33,6 +34,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.init_from = config_dict.placeholder(str)  # Start from these weights: a published .npz, or one of our
   # workdirs / checkpoints/<step> folders. Heads and position embeddings are adapted to the model. A run
   # that has its own checkpoint resumes from that instead.
+  c.resume_changes = ''  # Comma-separated optim.* / schedule.* keys (or the groups 'optim', 'schedule') whose
+  # change a rerun may bring to the workdir's run and still continue from its newest checkpoint, e.g. 'optim.lr'
+  # after a diverged run. Any other change of a run's config is refused.
   c.accum_steps = 1  # Split each batch into this many micro-batches and sum their gradients (less memory).
   c.compute_dtype = 'float32'  # 'float32', 'bfloat16' or 'float16': the forward and backward pass run in this
   # dtype; parameters, gradients and optimizer state stay float32 (mixed precision), losses are taken in float32.
@@ -154,6 +158,22 @@ def constructor_config(fn: Callable[..., Any], name: str, overrides: dict[str, A
   return cfg
 
 
+def resume_changes(config: ml_collections.ConfigDict) -> list[str]:
+  """The keys of `config.resume_changes`."""
+  return [k.strip() for k in config.resume_changes.split(',') if k.strip()]
+
+
+def _leaves(node: ml_collections.ConfigDict, prefix: str = '') -> list[tuple[str, Any]]:
+  """(dotted key, value) of every leaf, tuples' items included."""
+  out = []
+  for key, value in node.items():
+    if isinstance(value, ml_collections.ConfigDict):
+      out += _leaves(value, f'{prefix}{key}.')
+    else:
+      out += [(f'{prefix}{key}', v) for v in (value if isinstance(value, (tuple, list)) else [value])]
+  return out
+
+
 def _base_type(hint: Any) -> type:
   """`int | None` -> int, for typed placeholders."""
   args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -229,6 +249,16 @@ def _parse(text: str, field_type: type) -> Any:
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Checks the values that need no devices and no data (the rest is checked where they are known)."""
+  for key, value in _leaves(config):
+    check(not isinstance(value, float) or math.isfinite(value), f'{key}={value} is not a finite number')
+  for key in resume_changes(config):
+    group, _, leaf = key.partition('.')
+    check(
+      group in ('optim', 'schedule') and (not leaf or leaf in config[group]),
+      f'resume_changes: {key!r} is not an optim.* or schedule.* key (nor the group optim or schedule); only '
+      'those may change when a run continues',
+    )
+  check(config.data.name.strip() != '', 'data.name is empty: name a TFDS dataset, e.g. digits')
   for key in ('total_steps', 'log_every', 'eval_every', 'checkpoint_every', 'keep'):
     check(config[key] > 0, f'{key}={config[key]} must be a positive integer')
   check(0 <= config.seed < 2**32, f'seed={config.seed} must be in [0, 2**32)')

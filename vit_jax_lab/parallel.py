@@ -100,6 +100,20 @@ def shardings(abstract_tree, mesh: Mesh, fsdp_min_size: int, tensor_parallel: di
   return jax.tree_util.tree_map_with_path(sharding, abstract_tree)
 
 
+def device_memory(mesh: Mesh) -> int | None:
+  """Bytes of memory one device of `mesh` has: the accelerator's own, or for CPU devices the machine's RAM
+  shared among the process's CPU devices. None when the runtime does not say."""
+  device = mesh.devices.flat[0]
+  if device.platform == 'cpu':
+    try:
+      ram = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+    except (ValueError, OSError):
+      return None
+    return ram // max(len(jax.local_devices(backend='cpu')), 1)
+  stats = device.memory_stats() or {}
+  return stats.get('bytes_limit')
+
+
 def per_device_bytes(tree, shardings_tree) -> int:
   """Bytes one device holds of `tree` under `shardings_tree`."""
   sizes = jax.tree.map(lambda x, s: int(np.prod(s.shard_shape(x.shape))) * x.dtype.itemsize, tree, shardings_tree)

@@ -18,11 +18,12 @@ class JsonlWriter(metric_writers.MetricWriter):
     self.path = path
 
   def truncate_after(self, step: int) -> None:
-    """Drops lines past `step`, written by a run that stopped before its next checkpoint."""
+    """Drops lines past `step`, written by a run that stopped before its next checkpoint, and a last line cut
+    short by a crash."""
     if not os.path.exists(self.path):
       return
     with open(self.path) as f:
-      lines = [line for line in f if json.loads(line)['step'] <= step]
+      lines = [line for line in f if _step(line) is not None and _step(line) <= step]
     with open(self.path, 'w') as f:
       f.writelines(lines)
 
@@ -61,12 +62,38 @@ class JsonlWriter(metric_writers.MetricWriter):
     pass
 
 
+def _step(line: str) -> int | None:
+  """The step of a metrics.jsonl line; None for a partial one."""
+  try:
+    return json.loads(line)['step'] if line.endswith('\n') else None
+  except (json.JSONDecodeError, KeyError, TypeError):
+    return None
+
+
+def truncate_events(directory: str, step: int) -> None:
+  """Drops the TensorBoard events past `step` from the event files in `directory` (TensorBoard would show the
+  steps logged after the last checkpoint twice once the resumed run logs them again)."""
+  import tensorflow as tf
+
+  for path in tf.io.gfile.glob(os.path.join(directory, 'events.out.tfevents.*')):
+    kept = []
+    for record in tf.data.TFRecordDataset(path).ignore_errors():  # A record cut short by a crash ends the file.
+      event = tf.compat.v1.Event.FromString(record.numpy())
+      if event.step <= step:
+        kept.append(record.numpy())
+    with tf.io.TFRecordWriter(path + '.tmp') as f:
+      for record in kept:
+        f.write(record)
+    os.replace(path + '.tmp', path)
+
+
 def writer(workdir: str, start_step: int) -> metric_writers.MetricWriter:
   """JSONL and TensorBoard on process 0; nothing on the others."""
   if jax.process_index() != 0:
     return metric_writers.MultiWriter([])
   jsonl = JsonlWriter(os.path.join(workdir, 'metrics.jsonl'))
   jsonl.truncate_after(start_step)
+  truncate_events(os.path.join(workdir, 'tensorboard'), start_step)
   return metric_writers.MultiWriter([jsonl, metric_writers.SummaryWriter(os.path.join(workdir, 'tensorboard'))])
 
 
@@ -99,5 +126,12 @@ class Progress:
     eta = (self.total - step) / max(steps_per_sec, 1e-9)
     return (
       f'step {step:>{len(str(self.total))}}/{self.total}  loss {loss:.4f}  {steps_per_sec:.2f} steps/s  '
-      f'{steps_per_sec * self.batch:.0f} examples/s  ETA {time.strftime("%H:%M:%S", time.gmtime(eta))}'
+      f'{steps_per_sec * self.batch:.0f} examples/s  ETA {duration(eta)}'
     )
+
+
+def duration(seconds: float) -> str:
+  """'HH:MM:SS', with days in front past 24 hours ('3d 04:05:06')."""
+  days, rest = divmod(int(seconds), 86_400)
+  clock = time.strftime('%H:%M:%S', time.gmtime(rest))
+  return f'{days:,}d {clock}' if days else clock

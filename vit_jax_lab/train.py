@@ -6,6 +6,9 @@ inside, so the step is a pure function of (state, batch) with its buffers donate
 """
 
 import dataclasses
+import os
+import signal
+import threading
 import time
 from typing import Any, Iterator
 
@@ -22,6 +25,7 @@ from jax.experimental import multihost_utils
 from vit_jax_lab import (
   checkpoints,
   config as config_lib,
+  errors,
   models,
   optim,
   parallel,
@@ -40,6 +44,8 @@ class TrainState:
   opt_state: optax.OptState
   rng: jax.Array  # Raw key data; step i draws from fold_in(rng, i). A value, not a constant of the
   # compiled step, so runs that differ only in their seed share one compilation.
+  diverged_at: jax.Array  # 0, or the first step whose loss or gradient norm was not finite; no update is
+  # applied from it on, and the host, which reads it only when it logs or saves, stops without saving.
   loss_scale: 'LossScale | None' = None  # float16 compute only.
 
 
@@ -124,10 +130,31 @@ def setup(
     params=params,
     opt_state=jax.eval_shape(tx.init, params),
     rng=jax.eval_shape(lambda: _keys(0)[1]),
+    diverged_at=jax.ShapeDtypeStruct((), jnp.int32),
     loss_scale=jax.eval_shape(lambda: initial_loss_scale(config)),
   )
   state_shardings = parallel.shardings(abstract_state, mesh, config.mesh.fsdp_min_size, family.TENSOR_PARALLEL)
+  if data is None:
+    _check_sizes(config, info, mesh, parallel.per_device_bytes(abstract_state, state_shardings))
   return Setup(config, mesh, task, builder, info, graphdef, tx, abstract_state, state_shardings)
+
+
+def _check_sizes(config: ml_collections.ConfigDict, info: Any, mesh: jax.sharding.Mesh, state_bytes: int) -> None:
+  """What would fail only after compiling, or take the machine down: an eval batch larger than the eval split
+  needs, and parameters plus optimizer state larger than a device's memory."""
+  shards = mesh.shape['data'] * mesh.shape['fsdp']
+  needed = -(-info.num_eval // shards) * shards
+  check(
+    config.data.eval_batch_size <= max(needed, shards),
+    f'data.eval_batch_size={config.data.eval_batch_size} is larger than the eval split needs ({info.num_eval:,} '
+    f'examples): use at most {max(needed, shards):,}',
+  )
+  capacity = parallel.device_memory(mesh)
+  check(
+    capacity is None or state_bytes <= capacity,
+    f'the parameters and optimizer state need {state_bytes / 2**30:,.1f} GiB per device, more than the '
+    f'{(capacity or 0) / 2**30:,.1f} GiB a device has: use a smaller model, or shard them (--config.mesh.fsdp)',
+  )
 
 
 def init_state(s: Setup) -> TrainState:
@@ -140,18 +167,21 @@ def init_state(s: Setup) -> TrainState:
       params=params,
       opt_state=s.tx.init(params),
       rng=_keys(seed)[1],
+      diverged_at=jnp.zeros((), jnp.int32),
       loss_scale=initial_loss_scale(s.config),
     )
 
   def init(seed):
     return fresh(nnx.state(build_model(s.config, s.task, s.info, _keys(seed)[0]), nnx.Param), seed)
 
+  path = s.config.init_from
+  source = None  # Read before anything compiles: a bad file is one line at once.
+  if path is not None:
+    source = checkpoints.read_npz(path) if path.endswith('.npz') else checkpoints.read_params(path)
   seed = jnp.asarray(s.config.seed, jnp.uint32)
   state = jax.jit(init, out_shardings=s.state_shardings)(seed)
-  path = s.config.init_from
-  if path is None:
+  if source is None:
     return state
-  source = checkpoints.read_npz(path) if path.endswith('.npz') else checkpoints.read_params(path)
   model = nnx.merge(s.graphdef, s.abstract_state.params)
   loaded, notes = model.load_pretrained(source, jax.device_get(state.params.to_pure_dict()))
   log(f'init_from {path}' + ''.join(f'\n  {note}' for note in notes))
@@ -220,18 +250,32 @@ def make_train_step(s: Setup):
       metrics, grads = jax.tree.map(lambda x: x / k, total)
     updates, opt_state = s.tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics |= {'grad_norm': optax.global_norm(grads)}
+    grad_norm = optax.global_norm(grads)
+    metrics |= {'grad_norm': grad_norm}
     loss_scale = state.loss_scale
+    # Divergence: a non-finite loss, or gradient norm (under float16 loss scaling an overflow is expected and
+    # skipped instead). From the first such step on nothing is updated, so the state stays the last finite one.
+    finite = jnp.isfinite(metrics['loss']) & (jnp.isfinite(grad_norm) | (loss_scale is not None))
+    diverged_at = jnp.where((state.diverged_at == 0) & ~finite, state.step + 1, state.diverged_at)
+    update = diverged_at == 0
     if loss_scale is None:
       metrics['lr'] = lr_schedule(state.step)
     else:  # An overflowing step changes nothing but the scale.
-      finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
-      params, opt_state = jax.tree.map(
-        lambda new, old: jnp.where(finite, new, old), (params, opt_state), (state.params, state.opt_state)
-      )
-      metrics |= {'lr': lr_schedule(state.step - loss_scale.skipped), 'loss_scale': scale, 'skipped': 1.0 - finite}
-      loss_scale = loss_scale.update(finite, s.config.loss_scale_period)
-    return state.replace(step=state.step + 1, params=params, opt_state=opt_state, loss_scale=loss_scale), metrics
+      grads_finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
+      update &= grads_finite
+      metrics |= {
+        'lr': lr_schedule(state.step - loss_scale.skipped),
+        'loss_scale': scale,
+        'skipped': 1.0 - grads_finite,
+      }
+      loss_scale = loss_scale.update(grads_finite, s.config.loss_scale_period)
+    params, opt_state = jax.tree.map(
+      lambda new, old: jnp.where(update, new, old), (params, opt_state), (state.params, state.opt_state)
+    )
+    state = state.replace(
+      step=state.step + 1, params=params, opt_state=opt_state, diverged_at=diverged_at, loss_scale=loss_scale
+    )
+    return state, metrics
 
   batch_sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
   return jax.jit(
@@ -292,59 +336,120 @@ def _average(metrics: list[dict[str, jax.Array]], prefix: str) -> dict[str, floa
   return {prefix + k: float(np.mean([m[k] for m in host])) for k in host[0]}
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
-  """Trains to `config.total_steps` (resuming from the latest checkpoint) and returns the last eval."""
-  s = setup(config, workdir=workdir)  # Everything is checked before the workdir records the run.
-  workdir_lib.record_config(config, workdir)
-  checkpointer = checkpoints.Checkpointer(workdir, every=config.checkpoint_every, keep=config.keep)
-  start = checkpointer.latest_step() or 0
-  if start >= config.total_steps:
-    log(f'{workdir}: the run is complete (checkpoint at step {start}, total_steps={config.total_steps})')
-    checkpointer.close()
-    return {}
-  if start:
-    state = checkpointer.restore(start, checkpoints.abstract(s.abstract_state, s.state_shardings))
-    log(f'resumed from step {start}')
-  else:
-    state = init_state(s)
-  log(reporting.parameter_overview(state.params))
-  log(
-    f'mesh {dict(s.mesh.shape)}; parameters + optimizer state per device: '
-    f'{parallel.per_device_bytes(s.abstract_state, s.state_shardings) / 2**20:.1f} MiB'
-  )
+class StopSignals:
+  """SIGTERM (what schedulers send before they preempt) and SIGINT (Ctrl-C) ask the loop to stop after the
+  current step, with a checkpoint of it; a second Ctrl-C interrupts at once. With several processes, JAX's
+  preemption service owns SIGTERM and makes every process stop at the same step; SIGINT is passed on to it."""
 
-  batches = train_batches(s, start)
-  train_step, eval_step = make_train_step(s), make_eval_step(s)
-  writer = reporting.writer(workdir, start)
-  progress = reporting.Progress(config.total_steps, config.data.batch_size, start)
-  pending, eval_metrics = [], {}
-  try:
-    for step in range(start + 1, config.total_steps + 1):
-      state, metrics = train_step(state, next(batches))
-      pending.append(metrics)
-      last = step == config.total_steps
-      if step % config.log_every == 0 or last:
-        logged = _average(pending, prefix='train/')
-        check(
-          np.isfinite(logged['train/loss']),
-          f'train loss is {logged["train/loss"]} at step {step}; lower optim.lr or raise schedule.warmup_steps',
-        )
-        pending = []
-        logged['train/steps_per_sec'] = progress.rate(step)
-        writer.write_scalars(step, logged)
-        log(progress.line(step, logged['train/loss'], logged['train/steps_per_sec']))
-      if step % config.eval_every == 0 or last:
-        t0 = time.perf_counter()
-        eval_metrics = evaluate(s, eval_step, state.params)
-        writer.write_scalars(step, eval_metrics)
-        log(
-          f'eval at step {step}: '
-          + '  '.join(f'{k} {v:.4f}' for k, v in eval_metrics.items())
-          + f'  ({time.perf_counter() - t0:.1f}s)'
-        )
-        progress.rate(step)  # Eval time does not count against steps/s.
-      checkpointer.save(step, state, force=last)
-  finally:
-    writer.flush()
-    checkpointer.close()
+  def __init__(self):
+    self.received = None
+    self.previous = {}
+
+  def __enter__(self) -> 'StopSignals':
+    signals = (signal.SIGINT,) if jax.process_count() > 1 else (signal.SIGINT, signal.SIGTERM)
+    if threading.current_thread() is threading.main_thread():  # Python handles signals there only.
+      self.previous = {sig: signal.signal(sig, self._handle) for sig in signals}
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    for sig, handler in self.previous.items():
+      signal.signal(sig, handler)
+
+  def _handle(self, sig: int, frame) -> None:
+    del frame
+    self.received = signal.Signals(sig).name
+    signal.signal(signal.SIGINT, self.previous.get(signal.SIGINT, signal.default_int_handler))
+    if jax.process_count() > 1:
+      os.kill(os.getpid(), signal.SIGTERM)  # JAX's preemption service tells the other processes.
+
+  def stop_at(self, step: int) -> bool:
+    """Whether to stop after `step`; the same answer on every process."""
+    if jax.process_count() > 1:
+      return multihost_utils.reached_preemption_sync_point(step)
+    return self.received is not None
+
+
+def _stop_if_diverged(state: TrainState, checkpointer: checkpoints.Checkpointer) -> None:
+  """Raises Diverged when the state records a non-finite step (one scalar read: only at logging and saving)."""
+  step = int(jax.device_get(state.diverged_at))
+  if step:
+    checkpointer.close()  # Writes in flight are of earlier, finite states.
+    newest = checkpointer.latest_step()
+    kept = f'checkpoint {newest} is the newest and finite' if newest else 'no checkpoint was saved'
+    raise errors.Diverged(
+      f'the loss or gradient norm is not finite at step {step}; nothing from it on was saved ({kept}). Lower '
+      'optim.lr or raise schedule.warmup_steps, and continue with --config.resume_changes=optim,schedule'
+    )
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
+  """Trains to `config.total_steps` (resuming from the newest readable checkpoint) and returns the last eval.
+
+  Ends early, with everything up to its newest checkpoint kept, on a signal (errors.Preempted, after saving a
+  checkpoint of the current step), a non-finite loss (errors.Diverged) or a full disk (errors.DiskFull)."""
+  with workdir_lib.lock(workdir) as lock_notes, checkpoints.disk_errors(workdir), StopSignals() as signals:
+    for note in lock_notes:
+      log(note)
+    s = setup(config, workdir=workdir)  # Everything is checked before the workdir records the run.
+    notes = workdir_lib.record_config(config, workdir)
+    checkpointer = checkpoints.Checkpointer(workdir, every=config.checkpoint_every, keep=config.keep)
+    abstract_state = checkpoints.abstract(s.abstract_state, s.state_shardings)
+    start, state = checkpointer.restore_newest(abstract_state, log)
+    if start >= config.total_steps:
+      log(f'{workdir}: the run is complete (checkpoint at step {start}, total_steps={config.total_steps})')
+      checkpointer.close()
+      return {}
+    if start:
+      for note in notes:
+        log(note)
+      log(f'resumed from step {start}')
+    else:
+      state = init_state(s)
+    log(reporting.parameter_overview(state.params))
+    log(
+      f'mesh {dict(s.mesh.shape)}; parameters + optimizer state per device: '
+      f'{parallel.per_device_bytes(s.abstract_state, s.state_shardings) / 2**20:.1f} MiB'
+    )
+    batches = train_batches(s, start)
+    train_step, eval_step = make_train_step(s), make_eval_step(s)
+    writer = reporting.writer(workdir, start)
+    progress = reporting.Progress(config.total_steps, config.data.batch_size, start)
+    pending, eval_metrics = [], {}
+    try:
+      for step in range(start + 1, config.total_steps + 1):
+        state, metrics = train_step(state, next(batches))
+        pending.append(metrics)
+        last, stop = step == config.total_steps, signals.stop_at(step)
+        if step % config.log_every == 0 or last or stop:
+          logged = _average(pending, prefix='train/')
+          pending = []
+          logged['train/steps_per_sec'] = progress.rate(step)
+          writer.write_scalars(step, logged)
+          log(progress.line(step, logged['train/loss'], logged['train/steps_per_sec']))
+          _stop_if_diverged(state, checkpointer)
+        if step % config.eval_every == 0 or last:
+          t0 = time.perf_counter()
+          eval_metrics = evaluate(s, eval_step, state.params)
+          writer.write_scalars(step, eval_metrics)
+          log(
+            f'eval at step {step}: '
+            + '  '.join(f'{k} {v:.4f}' for k, v in eval_metrics.items())
+            + f'  ({time.perf_counter() - t0:.1f}s)'
+          )
+          progress.rate(step)  # Eval time does not count against steps/s.
+        if last or stop or checkpointer.should_save(step):
+          _stop_if_diverged(state, checkpointer)
+          checkpointer.save(step, state, force=last or stop)
+        if stop and not last:
+          checkpointer.close()
+          raise errors.Preempted(
+            f'stopped by {signals.received or "a preemption notice"} at step {step}: checkpoint {step} saved in '
+            f'{checkpointer.directory}; run the same command to continue'
+          )
+    finally:
+      writer.flush()
+      checkpointer.close()
+    newest = f'{checkpointer.directory}/{config.total_steps}'
+    scores = '  '.join(f'{k} {v:.4f}' for k, v in eval_metrics.items() if k != 'eval/examples')
+    log(f'done: step {config.total_steps}  {scores}  workdir {workdir}  checkpoint {newest}')
   return eval_metrics

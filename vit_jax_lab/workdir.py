@@ -1,15 +1,21 @@
-"""The run directory's record of its config: `config.json` written, compared on resume, and read back.
+"""The run directory: one run at a time (`lock`), and its record of the config (`config.json` written,
+compared on resume, and read back).
 
 A rerun in the same workdir resumes the run, so its config must be the one the checkpoints were trained
-with, except for the keys in RESUMABLE_CHANGES, which change neither the model nor the results.
+with, except for the keys in RESUMABLE_CHANGES, which change neither the model nor the results, and the
+optimizer or schedule keys a user names in `resume_changes`.
 """
 
+import contextlib
+import errno
 import json
 import os
-from typing import Any
+import socket
+from typing import Any, Iterator
 
 import jax
 import ml_collections
+import numpy as np
 from jax.experimental import multihost_utils
 
 from vit_jax_lab import config as config_lib, models, tasks
@@ -27,31 +33,147 @@ RESUMABLE_CHANGES = (
   'accum_steps',
   'mesh.',
   'distributed.',
+  'resume_changes',
 )
 
 
-def record_config(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Writes `config.json`; refuses a workdir whose earlier run used a different config."""
-  os.makedirs(workdir, exist_ok=True)
-  path = os.path.join(workdir, 'config.json')
-  resolved = config.to_dict()
-  if os.path.exists(path):
+@contextlib.contextmanager
+def lock(workdir: str) -> Iterator[list[str]]:
+  """Holds `<workdir>/lock` (the holder's host and pid) while a run uses `workdir`; yields notes for the user.
+
+  A second run on the same workdir is refused in one line before it touches anything. A lock whose holder
+  is gone (same host, no such process) is taken over with a note. A workdir this call created is removed
+  again if the run never got to record its config (a rejected config leaves nothing behind).
+  """
+  check(workdir.strip() != '', '--workdir is empty: name a folder for the run (it is created if missing)')
+  check(
+    not os.path.exists(workdir) or os.path.isdir(workdir),
+    f'--workdir {workdir} is a file, not a folder: name a folder for the run (it is created if missing)',
+  )
+  created = not os.path.exists(workdir)
+  path, notes, refused = os.path.join(workdir, 'lock'), [], None
+  if jax.process_index() == 0:
+    try:
+      os.makedirs(workdir, exist_ok=True)
+      notes = _acquire(path)
+    except ConfigError as e:
+      refused = e
+    except OSError as e:
+      if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC):
+        raise
+      refused = ConfigError(f'--workdir {workdir} cannot be written ({e.strerror}): name a writable folder')
+  if jax.process_count() > 1:  # Every process learns whether process 0 holds the lock.
+    if not multihost_utils.broadcast_one_to_all(np.int32(refused is None)) and refused is None:
+      refused = ConfigError(f'--workdir {workdir}: process 0 could not lock it (see its message)')
+  if refused is not None:
+    raise refused
+  try:
+    yield notes
+  finally:
+    if jax.process_index() == 0:
+      _release(path)
+      if created and not os.path.exists(os.path.join(workdir, 'config.json')):
+        with contextlib.suppress(OSError):
+          os.rmdir(workdir)  # Only if empty.
+
+
+def _holder() -> str:
+  return f'{socket.gethostname()} {os.getpid()}'
+
+
+def _acquire(path: str) -> list[str]:
+  """Creates the lock file with its content in one step (a hard link of a written temporary file)."""
+  temporary = f'{path}.{os.getpid()}'
+  with open(temporary, 'w') as f:
+    f.write(_holder())
+  try:
+    os.link(temporary, path)
+    return []
+  except FileExistsError:
     with open(path) as f:
-      saved = json.load(f)
+      holder = f.read().split()
+    host, pid = (holder[0], int(holder[1])) if len(holder) == 2 and holder[1].isdigit() else ('?', 0)
+    if host != socket.gethostname() or _alive(pid):
+      raise ConfigError(
+        f'--workdir {os.path.dirname(path)} is in use by process {pid} on {host}: wait for it or use another '
+        f'--workdir (if that process is gone, delete {path})'
+      ) from None
+    os.replace(temporary, path)
+    return [f'took over the lock of process {pid} on {host}, which is no longer running']
+  finally:
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(temporary)
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True  # Someone else's process.
+  return pid > 0
+
+
+def _release(path: str) -> None:
+  with contextlib.suppress(FileNotFoundError):
+    with open(path) as f:
+      mine = f.read() == _holder()
+    if mine:
+      os.remove(path)
+
+
+def record_config(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
+  """Writes `config.json`; refuses a workdir whose run used a different config (but for RESUMABLE_CHANGES and
+  the keys named in `resume_changes`). Returns notes on what a resumed run now does differently."""
+  path = os.path.join(workdir, 'config.json')
+  resolved, notes = config.to_dict(), []
+  if os.path.exists(path):
+    saved = _read_json(path)
     new, old = _flatten(resolved), _flatten(saved)
-    changed = sorted(
-      k for k in new.keys() | old.keys() if new.get(k) != old.get(k) and not k.startswith(RESUMABLE_CHANGES)
-    )
+    allowed = tuple(k if '.' in k else f'{k}.' for k in config_lib.resume_changes(config))
+    changed = sorted(k for k in new.keys() | old.keys() if new.get(k) != old.get(k))
+    refused = [k for k in changed if not k.startswith(RESUMABLE_CHANGES + allowed)]
     check(
-      not changed,
-      f'workdir {workdir} holds a run with a different config ({", ".join(changed)}); '
-      'use a new --workdir, or the same config to resume it',
+      not refused,
+      f'workdir {workdir} holds a run with a different config ({", ".join(refused)}); use a new --workdir, the '
+      'same config to resume it, or name changed optim.*/schedule.* keys in --config.resume_changes',
     )
+    notes += [
+      f'{k} changed {old.get(k)} -> {new.get(k)} (resume_changes): from here on the run differs from the one it '
+      'started as'
+      for k in changed
+      if k.startswith(allowed)
+    ]
+    if old.get('total_steps') != new['total_steps'] and new['schedule.decay'] in ('cosine', 'linear'):
+      notes.append(
+        f'total_steps changed {old.get("total_steps")} -> {new["total_steps"]}: the {new["schedule.decay"]} '
+        f'learning-rate schedule now spans {new["total_steps"]} steps, so the steps from here on follow another '
+        'schedule than the run started with'
+      )
   if jax.process_count() > 1:  # Every process has read the old file before it is replaced.
     multihost_utils.sync_global_devices('config checked')
   if jax.process_index() == 0:
-    with open(path, 'w') as f:
-      json.dump(resolved, f, indent=2, sort_keys=True, default=list)
+    _write_json(path, resolved)
+  return notes
+
+
+def _read_json(path: str) -> dict[str, Any]:
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ConfigError(
+      f'{path} is damaged ({e}): restore it from a copy, or delete it to continue the run with the config given now'
+    ) from None
+
+
+def _write_json(path: str, value: dict[str, Any]) -> None:
+  """Writes a whole file or nothing: a crash mid-write leaves the previous file."""
+  temporary = f'{path}.tmp'
+  with open(temporary, 'w') as f:
+    json.dump(value, f, indent=2, sort_keys=True, default=list)
+  os.replace(temporary, path)
 
 
 def load_run(workdir: str) -> ml_collections.ConfigDict:
@@ -59,8 +181,7 @@ def load_run(workdir: str) -> ml_collections.ConfigDict:
   path = os.path.join(workdir, 'config.json')
   if not os.path.exists(path):
     raise ConfigError(f'--workdir {workdir} has no config.json: give the workdir of a run')
-  with open(path) as f:
-    return from_resolved(json.load(f))
+  return from_resolved(_read_json(path))
 
 
 def from_resolved(resolved: dict[str, Any]) -> ml_collections.ConfigDict:

@@ -26,7 +26,9 @@ def resolve_dims(preset: dict[str, int], given: dict[str, int | None], example: 
 
 def check_patch(patch_size: int, image_size: tuple[int, int]) -> None:
   """Patches must tile the image exactly."""
-  if patch_size < 1 or image_size[0] % patch_size or image_size[1] % patch_size:
+  if patch_size < 1:
+    raise ConfigError(f'model.patch_size={patch_size} must be a positive integer')
+  if image_size[0] % patch_size or image_size[1] % patch_size:
     raise ConfigError(
       f'model.patch_size={patch_size} must divide the image size {image_size[0]}x{image_size[1]}: '
       'change model.patch_size or data.image_size'

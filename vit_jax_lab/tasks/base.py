@@ -5,16 +5,20 @@ loss, and the evaluation metrics. A new objective is a class with these methods,
 `tasks/__init__.py`; its constructor keywords are its config keys (`config.task`).
 """
 
-from typing import Any, Callable, Protocol
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import jax
 import numpy as np
-import tensorflow as tf
-import tensorflow_datasets as tfds
 from flax import nnx
 
+if TYPE_CHECKING:  # Type names only: a task module loads without TensorFlow.
+  import tensorflow as tf
+  import tensorflow_datasets as tfds
+
 Batch = dict[str, jax.Array]
-Preprocess = Callable[[dict, tf.Tensor], dict]  # (example, per-example seed) -> model-ready features.
+Preprocess = Callable[[dict, 'tf.Tensor'], dict]  # (example, per-example seed) -> model-ready features.
 
 
 class Task(Protocol):

@@ -1,15 +1,23 @@
-"""Classification: one label per example, softmax cross-entropy, top-1 accuracy."""
+"""Classification: one label per example, softmax cross-entropy, top-1 accuracy.
 
-from typing import Any, Callable
+The data module (TensorFlow) is imported where it is used, so that a config file naming this task loads
+without TensorFlow and a mistake in it is reported at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
 
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from vit_jax_lab.data import labels
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tasks.base import Batch, Preprocess, Task
+
+if TYPE_CHECKING:
+  from vit_jax_lab.data import labels
 
 
 class Classification(Task):
@@ -29,15 +37,21 @@ class Classification(Task):
 
   def dataset_info(self, builder, data_config, workdir: str | None) -> labels.LabelInfo:
     del workdir  # Nothing is derived from the data.
+    from vit_jax_lab.data import labels
+
     return labels.dataset_info(builder, data_config)
 
   def model_kwargs(self, info: labels.LabelInfo) -> dict[str, Any]:
     return dict(num_classes=info.num_classes, input_shape=info.input_shape)
 
   def prepare(self, info: labels.LabelInfo, train: bool) -> Callable:
+    from vit_jax_lab.data import labels
+
     return labels.prepare_fn(info)
 
   def preprocess(self, data_config, info: labels.LabelInfo, train: bool) -> Preprocess:
+    from vit_jax_lab.data import labels
+
     return labels.preprocess_fn(data_config, info, train)
 
   def loss(

@@ -1,21 +1,30 @@
 """Sequence to sequence: teacher-forced cross-entropy on real target tokens; evaluation decodes (greedy or
-beam search) and scores exact match, token accuracy and corpus BLEU (sacreBLEU, 13a tokenisation)."""
+beam search) and scores exact match, token accuracy and corpus BLEU (sacreBLEU, 13a tokenisation).
+
+The data modules (TensorFlow) are imported where they are used, so that a config file naming this task loads
+without TensorFlow and a mistake in it is reported at once.
+"""
+
+from __future__ import annotations
 
 import collections
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import tensorflow as tf
 from flax import nnx
 
 from vit_jax_lab import decode
-from vit_jax_lab.data import images, text
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tasks.base import Batch, Preprocess, Task
 from vit_jax_lab.tokens import BOS, PAD
+
+if TYPE_CHECKING:
+  import tensorflow as tf
+
+  from vit_jax_lab.data import text
 
 BLEU_ORDER = 4
 
@@ -74,6 +83,8 @@ class Seq2Seq(Task):
   # --- Data --------------------------------------------------------------------------------------------------
 
   def dataset_info(self, builder, data_config, workdir: str | None) -> text.TextInfo:
+    from vit_jax_lab.data import text
+
     return text.dataset_info(builder, data_config, workdir)
 
   def model_kwargs(self, info: text.TextInfo) -> dict[str, Any]:
@@ -86,10 +97,14 @@ class Seq2Seq(Task):
     )
 
   def prepare(self, info: text.TextInfo, train: bool) -> Callable:
+    from vit_jax_lab.data import text
+
     return text.prepare_fn(info, train)
 
   def preprocess(self, data_config, info: text.TextInfo, train: bool) -> Preprocess:
     """(example, seed) -> {'inputs': padded token ids or a preprocessed image, 'targets': padded ids}."""
+    from vit_jax_lab.data import images, text
+
     image_fn = None if info.input_vocab is not None else images.preprocess_fn(data_config, info.input_shape, train)
 
     def fn(example: dict, seed: tf.Tensor) -> dict:
@@ -103,6 +118,8 @@ class Seq2Seq(Task):
 
   def pack(self, data_config) -> tuple[int, Callable] | None:
     """(examples per row, the batch map) when `data.pack_factor` asks for sequence packing."""
+    from vit_jax_lab.data import text
+
     return (data_config.pack_factor, text.pack_batch) if data_config.pack_factor > 1 else None
 
   # --- Training ----------------------------------------------------------------------------------------------

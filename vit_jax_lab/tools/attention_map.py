@@ -18,7 +18,7 @@ import numpy as np
 from flax import nnx
 from PIL import Image
 
-from vit_jax_lab import checkpoints, config as config_lib, errors, train, workdir as workdir_lib
+from vit_jax_lab import checkpoints, config as config_lib, console, train, workdir as workdir_lib
 from vit_jax_lab.errors import ConfigError
 
 
@@ -66,7 +66,7 @@ def render(model, image: np.ndarray, model_input: np.ndarray, layer: int, size: 
   return strip
 
 
-@errors.command
+@console.command
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(
     prog='python -m vit_jax_lab.tools.attention_map', description=__doc__.splitlines()[0]

@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any
 
-from vit_jax_lab import errors
+from vit_jax_lab import console
 
 PEAK_TFLOPS = {  # Dense bf16 peak per chip, by a substring of jax.Device.device_kind (first match wins).
   'H200': 989.0,
@@ -345,7 +345,7 @@ def table(results: list[dict[str, Any]]) -> str:
   return '\n'.join(lines + [''] + sources)
 
 
-@errors.command
+@console.command
 def main(argv: list[str]) -> int:
   args, entries = parse(argv)
   from vit_jax_lab import config as config_lib, parallel

@@ -6,7 +6,7 @@ python -m vit_jax_lab.tools.export --workdir runs/vit_digits --out runs/vit_digi
 import argparse
 import sys
 
-from vit_jax_lab import checkpoints, errors, workdir as workdir_lib
+from vit_jax_lab import checkpoints, console, workdir as workdir_lib
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.models import release, vit
 
@@ -22,7 +22,7 @@ def export(workdir: str, out: str) -> dict:
   return flat
 
 
-@errors.command
+@console.command
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.export', description=__doc__.splitlines()[0])
   parser.add_argument('--workdir', required=True)

@@ -1,0 +1,355 @@
+"""What clusters do to runs: signals, non-finite losses, damaged checkpoints, full disks, two runs on one
+workdir, files cut short by a crash. Each ends in one line, keeps what was saved, and the rerun finishes as an
+uninterrupted run would."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import load_config
+from test_train import final_params, read_metrics
+from vit_jax_lab import checkpoints, errors, reporting, train, workdir as workdir_lib
+from vit_jax_lab.config import ConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def assert_same_run(config, a, b):
+  """The two workdirs hold the same final checkpoint and the same logged metrics."""
+  step_a, params_a, opt_a = final_params(config, a)
+  step_b, params_b, opt_b = final_params(config, b)
+  assert step_a == step_b == config.total_steps
+  jax.tree.map(np.testing.assert_array_equal, (params_a, opt_a), (params_b, opt_b))
+
+
+@pytest.fixture(scope='module')
+def reference(tmp_path_factory, data_dir):
+  """An uninterrupted run of the smoke config, in this process (8 devices)."""
+  config = load_config('configs/vit/digits.py:smoke', data_dir)
+  workdir = str(tmp_path_factory.mktemp('reference'))
+  train.train_and_evaluate(config, workdir)
+  return workdir
+
+
+def command(workdir, data_dir, *overrides):
+  return [
+    sys.executable,
+    '-m',
+    'main',
+    '--config',
+    'configs/vit/digits.py:smoke',
+    '--workdir',
+    workdir,
+    f'--config.data.data_dir={data_dir}',
+    *overrides,
+  ]
+
+
+def environment():
+  """The test processes' settings for a child: one CPU device, the shared compilation cache."""
+  return os.environ | {'JAX_PLATFORMS': 'cpu', 'JAX_COMPILATION_CACHE_DIR': jax.config.jax_compilation_cache_dir}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_saves_the_current_step_and_the_rerun_equals_an_uninterrupted_run(data_dir, tmp_path, sig):
+  """A real process gets the signal mid-run: it finishes the step, saves it, says so in one line and exits 75;
+  the same command then finishes exactly as a run that was never stopped."""
+  steps = ['--config.total_steps=400', '--config.checkpoint_every=200', '--config.eval_every=400']
+  whole, stopped = str(tmp_path / 'whole'), str(tmp_path / 'stopped')
+  assert (
+    subprocess.run(command(whole, data_dir, *steps), cwd=ROOT, env=environment(), capture_output=True).returncode == 0
+  )
+  process = subprocess.Popen(
+    command(stopped, data_dir, *steps), cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+  )
+  metrics = os.path.join(stopped, 'metrics.jsonl')
+  deadline = time.time() + 120
+  while not (os.path.exists(metrics) and os.path.getsize(metrics) > 0) and time.time() < deadline:
+    time.sleep(0.05)
+  process.send_signal(sig)
+  out, err = process.communicate(timeout=120)
+  assert process.returncode == errors.Preempted.exit_status, err
+  message = err.decode().strip()
+  assert message.count('\n') == 0 and message.startswith(f'stopped by {sig.name} at step '), message
+  step = int(message.split(' at step ')[1].split(':')[0])
+  assert 0 < step < 400 and os.path.isdir(os.path.join(stopped, 'checkpoints', str(step)))
+  assert not os.path.exists(os.path.join(stopped, 'lock'))
+  rerun = subprocess.run(command(stopped, data_dir, *steps), cwd=ROOT, env=environment(), capture_output=True)
+  assert rerun.returncode == 0 and f'resumed from step {step}' in rerun.stdout.decode()
+  whole_eval, stopped_eval = read_metrics(whole)[-1], read_metrics(stopped)[-1]
+  assert whole_eval == stopped_eval and 'eval/accuracy' in whole_eval
+
+
+def test_a_non_finite_loss_stops_at_once_and_never_reaches_a_checkpoint(smoke_config, tmp_path, capsys):
+  config = smoke_config(
+    optim__lr=1e6, optim__clip_norm=0.0, total_steps=12, checkpoint_every=4, schedule__warmup_steps=0
+  )
+  workdir = str(tmp_path / 'run')
+  with pytest.raises(errors.Diverged, match=r'not finite at step (\d+)') as stop:
+    train.train_and_evaluate(config, workdir)
+  bad = int(stop.value.args[0].split('at step ')[1].split(';')[0])
+  saved = sorted(int(d) for d in os.listdir(os.path.join(workdir, 'checkpoints')) if d.isdigit())
+  assert saved and max(saved) < bad  # Nothing from the diverged step on.
+  s = train.setup(config)
+  ckpt = checkpoints.Checkpointer(workdir, every=4, keep=3)
+  state = ckpt.restore(max(saved), checkpoints.abstract(s.abstract_state, s.state_shardings))
+  ckpt.close()
+  assert all(np.isfinite(x).all() for x in jax.tree.leaves(jax.device_get(state.params.to_pure_dict())))
+
+  lower = smoke_config(
+    optim__lr=1e-3, optim__clip_norm=0.0, total_steps=12, checkpoint_every=4, schedule__warmup_steps=0
+  )
+  with pytest.raises(ConfigError, match=r'different config \(optim.lr\).*resume_changes'):
+    train.train_and_evaluate(lower, workdir)  # Never silently.
+  lower.resume_changes = 'optim.lr'
+  metrics = train.train_and_evaluate(lower, workdir)
+  out = capsys.readouterr().out
+  assert 'optim.lr changed 1000000.0 -> 0.001 (resume_changes)' in out and f'resumed from step {max(saved)}' in out
+  assert np.isfinite(metrics['eval/loss'])
+
+
+@pytest.mark.parametrize('damage', ['truncate a data file', 'delete a data file', 'delete _METADATA'])
+def test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_used(
+  smoke_config, reference, tmp_path, capsys, damage
+):
+  config = smoke_config()  # Checkpoints at 1, 3 and 6.
+  workdir = str(tmp_path / 'run')
+  train.train_and_evaluate(config, workdir)
+  state_dir = os.path.join(workdir, 'checkpoints', '6', 'state')
+  data = os.path.join(state_dir, 'ocdbt.process_0', 'd')
+  largest = max((os.path.join(data, f) for f in os.listdir(data)), key=os.path.getsize)
+  if damage == 'truncate a data file':
+    os.truncate(largest, 10)
+  elif damage == 'delete a data file':
+    os.remove(largest)
+  else:
+    os.remove(os.path.join(state_dir, '_METADATA'))
+  capsys.readouterr()
+  train.train_and_evaluate(config, workdir)
+  out = capsys.readouterr().out
+  note = next(line for line in out.splitlines() if line.startswith('checkpoint 6 does not read whole'))
+  moved = note.split('moved to ')[1]
+  assert os.path.isdir(moved) and os.path.dirname(moved) == os.path.join(workdir, 'checkpoints_damaged')
+  assert 'resumed from step 3' in out
+  assert_same_run(config, workdir, reference)
+
+
+def test_no_readable_checkpoint_is_an_error_that_moves_nothing(smoke_config, tmp_path):
+  config = smoke_config()
+  workdir = str(tmp_path / 'run')
+  train.train_and_evaluate(config, workdir)
+  for step in ('1', '3', '6'):
+    os.remove(os.path.join(workdir, 'checkpoints', step, 'state', '_METADATA'))
+  with pytest.raises(ConfigError, match='no checkpoint in .* fits this model'):
+    train.train_and_evaluate(config, workdir)
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['1', '3', '6']
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A 10 MB tmpfs (mounting needs root, which this project's machines and CI have)."""
+  path = str(tmp_path / 'disk')
+  os.makedirs(path)
+  subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=10m', 'tmpfs', path], check=True)
+  yield path
+  subprocess.run(['umount', '--lazy', path], check=True)  # Lazy: orbax's threads may still hold a file.
+
+
+def test_a_full_disk_is_one_error_and_the_rerun_after_freeing_space_equals_an_uninterrupted_run(
+  smoke_config, reference, small_disk, tmp_path
+):
+  config = smoke_config(total_steps=6, checkpoint_every=1, keep=100)
+  workdir = os.path.join(small_disk, 'run')
+  with open(os.path.join(small_disk, 'ballast'), 'wb') as f:
+    f.write(b'\0' * (10 * 2**20 - 1_200_000))  # Room for about two of the six checkpoints.
+  with pytest.raises(errors.DiskFull, match=f'^no space left at {workdir}'):
+    train.train_and_evaluate(config, workdir)
+  saved = [int(d) for d in os.listdir(os.path.join(workdir, 'checkpoints')) if d.isdigit()]
+  assert saved and max(saved) < 6
+  os.remove(os.path.join(small_disk, 'ballast'))
+  train.train_and_evaluate(config, workdir)
+  reference_run = str(tmp_path / 'reference')
+  train.train_and_evaluate(config, reference_run)
+  assert_same_run(config, workdir, reference_run)
+
+
+def test_a_second_run_on_a_workdir_is_refused_and_a_dead_holders_lock_taken_over(smoke_config, tmp_path, capsys):
+  config = smoke_config()
+  workdir = str(tmp_path / 'run')
+  os.makedirs(workdir)
+  lock = os.path.join(workdir, 'lock')
+  with open(lock, 'w') as f:
+    f.write(f'{socket.gethostname()} {os.getppid()}')  # A live process: pytest's parent.
+  with pytest.raises(ConfigError, match=f'is in use by process {os.getppid()} on {socket.gethostname()}'):
+    train.train_and_evaluate(config, workdir)
+  assert os.listdir(workdir) == ['lock']  # Refused before touching anything.
+  dead = subprocess.Popen(['true'])
+  dead.wait()
+  with open(lock, 'w') as f:
+    f.write(f'{socket.gethostname()} {dead.pid}')
+  train.train_and_evaluate(config, workdir)
+  assert f'took over the lock of process {dead.pid}' in capsys.readouterr().out
+  assert not os.path.exists(lock)  # Released at the end.
+  with workdir_lib.lock(workdir):
+    with pytest.raises(ConfigError, match='is in use by process'):
+      train.train_and_evaluate(config, workdir)
+
+
+def test_a_rejected_config_leaves_no_trace_and_bad_workdirs_are_one_line(smoke_config, tmp_path):
+  workdir = str(tmp_path / 'run')
+  with pytest.raises(ConfigError, match='model.patch_size=3 must divide'):
+    train.train_and_evaluate(smoke_config(model__patch_size=3), workdir)
+  assert not os.path.exists(workdir)
+  train.train_and_evaluate(smoke_config(), workdir)  # The corrected command is not refused.
+  with pytest.raises(ConfigError, match='--workdir is empty'):
+    train.train_and_evaluate(smoke_config(), '')
+  a_file = str(tmp_path / 'file')
+  open(a_file, 'w').close()
+  with pytest.raises(ConfigError, match='is a file, not a folder'):
+    train.train_and_evaluate(smoke_config(), a_file)
+
+
+def test_a_workdir_on_a_read_only_disk_is_one_line(smoke_config, tmp_path):
+  disk = str(tmp_path / 'read_only')
+  os.makedirs(disk)
+  subprocess.run(['mount', '-t', 'tmpfs', '-o', 'ro,size=1m', 'tmpfs', disk], check=True)
+  try:
+    with pytest.raises(ConfigError, match=r'--workdir .*/run cannot be written \(Read-only file system\)'):
+      train.train_and_evaluate(smoke_config(), os.path.join(disk, 'run'))
+  finally:
+    subprocess.run(['umount', disk], check=True)
+
+
+def test_files_cut_short_by_a_crash(smoke_config, reference, tmp_path, monkeypatch, capsys):
+  """A half-written metrics line and the TensorBoard events logged after the newest checkpoint are dropped on
+  resume; a damaged config.json is one line."""
+  config = smoke_config()
+  workdir = str(tmp_path / 'run')
+  line = reporting.Progress.line
+
+  def crash_at_step_5(self, step, *args):
+    if step == 5:
+      raise KeyboardInterrupt
+    return line(self, step, *args)
+
+  monkeypatch.setattr(reporting.Progress, 'line', crash_at_step_5)
+  with pytest.raises(KeyboardInterrupt):
+    train.train_and_evaluate(config, workdir)
+  monkeypatch.undo()
+  with open(os.path.join(workdir, 'metrics.jsonl'), 'a') as f:
+    f.write('{"step": 6, "train/lo')
+  train.train_and_evaluate(config, workdir)
+  assert read_metrics(workdir) == read_metrics(reference)
+  logged = sorted(step for step in read_tensorboard_steps(workdir) if step > 0)
+  assert logged == sorted(step for step in read_tensorboard_steps(reference) if step > 0)  # 4 and 5 once each.
+  assert set(logged) == set(range(1, 7))
+
+  config_json = os.path.join(workdir, 'config.json')
+  with open(config_json) as f:
+    text = f.read()
+  with open(config_json, 'w') as f:
+    f.write(text[: len(text) // 2])
+  with pytest.raises(ConfigError, match='config.json is damaged .*: restore it from a copy, or delete it'):
+    train.train_and_evaluate(config, workdir)
+  os.remove(config_json)
+  train.train_and_evaluate(config, workdir)  # As the message says: the run continues (here: is complete).
+  assert 'the run is complete' in capsys.readouterr().out
+
+
+def read_tensorboard_steps(workdir):
+  return [
+    tf.compat.v1.Event.FromString(r.numpy()).step
+    for path in tf.io.gfile.glob(os.path.join(workdir, 'tensorboard', 'events.out.tfevents.*'))
+    for r in tf.data.TFRecordDataset(path)
+  ]
+
+
+def test_raising_total_steps_says_the_schedule_changes_and_the_end_says_where_things_are(
+  smoke_config, tmp_path, capsys
+):
+  workdir = str(tmp_path / 'run')
+  train.train_and_evaluate(smoke_config(), workdir)
+  out = capsys.readouterr().out
+  assert out.splitlines()[-1].startswith('done: step 6  eval/accuracy ')
+  assert out.splitlines()[-1].endswith(f'workdir {workdir}  checkpoint {workdir}/checkpoints/6')
+  train.train_and_evaluate(smoke_config(total_steps=8), workdir)
+  out = capsys.readouterr().out
+  assert 'total_steps changed 6 -> 8: the cosine learning-rate schedule now spans 8 steps' in out
+  assert 'resumed from step 6' in out
+
+
+def test_eta_counts_days():
+  assert reporting.duration(59) == '00:00:59'
+  assert reporting.duration(3 * 86_400 + 4 * 3600 + 5 * 60 + 6) == '3d 04:05:06'
+  progress = reporting.Progress(10**12, 128, 0)
+  assert 'ETA 11,574,074d ' in progress.line(1, 1.0, 1.0)
+
+
+def test_config_mistakes_print_one_line_before_tensorflow_loads(tmp_path):
+  """A config error in a real process: one line on stderr, nothing on stdout, exit 2, and TensorFlow was never
+  imported (python -X importtime lists every import)."""
+  result = subprocess.run(
+    [sys.executable, '-X', 'importtime', '-m', 'main', '--config', 'configs/vit/digits.py', '--workdir', str(tmp_path),
+     '--config.optim.lr=1e400'],
+    cwd=ROOT, env=environment(), capture_output=True, text=True,
+  )  # fmt: skip
+  assert result.returncode == 2 and result.stdout == ''
+  errors_printed = [line for line in result.stderr.splitlines() if not line.startswith('import time:')]
+  assert errors_printed == ['error: optim.lr=inf is not a finite number']
+  imported = [line.split('|')[-1].strip() for line in result.stderr.splitlines() if line.startswith('import time:')]
+  assert 'jax' in imported and not [name for name in imported if name.split('.')[0] == 'tensorflow']
+
+
+def test_a_run_prints_its_own_lines_only(data_dir, tmp_path):
+  fresh_data = str(tmp_path / 'tfds')  # A first run: the dataset is generated, without progress bars.
+  result = subprocess.run(
+    command(str(tmp_path / 'run'), fresh_data, '--config.total_steps=2', '--config.eval_every=2'),
+    cwd=ROOT, env=environment(), capture_output=True, text=True,
+  )  # fmt: skip
+  assert result.returncode == 0, result.stderr
+  assert result.stderr == ''
+  lines = result.stdout.splitlines()
+  assert lines[0] == f'generating the built-in dataset digits in {fresh_data}/digits/1.0.0 (once, without network)'
+  assert lines[1] == 'parameters:' and lines[-1].startswith('done: step 2')
+  assert not any('\x1b' in line or 'absl' in line or 'WARNING' in line for line in lines)
+
+
+def test_init_from_files_that_are_not_npz_are_one_line(tmp_path):
+  cases = {'empty.npz': b'', 'text.npz': b'not an archive\n', 'truncated.npz': None}
+  np.savez(tmp_path / 'whole.npz', a=np.zeros(1000))
+  with open(tmp_path / 'whole.npz', 'rb') as f:
+    cases['truncated.npz'] = f.read()[:300]
+  for name, content in cases.items():
+    path = str(tmp_path / name)
+    with open(path, 'wb') as f:
+      f.write(content)
+    with pytest.raises(ConfigError, match=f"init_from='{path}' is not a readable .npz file"):
+      checkpoints.read_npz(path)
+
+
+def test_absurd_sizes_are_refused_before_compiling(smoke_config):
+  with pytest.raises(ConfigError, match=r'data.eval_batch_size=1000000000 is larger than the eval split needs'):
+    train.setup(smoke_config(data__eval_batch_size=10**9))
+  with pytest.raises(ConfigError, match=r'the parameters and optimizer state need [\d,.]+ GiB per device'):
+    train.setup(smoke_config(model__width=10**6, model__num_heads=1))
+
+
+def test_resume_changes_names_only_optimizer_and_schedule_keys(smoke_config):
+  from vit_jax_lab import config as config_lib
+
+  config = smoke_config(resume_changes='optim.lr, schedule')
+  config_lib.validate(config)
+  for bad in ('model.width', 'optim.nope', 'data'):
+    with pytest.raises(ConfigError, match='resume_changes'):
+      config_lib.validate(smoke_config(resume_changes=bad))
+  assert json.dumps(config_lib.resume_changes(config)) == '["optim.lr", "schedule"]'

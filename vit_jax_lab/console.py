@@ -1,0 +1,101 @@
+"""What a command prints: its own lines, not the libraries' start-up logging, and every way it ends in one line.
+
+TensorFlow, absl, TFDS and orbax log to the terminal by default (C++ banners at import, progress bars,
+INFO lines). Commands call `quiet_libraries()` first; VIT_JAX_LAB_VERBOSE=1 in the environment keeps them.
+"""
+
+import contextlib
+import functools
+import io
+import os
+import sys
+import threading
+from typing import Callable, Iterator
+
+from vit_jax_lab import errors
+
+VERBOSE = os.environ.get('VIT_JAX_LAB_VERBOSE', '') not in ('', '0')
+
+
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+  """Sends file descriptor 2 to /dev/null: C++ libraries write there directly, past Python's sys.stderr."""
+  sys.stderr.flush()
+  saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+  os.dup2(null, 2)
+  try:
+    yield
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
+    os.close(null)
+
+
+class _WithoutDeadLoopTracebacks(io.TextIOBase):
+  """sys.stderr without the tracebacks of 'RuntimeError: Event loop is closed': after a failed checkpoint write
+  orbax's abandoned asynchronous writes print dozens of them from their threads; the failure itself is
+  reported in one line."""
+
+  def __init__(self, stream: io.TextIOBase):
+    self.stream, self.pending, self.block, self.lock = stream, '', None, threading.Lock()
+
+  def write(self, text: str) -> int:
+    with self.lock:
+      self.pending += text
+      *lines, self.pending = self.pending.split('\n')
+      for line in lines:
+        self._line(line + '\n')
+    return len(text)
+
+  def _line(self, line: str) -> None:
+    if line.startswith('Traceback (most recent call last):'):
+      self.block = [line]
+    elif self.block is None:
+      self.stream.write(line)
+    elif line[:1].isspace():
+      self.block.append(line)
+    else:  # The exception line ends the traceback.
+      block, self.block = self.block + [line], None
+      if 'Event loop is closed' not in line:
+        self.stream.write(''.join(block))
+
+  def flush(self) -> None:
+    self.stream.flush()
+
+  def fileno(self) -> int:
+    return self.stream.fileno()
+
+
+def quiet_libraries() -> None:
+  """Silences the libraries' logging unless VIT_JAX_LAB_VERBOSE: their start-up banners, progress bars and log
+  lines (absl's, up to ERROR: orbax logs a failed write before it raises it, and we report it in one line)."""
+  if VERBOSE:
+    return
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  with _stderr_silenced():  # TensorFlow's two shared libraries print a banner each while they load.
+    import tensorflow as tf  # noqa: F401
+  import tensorflow_datasets as tfds
+  from absl import logging
+
+  logging.set_verbosity(logging.FATAL)
+  tfds.disable_progress_bar()
+  if not isinstance(sys.stderr, _WithoutDeadLoopTracebacks):
+    sys.stderr = _WithoutDeadLoopTracebacks(sys.stderr)
+
+
+def command(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
+  """Decorates a command's `main(argv)`: a ConfigError becomes one line `error: ...` on stderr and exit status 2;
+  a stopped run one line and its own status (errors.Stopped)."""
+
+  @functools.wraps(main)
+  def run(argv: list[str]) -> int:
+    try:
+      return main(argv)
+    except errors.ConfigError as e:
+      print(f'error: {e}', file=sys.stderr)
+      return e.exit_status
+    except errors.Stopped as e:
+      print(e if isinstance(e, errors.Preempted) else f'error: {e}', file=sys.stderr)
+      return e.exit_status
+
+  return run
