@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import load_config
-from test_train import final_params, read_metrics
+from test_train import crash_after_logging, final_params, read_metrics
 from vit_jax_lab import checkpoints, errors, reporting, train, workdir as workdir_lib
 from vit_jax_lab.config import ConfigError
 
@@ -235,17 +235,7 @@ def test_files_cut_short_by_a_crash(smoke_config, reference, tmp_path, monkeypat
   resume; a damaged config.json is one line."""
   config = smoke_config()
   workdir = str(tmp_path / 'run')
-  line = reporting.Progress.line
-
-  def crash_at_step_5(self, step, *args):
-    if step == 5:
-      raise KeyboardInterrupt
-    return line(self, step, *args)
-
-  monkeypatch.setattr(reporting.Progress, 'line', crash_at_step_5)
-  with pytest.raises(KeyboardInterrupt):
-    train.train_and_evaluate(config, workdir)
-  monkeypatch.undo()
+  crash_after_logging(config, workdir, 5, monkeypatch)
   with open(os.path.join(workdir, 'metrics.jsonl'), 'a') as f:
     f.write('{"step": 6, "train/lo')
   train.train_and_evaluate(config, workdir)

@@ -66,24 +66,29 @@ def final_params(config, workdir):
   return step, jax.device_get(state.params.to_pure_dict()), jax.device_get(state.opt_state)
 
 
+def crash_after_logging(config, workdir, step, monkeypatch):
+  """Runs `config` in `workdir` until it has logged `step`, then crashes (KeyboardInterrupt), between checkpoints."""
+  line = reporting.Progress.line
+
+  def crash(self, logged_step, *args):
+    if logged_step == step:
+      raise KeyboardInterrupt
+    return line(self, logged_step, *args)
+
+  with monkeypatch.context() as patch:
+    patch.setattr(reporting.Progress, 'line', crash)
+    with pytest.raises(KeyboardInterrupt):
+      train.train_and_evaluate(config, workdir)
+
+
 @pytest.mark.slow
 def test_interrupted_then_resumed_run_equals_uninterrupted(smoke_config, tmp_path, monkeypatch, capsys):
   config = smoke_config()  # 6 steps, checkpoints at 3 and 6, logs every step.
   whole, resumed = str(tmp_path / 'whole'), str(tmp_path / 'resumed')
   train.train_and_evaluate(config, whole)
 
-  line = reporting.Progress.line
-
-  def crash_at_step_5(self, step, *args):
-    if step == 5:
-      raise KeyboardInterrupt
-    return line(self, step, *args)
-
-  monkeypatch.setattr(reporting.Progress, 'line', crash_at_step_5)
-  with pytest.raises(KeyboardInterrupt):
-    train.train_and_evaluate(config, resumed)
+  crash_after_logging(config, resumed, 5, monkeypatch)
   assert [m['step'] for m in read_metrics(resumed)][-1] == 5  # Steps 4-5 were logged, not checkpointed.
-  monkeypatch.setattr(reporting.Progress, 'line', line)
   train.train_and_evaluate(config, resumed)
   assert 'resumed from step 3' in capsys.readouterr().out
 
