@@ -1,6 +1,6 @@
 """What clusters do to runs: signals, non-finite losses, damaged checkpoints, full disks, two runs on one
 workdir, files cut short by a crash. Each ends in one line, keeps what was saved, and the rerun finishes as an
-uninterrupted run would."""
+uninterrupted run would. The tests that train (a few steps each) are in the slow tier."""
 
 import json
 import os
@@ -90,6 +90,7 @@ def test_a_signal_saves_the_current_step_and_the_rerun_equals_an_uninterrupted_r
   assert whole_eval == stopped_eval and 'eval/accuracy' in whole_eval
 
 
+@pytest.mark.slow
 def test_a_non_finite_loss_stops_at_once_and_never_reaches_a_checkpoint(smoke_config, tmp_path, capsys):
   config = smoke_config(
     optim__lr=1e6, optim__clip_norm=0.0, total_steps=12, checkpoint_every=4, schedule__warmup_steps=0
@@ -118,6 +119,7 @@ def test_a_non_finite_loss_stops_at_once_and_never_reaches_a_checkpoint(smoke_co
   assert np.isfinite(metrics['eval/loss'])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('damage', ['truncate a data file', 'delete a data file', 'delete _METADATA'])
 def test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_used(
   smoke_config, reference, tmp_path, capsys, damage
@@ -144,6 +146,7 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_used(
   assert_same_run(config, workdir, reference)
 
 
+@pytest.mark.slow
 def test_no_readable_checkpoint_is_an_error_that_moves_nothing(smoke_config, tmp_path):
   config = smoke_config()
   workdir = str(tmp_path / 'run')
@@ -165,6 +168,7 @@ def small_disk(tmp_path):
   subprocess.run(['umount', '--lazy', path], check=True)  # Lazy: orbax's threads may still hold a file.
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_error_and_the_rerun_after_freeing_space_equals_an_uninterrupted_run(
   smoke_config, reference, small_disk, tmp_path
 ):
@@ -183,6 +187,7 @@ def test_a_full_disk_is_one_error_and_the_rerun_after_freeing_space_equals_an_un
   assert_same_run(config, workdir, reference_run)
 
 
+@pytest.mark.slow
 def test_a_second_run_on_a_workdir_is_refused_and_a_dead_holders_lock_taken_over(smoke_config, tmp_path, capsys):
   config = smoke_config()
   workdir = str(tmp_path / 'run')
@@ -205,6 +210,7 @@ def test_a_second_run_on_a_workdir_is_refused_and_a_dead_holders_lock_taken_over
       train.train_and_evaluate(config, workdir)
 
 
+@pytest.mark.slow
 def test_a_rejected_config_leaves_no_trace_and_bad_workdirs_are_one_line(smoke_config, tmp_path):
   workdir = str(tmp_path / 'run')
   with pytest.raises(ConfigError, match='model.patch_size=3 must divide'):
@@ -230,6 +236,7 @@ def test_a_workdir_on_a_read_only_disk_is_one_line(smoke_config, tmp_path):
     subprocess.run(['umount', disk], check=True)
 
 
+@pytest.mark.slow
 def test_files_cut_short_by_a_crash(smoke_config, reference, tmp_path, monkeypatch, capsys):
   """A half-written metrics line and the TensorBoard events logged after the newest checkpoint are dropped on
   resume; a damaged config.json is one line."""
@@ -264,6 +271,7 @@ def read_tensorboard_steps(workdir):
   ]
 
 
+@pytest.mark.slow
 def test_raising_total_steps_says_the_schedule_changes_and_the_end_says_where_things_are(
   smoke_config, tmp_path, capsys
 ):
@@ -300,6 +308,7 @@ def test_config_mistakes_print_one_line_before_tensorflow_loads(tmp_path):
   assert 'jax' in imported and not [name for name in imported if name.split('.')[0] == 'tensorflow']
 
 
+@pytest.mark.slow
 def test_a_run_prints_its_own_lines_only(data_dir, tmp_path):
   fresh_data = str(tmp_path / 'tfds')  # A first run: the dataset is generated, without progress bars.
   result = subprocess.run(
