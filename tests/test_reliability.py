@@ -323,7 +323,7 @@ def test_a_run_prints_its_own_lines_only(data_dir, tmp_path):
   assert not any('\x1b' in line or 'absl' in line or 'WARNING' in line for line in lines)
 
 
-def test_init_from_files_that_are_not_npz_are_one_line(tmp_path):
+def test_init_from_files_that_are_not_npz_are_one_line(smoke_config, tmp_path):
   cases = {'empty.npz': b'', 'text.npz': b'not an archive\n', 'truncated.npz': None}
   np.savez(tmp_path / 'whole.npz', a=np.zeros(1000))
   with open(tmp_path / 'whole.npz', 'rb') as f:
@@ -334,6 +334,10 @@ def test_init_from_files_that_are_not_npz_are_one_line(tmp_path):
       f.write(content)
     with pytest.raises(ConfigError, match=f"init_from='{path}' is not a readable .npz file"):
       checkpoints.read_npz(path)
+  workdir = str(tmp_path / 'run')
+  with pytest.raises(ConfigError, match='is not a readable .npz file'):
+    train.train_and_evaluate(smoke_config(init_from=path), workdir)
+  assert not os.path.exists(workdir)  # Checked before the run wrote anything: the corrected command runs.
 
 
 def test_absurd_sizes_are_refused_before_compiling(smoke_config):

@@ -167,11 +167,28 @@ def abstract(tree: Any, shardings: Any) -> Any:
 
 def read_npz(path: str) -> dict[str, np.ndarray]:
   """A flat .npz of arrays; never unpickles. A file that is not one is a ConfigError naming it."""
+  with _npz(path) as f:
+    return {k: f[k] for k in f.files}
+
+
+def check_init_from(path: str) -> None:
+  """Checks, without reading the weights, that `path` is an .npz archive or holds one of our checkpoints: a
+  mistake is reported before the run writes anything into its workdir."""
+  if path.endswith('.npz'):
+    with _npz(path):
+      pass
+  else:
+    _checkpoint_dir(path)
+
+
+@contextlib.contextmanager
+def _npz(path: str) -> Iterator[Any]:
+  """The open archive; a file that is not an .npz archive (empty, cut short, text, pickle) is a ConfigError."""
   try:
     with np.load(path, allow_pickle=False) as f:
       if not isinstance(f, np.lib.npyio.NpzFile):
         raise ValueError('a single array, not an archive of named arrays')
-      return {k: f[k] for k in f.files}
+      yield f
   except (OSError, EOFError, ValueError, zipfile.BadZipFile) as e:
     reason = 'empty' if os.path.getsize(path) == 0 else str(e).splitlines()[0] if str(e) else type(e).__name__
     if 'pickled' in reason:
@@ -192,19 +209,24 @@ def read_params(path: str) -> dict:
 
   `path` is a workdir (its newest checkpoint), its `checkpoints/` folder or one `checkpoints/<step>`.
   """
+  restored = ocp.StandardCheckpointer().restore(os.path.join(_checkpoint_dir(path), 'state'))
+  return _pure(restored['params'])
+
+
+def _checkpoint_dir(path: str) -> str:
+  """The `checkpoints/<step>` folder `path` names: itself, or the newest of a workdir or its checkpoints/."""
   path = os.path.abspath(path)
   if os.path.isdir(os.path.join(path, 'checkpoints')):
     path = os.path.join(path, 'checkpoints')
-  if not os.path.isdir(os.path.join(path, 'state')):
-    steps = sorted(int(d) for d in os.listdir(path) if d.isdigit()) if os.path.isdir(path) else []
-    if not steps:
-      raise ConfigError(
-        f'{path} holds no orbax checkpoint: give a workdir, its checkpoints/ folder or a '
-        'checkpoints/<step> folder (or, for init_from, a .npz file)'
-      )
-    path = os.path.join(path, str(steps[-1]))
-  restored = ocp.StandardCheckpointer().restore(os.path.join(path, 'state'))
-  return _pure(restored['params'])
+  if os.path.isdir(os.path.join(path, 'state')):
+    return path
+  steps = sorted(int(d) for d in os.listdir(path) if d.isdigit()) if os.path.isdir(path) else []
+  if not steps:
+    raise ConfigError(
+      f'{path} holds no orbax checkpoint: give a workdir, its checkpoints/ folder or a '
+      'checkpoints/<step> folder (or, for init_from, a .npz file)'
+    )
+  return os.path.join(path, str(steps[-1]))
 
 
 def _pure(tree: Any) -> Any:

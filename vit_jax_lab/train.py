@@ -136,6 +136,8 @@ def setup(
   state_shardings = parallel.shardings(abstract_state, mesh, config.mesh.fsdp_min_size, family.TENSOR_PARALLEL)
   if data is None:
     _check_sizes(config, info, mesh, parallel.per_device_bytes(abstract_state, state_shardings))
+  if config.init_from is not None:
+    checkpoints.check_init_from(config.init_from)
   return Setup(config, mesh, task, builder, info, graphdef, tx, abstract_state, state_shardings)
 
 
@@ -174,14 +176,12 @@ def init_state(s: Setup) -> TrainState:
   def init(seed):
     return fresh(nnx.state(build_model(s.config, s.task, s.info, _keys(seed)[0]), nnx.Param), seed)
 
-  path = s.config.init_from
-  source = None  # Read before anything compiles: a bad file is one line at once.
-  if path is not None:
-    source = checkpoints.read_npz(path) if path.endswith('.npz') else checkpoints.read_params(path)
   seed = jnp.asarray(s.config.seed, jnp.uint32)
   state = jax.jit(init, out_shardings=s.state_shardings)(seed)
-  if source is None:
+  path = s.config.init_from  # Checked in `setup`.
+  if path is None:
     return state
+  source = checkpoints.read_npz(path) if path.endswith('.npz') else checkpoints.read_params(path)
   model = nnx.merge(s.graphdef, s.abstract_state.params)
   loaded, notes = model.load_pretrained(source, jax.device_get(state.params.to_pure_dict()))
   log(f'init_from {path}' + ''.join(f'\n  {note}' for note in notes))
