@@ -1,5 +1,5 @@
 """The seq2seq Transformer and decoding: causality, padding, packing, cache = no cache, beam search = exhaustive
-search, and the paper's parameter counts."""
+search and = a plain-Python reference, no PAD or BOS generated, and the paper's parameter counts."""
 
 import itertools
 
@@ -12,7 +12,7 @@ from flax import nnx
 from vit_jax_lab import decode
 from vit_jax_lab.config import ConfigError
 from vit_jax_lab.models import seq2seq
-from vit_jax_lab.tasks.seq2seq import decoder_inputs
+from vit_jax_lab.tasks.seq2seq import Seq2Seq, decoder_inputs
 
 
 def tiny(vocab=11, input_vocab=13, **kwargs):
@@ -98,25 +98,30 @@ def test_cached_decoding_equals_uncached(scan):
   np.testing.assert_allclose(jnp.where(ended, 0.0, scores).sum(1), cached[1], rtol=1e-5)
 
 
-def test_beam_search_with_one_beam_is_greedy():
+def test_beam_search_with_one_beam_is_never_worse_than_greedy():
+  """One live beam follows greedy's path (the best token that is not EOS), and every sequence ending in EOS
+  among the two best candidates is kept: greedy's own sequence, or a better one."""
   model = tiny()
   greedy_tokens, greedy_scores = decode.greedy(decode.stepper(model, SOURCE, 9), 2, 9)
   tokens, scores = decode.beam_search(decode.stepper(model, SOURCE, 9), 2, 9, beam_size=1, alpha=0.0)
-  np.testing.assert_array_equal(tokens[:, 0], greedy_tokens)
-  np.testing.assert_allclose(scores[:, 0], greedy_scores, rtol=1e-6)
+  assert (scores[:, 0] >= greedy_scores - 1e-5).all()
+  for b in range(2):
+    if scores[b, 0] < greedy_scores[b] + 1e-5:
+      np.testing.assert_array_equal(tokens[b, 0], greedy_tokens[b])
 
 
 @pytest.mark.parametrize('alpha', [0.0, 0.6])
 def test_full_width_beam_search_finds_the_best_of_all_sequences(alpha):
-  """Vocabulary {0, 1, EOS=2}, length 4: a beam of 27 holds every live prefix, so the search is exhaustive."""
-  model = seq2seq.Transformer(3, 5, None, 8, variant='tiny', share_embeddings='none', dropout=0.0, rngs=nnx.Rngs(1))
+  """Words {3, 4} and EOS, length 4: a beam of 27 holds every live prefix (8 at most) and its 2 x 27 candidates
+  every extension, so the search is exhaustive. PAD and BOS are in the vocabulary but never generated."""
+  model = seq2seq.Transformer(5, 5, None, 8, variant='tiny', share_embeddings='none', dropout=0.0, rngs=nnx.Rngs(1))
   source, length = jnp.array([[3, 4, 2, 0], [4, 4, 3, 2]]), 4
   tokens, scores = decode.beam_search(
     decode.stepper(model, source, length, repeat=27), 2, length, beam_size=27, alpha=alpha
   )
   encoded, segments = model.encode(source)
-  sequences = [list(body) + [decode.EOS] for n in range(length) for body in itertools.product([0, 1], repeat=n)]
-  sequences += [list(body) for body in itertools.product([0, 1], repeat=length)]
+  sequences = [list(body) + [decode.EOS] for n in range(length) for body in itertools.product([3, 4], repeat=n)]
+  sequences += [list(body) for body in itertools.product([3, 4], repeat=length)]
   for b in range(2):
     prefixes = jnp.array([[decode.BOS] + (seq + [0] * length)[: length - 1] for seq in sequences])
     log_probs = jax.nn.log_softmax(
@@ -193,3 +198,102 @@ def test_image_encoder_and_errors():
     seq2seq.Transformer(9, 9, None, 4, variant='huge', rngs=nnx.Rngs(0))
   with pytest.raises(ConfigError, match='divisible'):
     seq2seq.Transformer(9, 9, None, 4, variant='tiny', num_heads=3, rngs=nnx.Rngs(0))
+
+
+# --- Beam search against a plain-Python reference ------------------------------------------------------------
+
+VOCAB, LENGTH, BUCKETS = 7, 6, 32  # PAD, BOS, EOS and 4 words; prefixes hashed into 32 buckets.
+
+
+def table_stepper(table: np.ndarray, repeat: int) -> decode.Stepper:
+  """A random model: next-token logits `table[example, hash of the prefix, position]`, the hash kept in the
+  state (so the search must reorder the state with its beams)."""
+  batch, table = table.shape[0], jnp.asarray(table)
+
+  def step(tokens, index, state):
+    prefix = (state['prefix'] * 31 + tokens) % BUCKETS
+    return table[state['example'], prefix, index], state | {'prefix': prefix}
+
+  state = {'example': jnp.repeat(jnp.arange(batch), repeat), 'prefix': jnp.zeros(batch * repeat, jnp.int32)}
+  return decode.Stepper(step, state)
+
+
+def reference_beam_search(log_probs, length: int, k: int, alpha: float, form: str) -> list[tuple[float, list[int]]]:
+  """tensor2tensor's beam search, for clarity: `log_probs(prefix)` -> the next token's log-probabilities
+  (PAD and BOS already excluded). Runs every step (no early stop) and returns the k best (score, tokens)."""
+  alive, finished = [(0.0, [])], []
+  for index in range(length):
+    candidates = [(lp + float(log_probs(seq)[t]), seq + [t]) for lp, seq in alive for t in range(VOCAB)]
+    candidates = [c for c in candidates if c[0] > decode.NEG_INF / 2]
+    top = sorted(candidates, key=lambda c: -c[0])[: 2 * k]  # Python's sort is stable, as lax.top_k.
+    for lp, seq in top:
+      if seq[-1] == decode.EOS or index == length - 1:
+        finished.append((lp / float(decode.length_penalty(len(seq), alpha, form)), seq))
+    alive = [c for c in top if c[1][-1] != decode.EOS][:k]
+  return sorted(finished, key=lambda c: -c[0])[:k]
+
+
+def table_log_probs(table: np.ndarray, example: int):
+  def fn(seq):
+    prefix = 0
+    for token in [decode.BOS] + seq:
+      prefix = (prefix * 31 + token) % BUCKETS
+    return np.asarray(decode._allowed(jax.nn.log_softmax(jnp.asarray(table[example, prefix, len(seq)]))))
+
+  return fn
+
+
+@pytest.mark.parametrize('form', ['gnmt', 'power'])
+@pytest.mark.parametrize('alpha', [0.0, 0.6])
+def test_beam_search_equals_the_reference(alpha, form):
+  batch = 3
+  table = np.random.default_rng(int(10 * alpha) + (form == 'power')).normal(0, 2, (batch, BUCKETS, LENGTH, VOCAB))
+  table[..., decode.EOS] += np.linspace(-2, 2, LENGTH)  # Sequences end at every length.
+  table = table.astype(np.float32)
+  for k in range(1, 9):
+    search = jax.jit(
+      lambda t, k=k: decode.beam_search(
+        table_stepper(t, k), batch, LENGTH, beam_size=k, alpha=alpha, length_penalty=form
+      )
+    )
+    tokens, scores = map(np.asarray, search(table))
+    for b in range(batch):
+      expected = reference_beam_search(table_log_probs(table, b), LENGTH, k, alpha, form)
+      found = scores[b] > decode.NEG_INF / 2
+      assert found.sum() == len(expected) and found[: len(expected)].all(), (k, b)
+      np.testing.assert_allclose(scores[b, : len(expected)], [e[0] for e in expected], rtol=1e-5, err_msg=f'{k=}')
+      for row, (_, seq) in zip(tokens[b], expected):
+        assert list(row) == seq + [decode.PAD] * (LENGTH - len(seq)), (k, b)
+
+
+def test_no_decoder_generates_pad_or_bos():
+  """A model that puts nearly all its mass on PAD and BOS: every decoder writes words and EOS only, and PAD
+  only after EOS."""
+  batch, k = 3, 4
+  table = np.random.default_rng(5).normal(0, 1, (batch, BUCKETS, LENGTH, VOCAB)).astype(np.float32)
+  table[..., [decode.PAD, decode.BOS]] += 10.0
+
+  def check(tokens):
+    for row in np.asarray(tokens).reshape(-1, LENGTH):
+      ended = np.cumsum(row == decode.EOS) - (row == decode.EOS) > 0
+      assert (row[ended] == decode.PAD).all() and not np.isin(row[~ended], [decode.PAD, decode.BOS]).any(), row
+
+  greedy_tokens, greedy_scores = decode.greedy(table_stepper(table, 1), batch, LENGTH)
+  check(greedy_tokens)
+  assert (greedy_scores < -5.0).all()  # The scores are the model's log-probabilities, PAD and BOS kept in them.
+  for i in range(3):
+    check(decode.greedy(table_stepper(table, 1), batch, LENGTH, rng=jax.random.key(i), temperature=2.0)[0])
+    check(decode.greedy(table_stepper(table, 1), batch, LENGTH, rng=jax.random.key(i), top_k=3, top_p=0.9)[0])
+  tokens, scores = decode.beam_search(table_stepper(table, k), batch, LENGTH, beam_size=k)
+  assert (scores > decode.NEG_INF / 2).all()
+  check(tokens)
+
+
+def test_length_penalty_forms():
+  np.testing.assert_allclose(decode.length_penalty(7.0, 0.6), (12 / 6) ** 0.6, rtol=1e-6)
+  np.testing.assert_allclose(decode.length_penalty(7.0, 0.6, 'power'), 7**0.6, rtol=1e-6)
+  assert float(decode.length_penalty(7.0, 0.0, 'power')) == 1.0
+  with pytest.raises(ValueError, match='gnmt'):
+    decode.length_penalty(7.0, 0.6, 'linear')
+  with pytest.raises(ConfigError, match='task.length_penalty'):
+    Seq2Seq(length_penalty='linear')

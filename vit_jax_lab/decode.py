@@ -3,7 +3,9 @@
 A decoder is any `Stepper`: next-token logits from the last tokens and a state. `stepper(model, ...)`
 makes one from a seq2seq model, with the key/value cache (each token costs work linear in the length so
 far) or without it (the whole prefix is run again every step; the reference the cache is tested against).
-Sequences start after BOS; EOS ends one, and the positions after it hold PAD.
+Sequences start after BOS; EOS ends one, and the positions after it hold PAD. No decoder generates PAD or BOS:
+their log-probabilities are set to NEG_INF before every choice (the others are not renormalised, so scores stay
+the model's log-probabilities).
 """
 
 import dataclasses
@@ -80,13 +82,13 @@ def greedy(
   min_length: int = 0,
 ) -> tuple[jax.Array, jax.Array]:
   """The most likely next token at every step (or, with `rng`, a sampled one) -> tokens (batch, length) and
-  their log-probabilities summed up to EOS (batch,). EOS is not chosen before `min_length` tokens. Stops
-  early once every sequence has ended."""
+  their log-probabilities summed up to EOS (batch,). PAD and BOS are never chosen, nor EOS before
+  `min_length` tokens. Stops early once every sequence has ended."""
 
   def body(carry):
     index, last, state, tokens, scores, done = carry
     logits, state = s.step(last, index, state)
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
+    log_probs = _allowed(jax.nn.log_softmax(logits.astype(jnp.float32)))
     if min_length:
       log_probs = log_probs.at[:, EOS].set(jnp.where(index < min_length, NEG_INF, log_probs[:, EOS]))
     if rng is None:
@@ -114,48 +116,78 @@ def greedy(
   return tokens, scores
 
 
-def length_penalty(length: jax.Array, alpha: float) -> jax.Array:
-  """((5 + length) / 6) ** alpha (Wu et al. 2016): a sequence's score is its log-probability divided by this."""
+def _gnmt(length: jax.Array, alpha: float) -> jax.Array:
   return ((5.0 + length) / 6.0) ** alpha
 
 
+def _power(length: jax.Array, alpha: float) -> jax.Array:
+  return jnp.asarray(length, jnp.float32) ** alpha
+
+
+PENALTIES = {'gnmt': _gnmt, 'power': _power}
+
+
+def length_penalty(length: jax.Array, alpha: float, form: str = 'gnmt') -> jax.Array:
+  """What a finished sequence's log-probability is divided by to score it. `length` counts the generated tokens,
+  EOS included (BOS not): a sequence of 3 words and EOS has length 4. `form` 'gnmt': ((5 + length) / 6) ** alpha
+  (Wu et al. 2016, tensor2tensor, the flax WMT example); 'power': length ** alpha (fairseq, Hugging Face's
+  `length_penalty`). Both are 1 for alpha 0 and grow with the length."""
+  return _penalty(form)(length, alpha)
+
+
+def _penalty(form: str) -> Callable[[jax.Array, float], jax.Array]:
+  if form not in PENALTIES:
+    raise ValueError(f'length penalty {form!r} is not one of {", ".join(map(repr, PENALTIES))}')
+  return PENALTIES[form]
+
+
 def beam_search(
-  s: Stepper, batch: int, length: int, *, beam_size: int, alpha: float = 0.6
+  s: Stepper, batch: int, length: int, *, beam_size: int, alpha: float = 0.6, length_penalty: str = 'gnmt'
 ) -> tuple[jax.Array, jax.Array]:
   """The `beam_size` best-scoring sequences per example -> tokens (batch, beam, length) and scores
-  (batch, beam), best first. `s` must hold each example `beam_size` times (`stepper(..., repeat=beam_size)`).
+  (batch, beam), best first; a slot no sequence reached holds score NEG_INF. `s` must hold each example
+  `beam_size` times (`stepper(..., repeat=beam_size)`). `length_penalty`: the form of `length_penalty`
+  ('gnmt' or 'power') with exponent `alpha`.
 
-  Each step keeps the `beam_size` best extensions of the live beams; those that end in EOS (or reach `length`)
-  move to the finished set, scored by log-probability / length_penalty. The search stops when no live beam
-  can still beat the worst finished one: log-probabilities only fall, so a live beam's best possible score is
-  its log-probability over the penalty of the longest length. With `beam_size` 1 this is greedy decoding.
+  The search of tensor2tensor and the flax WMT example: k = `beam_size` live (unfinished) beams and a set of
+  the k best finished sequences. Each step takes the 2k best extensions of the live beams by log-probability
+  (one extension per beam ends in EOS, so at least k of them do not): those ending in EOS (all of them at
+  the last step, `length`) join the finished set, scored by log-probability / length_penalty, and the k
+  best of the others are the next live beams, so the beam stays full however many sequences have finished.
+  PAD and BOS are never chosen; scores are the model's log-probabilities (not renormalised without them).
+  The search stops when no live beam can still beat the k-th finished sequence: log-probabilities only
+  fall, so a live beam's best possible score is its log-probability over the penalty of the longest length.
   """
   k = beam_size
+  penalty = _penalty(length_penalty)
   offsets = (jnp.arange(batch) * k)[:, None]
 
   def body(carry):
     index, alive, alive_logp, state, finished, finished_scores = carry
     logits, state = s.step(_last(alive, index), index, state)
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(batch, k, -1)
+    log_probs = _allowed(jax.nn.log_softmax(logits.astype(jnp.float32))).reshape(batch, k, -1)
     vocab = log_probs.shape[-1]
     candidates = (alive_logp[:, :, None] + log_probs).reshape(batch, k * vocab)
-    top_logp, top = jax.lax.top_k(candidates, k)
+    top_logp, top = jax.lax.top_k(candidates, 2 * k)
     beam, token = top // vocab, (top % vocab).astype(jnp.int32)
-    state = jax.tree.map(lambda x: x[(offsets + beam).reshape(-1)], state)
     seqs = jnp.take_along_axis(alive, beam[:, :, None], axis=1)
     seqs = jax.lax.dynamic_update_slice_in_dim(seqs, token[:, :, None], index, 2)
-    ends = (token == EOS) | (index == length - 1)
-    new_scores = jnp.where(ends & (top_logp > NEG_INF / 2), top_logp / length_penalty(index + 1.0, alpha), NEG_INF)
-    pool_scores = jnp.concatenate([finished_scores, new_scores], axis=1)
-    pool = jnp.concatenate([finished, seqs], axis=1)
-    finished_scores, best = jax.lax.top_k(pool_scores, k)
-    finished = jnp.take_along_axis(pool, best[:, :, None], axis=1)
-    alive_logp = jnp.where(token == EOS, NEG_INF, top_logp)
-    return index + 1, seqs, alive_logp, state, finished, finished_scores
+    eos = token == EOS
+    # The finished set: the k best of those it had and the candidates that end here.
+    ends = eos | (index == length - 1)
+    new_scores = jnp.where(ends & (top_logp > NEG_INF / 2), top_logp / penalty(index + 1.0, alpha), NEG_INF)
+    finished_scores, best = jax.lax.top_k(jnp.concatenate([finished_scores, new_scores], axis=1), k)
+    finished = jnp.take_along_axis(jnp.concatenate([finished, seqs], axis=1), best[:, :, None], axis=1)
+    # The live beams: the k best candidates that do not end in EOS, and the state of the beams they extend.
+    alive_logp, keep = jax.lax.top_k(jnp.where(eos, -jnp.inf, top_logp), k)
+    alive = jnp.take_along_axis(seqs, keep[:, :, None], axis=1)
+    parents = jnp.take_along_axis(beam, keep, axis=1)
+    state = jax.tree.map(lambda x: x[(offsets + parents).reshape(-1)], state)
+    return index + 1, alive, alive_logp, state, finished, finished_scores
 
   def cond(carry):
     index, _, alive_logp, _, _, finished_scores = carry
-    best_possible = alive_logp.max(-1) / length_penalty(float(length), alpha)
+    best_possible = alive_logp.max(-1) / penalty(float(length), alpha)
     can_improve = (best_possible > finished_scores.min(-1)) & (alive_logp.max(-1) > NEG_INF / 2)
     return (index < length) & can_improve.any()
 
@@ -170,6 +202,11 @@ def beam_search(
   )
   _, _, _, _, finished, finished_scores = jax.lax.while_loop(cond, body, init)
   return finished, finished_scores
+
+
+def _allowed(log_probs: jax.Array) -> jax.Array:
+  """`log_probs` (..., V) with PAD and BOS impossible: no decoder ever generates them."""
+  return log_probs.at[..., PAD].set(NEG_INF).at[..., BOS].set(NEG_INF)
 
 
 def _last(alive: jax.Array, index: jax.Array) -> jax.Array:

@@ -41,7 +41,10 @@ class Seq2Seq(Task):
   label_smoothing: mass spread uniformly over the vocabulary in the training targets (the paper: 0.1).
   eval_decode: how evaluation produces outputs: 'greedy' or 'beam'.
   beam_size: beams of 'beam' decoding.
-  alpha: length-penalty exponent of beam search, ((5 + length) / 6) ** alpha.
+  alpha: length-penalty exponent of beam search.
+  length_penalty: what beam search divides a finished sequence's log-probability by, with `length` its
+    tokens EOS included: 'gnmt', ((5 + length) / 6) ** alpha (Wu et al. 2016, tensor2tensor); 'power',
+    length ** alpha (fairseq, Hugging Face), to compare scores with theirs.
   max_decode_length: tokens to decode at most (EOS included); None: data.max_target_length.
   scheduled_sampling: final probability that a decoder input is the model's own prediction instead of the
     gold token (Bengio et al. 2015), in the parallel two-pass form of Duckworth et al. 2019: a first pass
@@ -58,6 +61,7 @@ class Seq2Seq(Task):
     eval_decode: str = 'greedy',
     beam_size: int = 4,
     alpha: float = 0.6,
+    length_penalty: str = 'gnmt',
     max_decode_length: int | None = None,
     scheduled_sampling: float = 0.0,
     scheduled_sampling_steps: int = 1,
@@ -70,6 +74,8 @@ class Seq2Seq(Task):
       raise ConfigError(f'task.beam_size={beam_size} must be a positive integer')
     if alpha < 0:
       raise ConfigError(f'task.alpha={alpha} must be >= 0')
+    if length_penalty not in decode.PENALTIES:
+      raise ConfigError(f"task.length_penalty={length_penalty!r} is not one of 'gnmt', 'power'")
     if max_decode_length is not None and max_decode_length < 1:
       raise ConfigError(f'task.max_decode_length={max_decode_length} must be positive or None')
     if not 0.0 <= scheduled_sampling <= 1.0:
@@ -77,7 +83,7 @@ class Seq2Seq(Task):
     if scheduled_sampling_steps < 1:
       raise ConfigError(f'task.scheduled_sampling_steps={scheduled_sampling_steps} must be a positive integer')
     self.label_smoothing, self.eval_decode, self.beam_size, self.alpha = label_smoothing, eval_decode, beam_size, alpha
-    self.max_decode_length = max_decode_length
+    self.length_penalty, self.max_decode_length = length_penalty, max_decode_length
     self.scheduled_sampling, self.scheduled_sampling_steps = scheduled_sampling, scheduled_sampling_steps
 
   # --- Data --------------------------------------------------------------------------------------------------
@@ -168,7 +174,9 @@ class Seq2Seq(Task):
     if self.eval_decode == 'greedy':
       return decode.greedy(decode.stepper(model, inputs, length, encoded=encoded), batch, length)[0]
     s = decode.stepper(model, inputs, length, repeat=self.beam_size, encoded=encoded)
-    return decode.beam_search(s, batch, length, beam_size=self.beam_size, alpha=self.alpha)[0][:, 0]
+    return decode.beam_search(
+      s, batch, length, beam_size=self.beam_size, alpha=self.alpha, length_penalty=self.length_penalty
+    )[0][:, 0]
 
   def eval_sums(self, model: nnx.Module, batch: Batch) -> dict[str, Any]:
     """Sums over the real (mask=1) examples, and under 'host' the arrays BLEU is computed from on the host."""
