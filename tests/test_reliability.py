@@ -122,8 +122,9 @@ def test_a_non_finite_loss_stops_at_once_and_never_reaches_a_checkpoint(smoke_co
 @pytest.mark.slow
 @pytest.mark.parametrize('damage', ['truncate a data file', 'delete a data file', 'delete _METADATA'])
 def test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_used(
-  smoke_config, reference, tmp_path, capsys, damage
+  smoke_config, reference, data_dir, tmp_path, damage
 ):
+  """The rerun is a new process, as after a crash (this one's tensorstore cache still holds what it wrote)."""
   config = smoke_config()  # Checkpoints at 1, 3 and 6.
   workdir = str(tmp_path / 'run')
   train.train_and_evaluate(config, workdir)
@@ -136,9 +137,15 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_used(
     os.remove(largest)
   else:
     os.remove(os.path.join(state_dir, '_METADATA'))
-  capsys.readouterr()
-  train.train_and_evaluate(config, workdir)
-  out = capsys.readouterr().out
+  rerun = subprocess.run(
+    command(workdir, data_dir),
+    cwd=ROOT,
+    env=environment() | {'JAX_NUM_CPU_DEVICES': '8'},
+    capture_output=True,
+    text=True,
+  )
+  assert rerun.returncode == 0 and rerun.stderr == '', rerun.stderr
+  out = rerun.stdout
   note = next(line for line in out.splitlines() if line.startswith('checkpoint 6 does not read whole'))
   moved = note.split('moved to ')[1]
   assert os.path.isdir(moved) and os.path.dirname(moved) == os.path.join(workdir, 'checkpoints_damaged')
