@@ -17,6 +17,7 @@ def assert_same_run(a, b, rtol=1e-5, atol=1e-5):
   jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=rtol, atol=atol), a[1], b[1])
 
 
+@pytest.mark.slow
 def test_remat_policies_give_the_same_steps(smoke_config):
   """With dropout, stochastic depth and mixup on: rematerialisation recomputes the same random masks."""
   devices = jax.devices()[:2]

@@ -145,6 +145,7 @@ def test_same_steps_on_1_device_and_8(seq_data_dir):
   assert np.all(np.diff(losses_1) != 0)
 
 
+@pytest.mark.slow
 def test_remat_and_scan_equal_the_plain_step(seq_data_dir):
   config = load('configs/seq2seq/scan.py:simple,smoke', seq_data_dir, model__dropout=0.0)
   reference, _, _ = run_steps(config, jax.devices()[:1], num_steps=2)
