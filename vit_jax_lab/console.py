@@ -66,6 +66,15 @@ class _WithoutDeadLoopTracebacks(io.TextIOBase):
     return self.stream.fileno()
 
 
+def _unraisable_unless_abandoned_read(unraisable) -> None:
+  """sys.unraisablehook that drops orbax's abandoned reads (coroutines collected after a failed restore, which
+  is reported in one line) and reports everything else as Python does."""
+  code = getattr(unraisable.object, 'cr_code', None)
+  if code is not None and f'{os.sep}orbax{os.sep}' in code.co_filename:
+    return
+  sys.__unraisablehook__(unraisable)
+
+
 def quiet_libraries() -> None:
   """Silences the libraries' logging unless VIT_JAX_LAB_VERBOSE: their start-up banners, progress bars and log
   lines (absl's, up to ERROR: orbax logs a failed write before it raises it, and we report it in one line)."""
@@ -81,6 +90,7 @@ def quiet_libraries() -> None:
   tfds.disable_progress_bar()
   if not isinstance(sys.stderr, _WithoutDeadLoopTracebacks):
     sys.stderr = _WithoutDeadLoopTracebacks(sys.stderr)
+  sys.unraisablehook = _unraisable_unless_abandoned_read
 
 
 def command(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
