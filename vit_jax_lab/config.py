@@ -59,7 +59,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.cache = False  # Keep decoded examples in memory (for small datasets).
   c.data.image_size = config_dict.placeholder(int)  # Resize images to this square size; None keeps theirs.
   c.data.inception_crop = False  # Random-resized crop (Szegedy et al.) before resizing, for training.
-  c.data.crop_padding = 0  # Pad by this many pixels (edge-replicated) and take a random crop, for training.
+  c.data.crop_padding = 0  # Pad by this many pixels (with zeros) and take a random crop, for training.
   c.data.flip = False  # Random horizontal flip, for training.
   c.data.value_range = (-1.0, 1.0)  # Pixel values are scaled to this range.
   # Videos (datasets with a "video" feature): a clip is `num_frames` frames, `frame_stride` apart. Frames are
