@@ -10,8 +10,6 @@ import errno
 import gc
 import os
 import shutil
-import sys
-import tempfile
 import time
 import zipfile
 from typing import Any, Callable, Iterator
@@ -21,6 +19,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from vit_jax_lab import console
 from vit_jax_lab.errors import ConfigError, DiskFull
 
 
@@ -60,12 +59,16 @@ class Checkpointer:
     `note`. When none reads, nothing is moved: that is a changed model, not damage, and a ConfigError."""
     failures = []
     for step in sorted(self.manager.all_steps(), reverse=True):
-      with _stderr_kept_on_success() as outcome:
+      # A failed restore leaves reads in flight on other threads that print dozens of tracebacks ("Event loop
+      # is closed") as they die: held back, as the failure is reported in one line.
+      with console.held_stderr() as held:
         try:
           state, failure = self.restore(step, abstract_state), None
         except Exception as e:  # Whatever orbax or tensorstore raise for a bad file; reported, never hidden.
           state, failure = None, first_line(e)
-        outcome['failed'] = failure is not None
+          gc.collect()  # Finalises the abandoned reads now, while their messages are held back.
+          time.sleep(0.5)
+          held['replay'] = False
       if _all_processes(failure is None):
         for damaged, reason in failures:
           note(f'checkpoint {damaged} does not read whole ({reason}); moved to {self._set_aside(damaged)}')
@@ -96,30 +99,6 @@ class Checkpointer:
     with disk_errors(self.directory):
       self.manager.wait_until_finished()
       self.manager.close()
-
-
-@contextlib.contextmanager
-def _stderr_kept_on_success() -> Iterator[dict[str, bool]]:
-  """Holds back what is written to file descriptor 2 in the block: replayed if the block sets
-  outcome['failed'] False, dropped otherwise. A failed orbax restore leaves reads in flight on other threads
-  that print dozens of tracebacks ("Event loop is closed") as they die; the failure is reported in one line."""
-  outcome = {'failed': False}
-  sys.stderr.flush()
-  saved = os.dup(2)
-  with tempfile.TemporaryFile() as held:
-    os.dup2(held.fileno(), 2)
-    try:
-      yield outcome
-    finally:
-      if outcome['failed']:
-        gc.collect()  # Finalises the abandoned reads now, while their messages are held back.
-        time.sleep(0.5)
-      sys.stderr.flush()
-      os.dup2(saved, 2)
-      os.close(saved)
-      if not outcome['failed']:
-        held.seek(0)
-        os.write(2, held.read())
 
 
 def _all_processes(ok: bool) -> bool:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import ml_collections
 from ml_collections import config_dict
 
-from vit_jax_lab.errors import ConfigError, check  # noqa: F401 (check: re-exported for config files)
+from vit_jax_lab.errors import ConfigError, check
 
 
 def base_config() -> ml_collections.ConfigDict:

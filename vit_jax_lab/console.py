@@ -9,6 +9,7 @@ import functools
 import io
 import os
 import sys
+import tempfile
 import threading
 from typing import Callable, Iterator
 
@@ -18,17 +19,23 @@ VERBOSE = os.environ.get('VIT_JAX_LAB_VERBOSE', '') not in ('', '0')
 
 
 @contextlib.contextmanager
-def _stderr_silenced() -> Iterator[None]:
-  """Sends file descriptor 2 to /dev/null: C++ libraries write there directly, past Python's sys.stderr."""
+def held_stderr() -> Iterator[dict[str, bool]]:
+  """Holds back what is written to file descriptor 2 in the block (C++ libraries write there directly, past
+  Python's sys.stderr), and writes it out at the end unless the block sets held['replay'] = False."""
+  held = {'replay': True}
   sys.stderr.flush()
-  saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-  os.dup2(null, 2)
-  try:
-    yield
-  finally:
-    os.dup2(saved, 2)
-    os.close(saved)
-    os.close(null)
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as buffer:
+    os.dup2(buffer.fileno(), 2)
+    try:
+      yield held
+    finally:
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+      if held['replay']:
+        buffer.seek(0)
+        os.write(2, buffer.read())
 
 
 class _WithoutDeadLoopTracebacks(io.TextIOBase):
@@ -81,7 +88,8 @@ def quiet_libraries() -> None:
   if VERBOSE:
     return
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-  with _stderr_silenced():  # TensorFlow's two shared libraries print a banner each while they load.
+  with held_stderr() as held:  # TensorFlow's two shared libraries print a banner each while they load.
+    held['replay'] = False
     import tensorflow as tf  # noqa: F401
   import tensorflow_datasets as tfds
   from absl import logging
