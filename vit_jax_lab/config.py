@@ -380,6 +380,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for key in ('vocab_size', 'vocab_sentences', 'max_input_length', 'max_target_length', 'pack_factor'):
     check(d[key] > 0, f'data.{key}={d[key]} must be a positive integer')
   check(d.token_budget >= 0, f'data.token_budget={d.token_budget} must be >= 0 (0: batches of data.batch_size)')
+  check(
+    d.pack_factor == 1 or config.model.get('attention') != 'linear',
+    f"data.pack_factor={d.pack_factor} with model.attention='linear': linear attention sums over the whole row, "
+    'so it cannot keep packed sequences apart; set data.pack_factor=1',
+  )
   check(d.shards == -1 or d.shards > 0, f'data.shards={d.shards} must be -1 (one per process) or positive')
   check(o.name in ('adamw', 'sgd'), f"optim.name={o.name!r} is not one of 'adamw', 'sgd'")
   check(o.lr > 0, f'optim.lr={o.lr} must be positive')

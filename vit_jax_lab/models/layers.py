@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+import vit_jax_lab.models.attention as attention
 from vit_jax_lab.errors import ConfigError
 
 xavier = nnx.initializers.xavier_uniform()
@@ -50,6 +51,21 @@ def check_options(choices: dict[str, tuple[Any, tuple[Any, ...]]], rates: dict[s
   for key, rate in rates.items():
     if not 0.0 <= rate < 1.0:
       raise ConfigError(f'model.{key}={rate} must be in [0, 1)')
+
+
+def attention_pattern(
+  kind: str,
+  window: int,
+  random_blocks: int,
+  attention_dropout: float,
+  *,
+  grid: tuple[int, ...] | None,
+  num_global: int,
+) -> attention.Pattern:
+  """A model's `attention`, `attention_window`, `attention_random_blocks` keys, checked, as the self-attention
+  pattern of its tokens: `num_global` leading ones (class token), then `grid` (None: a 1-D sequence)."""
+  attention.check(kind, window, random_blocks, attention_dropout)
+  return attention.Pattern(kind, window, random_blocks, grid, num_global)
 
 
 # Tensor parallelism (Megatron): the kernel dimension of each sub-layer that the mesh's 'model' axis splits.
@@ -152,12 +168,21 @@ class Attention(nnx.Module):
   (the same weights, sliced). Uses `jax.nn.dot_product_attention` (its `implementation`: None picks,
   'xla', or 'cudnn', fused flash attention on NVIDIA GPUs in bf16/fp16) except when attention dropout
   is active, which needs the weights explicitly, and on CPU, where explicit heads-major products run faster.
+  `pattern` makes self-attention 'local', 'sparse' or 'linear' (models/attention.py); cross-attention is full.
   """
 
   def __init__(
-    self, width: int, num_heads: int, *, dropout: float = 0.0, implementation: str | None = None, rngs: nnx.Rngs
+    self,
+    width: int,
+    num_heads: int,
+    *,
+    dropout: float = 0.0,
+    implementation: str | None = None,
+    pattern: attention.Pattern | None = None,
+    rngs: nnx.Rngs,
   ):
     self.num_heads, self.implementation = num_heads, implementation
+    self.pattern = pattern if pattern is not None and pattern.kind != 'full' else None
     self.qkv = nnx.Linear(width, 3 * width, kernel_init=xavier, rngs=rngs)
     self.out = nnx.Linear(width, width, kernel_init=xavier, rngs=rngs)
     self.dropout = Dropout(dropout)
@@ -190,16 +215,36 @@ class Attention(nnx.Module):
       logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
     return jax.nn.softmax(logits, axis=-1)
 
-  def weights(self, x: jax.Array, context: jax.Array | None = None) -> jax.Array:
-    """Attention probabilities (batch, heads, queries, keys)."""
+  def weights(self, x: jax.Array, context: jax.Array | None = None, layer: int = 0) -> jax.Array:
+    """Attention probabilities (batch, heads, queries, keys): zero outside a local or sparse pattern."""
     q, k, _ = self.heads(x, context)
-    return self._probabilities(q, k)
+    if self.pattern is not None and self.pattern.kind == 'linear':
+      raise ConfigError("model.attention='linear' has no attention weights to show; use 'full', 'local' or 'sparse'")
+    mask = None if self.pattern is None else attention.dense_mask(self.pattern, x.shape[1], layer=layer)
+    return self._probabilities(q, k, mask)
 
   def attend(
-    self, q: jax.Array, k: jax.Array, v: jax.Array, *, train: bool, rngs: nnx.Rngs | None, mask: jax.Array | None = None
+    self,
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    train: bool,
+    rngs: nnx.Rngs | None,
+    mask: 'jax.Array | attention.Mask | None' = None,
+    layer: int | jax.Array = 0,
   ) -> jax.Array:
-    """Heads (batch, tokens, heads, head_dim) -> attention outputs of the same shape. `mask`: bool, broadcastable
-    to (batch, heads, queries, keys), True where a query may attend to a key."""
+    """Heads (batch, tokens, heads, head_dim) -> attention outputs of the same shape. `mask`: an `attention.Mask`
+    (or None) for self-attention in this module's pattern; a bool array broadcastable to (batch, heads, queries,
+    keys), True where a query may attend to a key, for full attention under that mask (cross-attention, cached
+    decoding). `layer`: the block's depth, which seeds a sparse pattern's random blocks."""
+    if self.pattern is not None and (mask is None or isinstance(mask, attention.Mask)):
+      if self.pattern.kind == 'linear':
+        return attention.linear_attention(q, k, v, mask)
+      drop = (lambda p: self.dropout(p, train=train, rngs=rngs)) if train and self.dropout.rate > 0.0 else None
+      return attention.blocked_attention(q, k, v, self.pattern, mask, layer, dropout=drop)
+    if isinstance(mask, attention.Mask):
+      mask = mask.dense(k.shape[1])
     # The explicit path also serves float16 without cuDNN (jax.nn.dot_product_attention's XLA path asks for a
     # float16 dot with float32 accumulation, which XLA:CPU lacks) and CPUs, where its heads-major products
     # made ViT-Ti/16's train step about 5% faster than jax.nn.dot_product_attention's token-major ones.
@@ -216,9 +261,10 @@ class Attention(nnx.Module):
     *,
     train: bool = False,
     rngs: nnx.Rngs | None = None,
-    mask: jax.Array | None = None,
+    mask: 'jax.Array | attention.Mask | None' = None,
+    layer: int | jax.Array = 0,
   ) -> jax.Array:
-    return self.output(self.attend(*self.heads(x, context), train=train, rngs=rngs, mask=mask))
+    return self.output(self.attend(*self.heads(x, context), train=train, rngs=rngs, mask=mask, layer=layer))
 
   def output(self, y: jax.Array) -> jax.Array:
     """Attention outputs (batch, tokens, heads, head_dim) -> the output projection (batch, tokens, width)."""
@@ -267,10 +313,13 @@ class EncoderBlock(nnx.Module):
     attention: Callable[..., Attention] = Attention,
     attention_impl: str | None = None,
     activation: str = 'gelu',
+    pattern: 'attention.Pattern | None' = None,
   ):
     self.prenorm = prenorm
     self.norm1 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
-    self.attn = attention(width, num_heads, dropout=attention_dropout, implementation=attention_impl, rngs=rngs)
+    self.attn = attention(
+      width, num_heads, dropout=attention_dropout, implementation=attention_impl, pattern=pattern, rngs=rngs
+    )
     self.norm2 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
     self.mlp = Mlp(width, mlp_dim, dropout=dropout, gelu_approximate=gelu_approximate, activation=activation, rngs=rngs)
     self.dropout = Dropout(dropout)
@@ -301,13 +350,14 @@ class EncoderBlock(nnx.Module):
     train: bool,
     rngs: nnx.Rngs | None,
     drop_path: jax.Array | None,
-    mask: jax.Array | None = None,
+    mask: 'attention.Mask | None' = None,
+    layer: int | jax.Array = 0,
   ) -> jax.Array:
     """The token-mixing residual branch: self-attention (over the keys `mask` allows)."""
     return self.residual(
       x,
       self.norm1,
-      lambda y: self.attn(y, train=train, rngs=rngs, mask=mask),
+      lambda y: self.attn(y, train=train, rngs=rngs, mask=mask, layer=layer),
       train=train,
       rngs=rngs,
       drop_path=drop_path,
@@ -328,16 +378,17 @@ class EncoderBlock(nnx.Module):
     train: bool,
     rngs: nnx.Rngs | None,
     drop_path: jax.Array | None = None,
-    mask: jax.Array | None = None,
+    mask: 'attention.Mask | None' = None,
+    layer: int | jax.Array = 0,
   ) -> jax.Array:
     """`drop_path`: this layer's stochastic-depth rate when it differs from the static one (scanned layers).
-    `mask`: which tokens attend to which (padding, packed sequences), broadcastable to (B, heads, N, N)."""
-    x = self.mix(x, train=train, rngs=rngs, drop_path=drop_path, mask=mask)
+    `mask`: which tokens attend to which (padding, packed sequences, causal). `layer`: this block's depth."""
+    x = self.mix(x, train=train, rngs=rngs, drop_path=drop_path, mask=mask, layer=layer)
     return self.feed_forward(x, train=train, rngs=rngs, drop_path=drop_path)
 
-  def attention_weights(self, x: jax.Array) -> jax.Array:
+  def attention_weights(self, x: jax.Array, layer: int = 0) -> jax.Array:
     """This block's attention probabilities for input tokens `x` (batch, heads, tokens, tokens)."""
-    return self.attn.weights(self.norm1(x) if self.prenorm else x)
+    return self.attn.weights(self.norm1(x) if self.prenorm else x, layer=layer)
 
 
 REMAT_POLICIES = {  # Which activations of a block are kept for the backward pass; the rest is recomputed.
@@ -378,6 +429,7 @@ class Encoder(nnx.Module):
     scan: bool = False,
     attention_impl: str | None = None,
     activation: str = 'gelu',
+    pattern: 'attention.Pattern | None' = None,
   ):
     self.remat, self.scan = remat, scan
     self.drop_path_rates = tuple(drop_path * i / max(depth - 1, 1) for i in range(depth))
@@ -395,6 +447,7 @@ class Encoder(nnx.Module):
         layernorm_epsilon=layernorm_epsilon,
         attention_impl=attention_impl,
         activation=activation,
+        pattern=pattern,
         rngs=block_rngs,
       )
 
@@ -415,22 +468,22 @@ class Encoder(nnx.Module):
       keys = jax.random.split(rngs.dropout() if train and rngs is not None else jax.random.key(0), depth)
 
       def layer(y, inputs):
-        layer_params, key, rate = inputs
+        layer_params, key, rate, i = inputs
         block = nnx.merge(graphdef, layer_params)
-        return block(y, train=train, rngs=nnx.Rngs(dropout=key), drop_path=rate, **block_kwargs), None
+        return block(y, train=train, rngs=nnx.Rngs(dropout=key), drop_path=rate, layer=i, **block_kwargs), None
 
       if policy is not None:
         layer = jax.checkpoint(layer, policy=policy, prevent_cse=False)
-      x, _ = jax.lax.scan(layer, x, (params, keys, jnp.asarray(self.drop_path_rates)))
+      x, _ = jax.lax.scan(layer, x, (params, keys, jnp.asarray(self.drop_path_rates), jnp.arange(depth)))
     else:
 
-      def apply(block, y, r):
-        return block(y, train=train, rngs=r, **block_kwargs)
+      def apply(block, y, r, i):
+        return block(y, train=train, rngs=r, layer=i, **block_kwargs)
 
       if policy is not None:
-        apply = nnx.remat(apply, policy=policy)
-      for block in self.blocks:
-        x = apply(block, x, rngs)
+        apply = nnx.remat(apply, policy=policy, static_argnums=3)
+      for i, block in enumerate(self.blocks):
+        x = apply(block, x, rngs, i)
     return self.norm(x) if self.norm is not None else x
 
 

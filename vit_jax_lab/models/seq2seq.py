@@ -5,10 +5,13 @@ Sequences may be packed: `segments` number the sequences of a row (0 is padding)
 within each, so no token attends across sequences or to padding.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+import vit_jax_lab.models.attention as patterns
 import vit_jax_lab.models.layers as layers
 from vit_jax_lab.errors import ConfigError
 
@@ -71,11 +74,12 @@ class DecoderBlock(layers.EncoderBlock):
     train: bool,
     rngs: nnx.Rngs | None,
     drop_path: jax.Array | None = None,
-    mask: jax.Array | None = None,
+    mask: patterns.Mask | None = None,
+    layer: int | jax.Array = 0,
     encoded: jax.Array | None = None,
     cross_mask: jax.Array | None = None,
   ) -> jax.Array:
-    x = self.mix(x, train=train, rngs=rngs, drop_path=drop_path, mask=mask)
+    x = self.mix(x, train=train, rngs=rngs, drop_path=drop_path, mask=mask, layer=layer)
     x = self.residual(
       x,
       self.cross_norm,
@@ -87,23 +91,40 @@ class DecoderBlock(layers.EncoderBlock):
     return self.feed_forward(x, train=train, rngs=rngs, drop_path=drop_path)
 
   def init_cache(self, encoded: jax.Array, length: int) -> dict[str, jax.Array]:
-    """Empty self-attention keys/values for `length` tokens, and the encoder output's keys/values."""
+    """Empty self-attention keys/values for `length` tokens (linear attention: its running sums), and the
+    encoder output's keys/values."""
     cross_k, cross_v = self.cross_attn.keys_values(encoded)
-    empty = jnp.zeros((encoded.shape[0], length, *cross_k.shape[2:]), cross_k.dtype)
-    return {'k': empty, 'v': empty, 'cross_k': cross_k, 'cross_v': cross_v}
+    b, _, heads, head_dim = cross_k.shape
+    if self.attn.pattern is not None and self.attn.pattern.kind == 'linear':
+      own = patterns.linear_cache(b, heads, head_dim)
+    else:
+      empty = jnp.zeros((b, length, heads, head_dim), cross_k.dtype)
+      own = {'k': empty, 'v': empty}
+    return own | {'cross_k': cross_k, 'cross_v': cross_v}
 
   def step(
-    self, x: jax.Array, cache: dict[str, jax.Array], index: jax.Array, cross_mask: jax.Array | None
+    self, x: jax.Array, cache: dict[str, jax.Array], index: jax.Array, cross_mask: jax.Array | None, layer: int = 0
   ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Tokens (B, 1, D) at position `index` -> outputs (B, 1, D) and the cache with their keys/values."""
+    """Tokens (B, 1, D) at position `index` -> outputs (B, 1, D) and the cache with their keys/values. A local
+    or sparse pattern masks the cached keys to those its row sees; linear attention adds to its running sums."""
     cache = dict(cache)
+    pattern = self.attn.pattern
 
     def self_attention(y):
       q, k, v = self.attn.heads(y)
+      if pattern is not None and pattern.kind == 'linear':
+        out, state = patterns.linear_step(q, k, v, {'kv': cache['kv'], 'z': cache['z']})
+        cache.update(state)
+        return self.attn.output(out)
       for name, new in (('k', k), ('v', v)):
         cache[name] = jax.lax.dynamic_update_slice_in_dim(cache[name], new.astype(cache[name].dtype), index, 1)
-      visible = (jnp.arange(cache['k'].shape[1]) <= index)[None, None, None, :]
-      return self.attn.output(self.attn.attend(q, cache['k'], cache['v'], train=False, rngs=None, mask=visible))
+      length = cache['k'].shape[1]
+      visible = jnp.arange(length) <= index
+      if pattern is not None:
+        visible = patterns.causal_row(pattern, index, length, layer)
+      return self.attn.output(
+        self.attn.attend(q, cache['k'], cache['v'], train=False, rngs=None, mask=visible[None, None, None, :])
+      )
 
     def cross_attention(y):
       q = self.cross_attn.queries(y)
@@ -143,6 +164,13 @@ class Transformer(nnx.Module):
     remat: rematerialisation policy of every block (layers.REMAT_POLICIES).
     scan: stack the layers of each stack and apply them with one `lax.scan`.
     attention_impl: `jax.nn.dot_product_attention`'s implementation: None, 'xla' or 'cudnn'.
+    attention: the self-attention pattern of both stacks (models/attention.py): 'full'; 'local' (blocks of
+      attention_window tokens attend to their block and the adjacent ones, the decoder's to its block and the one
+      before, its first token global; image inputs: 3 x 3 blocks of patches); 'sparse' ('local' plus
+      attention_random_blocks random blocks, BigBird); 'linear' (elu + 1 kernel; the decoder's causal form by
+      prefix sums, decoding with running sums; not with packed sequences). Cross-attention stays full.
+    attention_window: block side in tokens, for 'local' and 'sparse'.
+    attention_random_blocks: random key blocks per query block, for 'sparse'.
   """
 
   TENSOR_PARALLEL = layers.TENSOR_PARALLEL
@@ -172,6 +200,9 @@ class Transformer(nnx.Module):
     remat: str = 'none',
     scan: bool = False,
     attention_impl: str | None = None,
+    attention: str = 'full',
+    attention_window: int = 16,
+    attention_random_blocks: int = 2,
     rngs: nnx.Rngs,
   ):
     if variant is not None and variant not in PRESETS:
@@ -218,6 +249,9 @@ class Transformer(nnx.Module):
       activation=activation,
       rngs=rngs,
     )
+    pattern = functools.partial(
+      layers.attention_pattern, attention, attention_window, attention_random_blocks, attention_dropout
+    )
     embed_init = nnx.initializers.normal(d**-0.5)  # Scaled by sqrt(d) at the input: unit-variance tokens.
     self.target_embedding = nnx.Embed(vocab_size, d, embedding_init=embed_init, rngs=rngs)
     if images:
@@ -232,8 +266,11 @@ class Transformer(nnx.Module):
       self.input_posemb = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (max_len, d)))
       self.target_posemb = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (max_len, d)))
     self.dropout = layers.Dropout(dropout)
-    self.encoder = layers.Encoder(dims['encoder_depth'], d, **stack)
-    self.decoder = layers.Encoder(dims['decoder_depth'], d, block=DecoderBlock, **stack)
+    encoder_grid = self.grid if images else None
+    self.encoder = layers.Encoder(dims['encoder_depth'], d, pattern=pattern(grid=encoder_grid, num_global=0), **stack)
+    self.decoder = layers.Encoder(
+      dims['decoder_depth'], d, block=DecoderBlock, pattern=pattern(grid=None, num_global=1), **stack
+    )
     if share_embeddings == 'none':
       self.logits = nnx.Linear(d, vocab_size, use_bias=False, kernel_init=layers.xavier, rngs=rngs)
 
@@ -268,10 +305,12 @@ class Transformer(nnx.Module):
       segments = jnp.ones(x.shape[:2], jnp.int32)
       mask = None
     else:
-      segments = (inputs != 0).astype(jnp.int32) if segments is None else segments
+      mask = patterns.Mask(
+        (inputs != 0).astype(jnp.int32) if segments is None else segments, packed=segments is not None
+      )
+      segments = mask.segments
       embedding = self.target_embedding if self.share_embeddings == 'all' else self.input_embedding
       x = self._embed(inputs, embedding, positions, getattr(self, 'input_posemb', None))
-      mask = attention_mask(segments, segments)
     x = self.dropout(x, train=train, rngs=rngs)
     return self.encoder(x, train=train, rngs=rngs, mask=mask), segments
 
@@ -290,6 +329,7 @@ class Transformer(nnx.Module):
     rngs: nnx.Rngs | None = None,
   ) -> jax.Array:
     """Decoder inputs (B, T) (targets shifted right) and the encoder output -> logits (B, T, V), all at once."""
+    packed = segments is not None
     segments = (decoder_inputs != 0).astype(jnp.int32) if segments is None else segments
     x = self._embed(decoder_inputs, self.target_embedding, positions, getattr(self, 'target_posemb', None))
     x = self.dropout(x, train=train, rngs=rngs)
@@ -297,7 +337,7 @@ class Transformer(nnx.Module):
       x,
       train=train,
       rngs=rngs,
-      mask=attention_mask(segments, segments, causal=True),
+      mask=patterns.Mask(segments, causal=True, packed=packed),
       encoded=encoded,
       cross_mask=attention_mask(segments, encoder_segments),
     )
@@ -344,6 +384,7 @@ class Transformer(nnx.Module):
     return {
       'layers': [block.init_cache(encoded, length) for block in self._decoder_blocks()],
       'cross_mask': (encoder_segments > 0)[:, None, None, :],
+      'length': jnp.zeros((encoded.shape[0], length, 0), jnp.int8),  # Empty: its shape holds the cache length.
     }
 
   def decode_step(self, tokens: jax.Array, index: jax.Array, cache: dict) -> tuple[jax.Array, dict]:
@@ -353,11 +394,11 @@ class Transformer(nnx.Module):
       self.target_embedding,
       jnp.reshape(index, (1, 1)),
       getattr(self, 'target_posemb', None),
-      length=cache['layers'][0]['k'].shape[1],
+      length=cache['length'].shape[1],
     )
     new_layers = []
-    for block, layer_cache in zip(self._decoder_blocks(), cache['layers']):
-      x, layer_cache = block.step(x, layer_cache, index, cache['cross_mask'])
+    for i, (block, layer_cache) in enumerate(zip(self._decoder_blocks(), cache['layers'])):
+      x, layer_cache = block.step(x, layer_cache, index, cache['cross_mask'], layer=i)
       new_layers.append(layer_cache)
     if self.decoder.norm is not None:
       x = self.decoder.norm(x)

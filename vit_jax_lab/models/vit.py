@@ -67,6 +67,12 @@ class ViT(nnx.Module):
       compile time does not grow with depth. Checkpoints and releases load into either layout.
     attention_impl: `jax.nn.dot_product_attention`'s implementation: None (JAX picks), 'xla', or 'cudnn'
       (fused flash attention; NVIDIA GPUs with compute_dtype='bfloat16').
+    attention: the self-attention pattern (models/attention.py): 'full' (O(n^2)); 'local', blocks of
+      attention_window x attention_window patches attending to their 3 x 3 neighbourhood of blocks on the patch
+      grid, the class token global (O(n)); 'sparse', 'local' plus attention_random_blocks random blocks (BigBird;
+      O(n)); 'linear', kernelised linear attention (elu + 1; O(n)).
+    attention_window: block side in patches along each grid axis, for 'local' and 'sparse'.
+    attention_random_blocks: random key blocks per query block, for 'sparse'.
   """
 
   TENSOR_PARALLEL = layers.TENSOR_PARALLEL
@@ -97,6 +103,9 @@ class ViT(nnx.Module):
     remat: str = 'none',
     scan: bool = False,
     attention_impl: str | None = None,
+    attention: str = 'full',
+    attention_window: int = 4,
+    attention_random_blocks: int = 2,
     rngs: nnx.Rngs,
   ):
     if len(input_shape) != 3:
@@ -124,6 +133,14 @@ class ViT(nnx.Module):
     p, d = dims['patch_size'], dims['width']
     self.grid = (height // p, wide // p)
     self.num_heads = dims['num_heads']
+    pattern = layers.attention_pattern(
+      attention,
+      attention_window,
+      attention_random_blocks,
+      attention_dropout,
+      grid=self.grid,
+      num_global=int(pool == 'tok'),
+    )
     self.gelu_approximate, self.layernorm_epsilon = gelu_approximate, layernorm_epsilon
     self.pool, self.posemb_type, self.posemb_resize = pool, posemb, posemb_resize
     norm_kwargs = dict(gelu_approximate=gelu_approximate, layernorm_epsilon=layernorm_epsilon)
@@ -147,6 +164,7 @@ class ViT(nnx.Module):
       remat=remat,
       scan=scan,
       attention_impl=attention_impl,
+      pattern=pattern,
       rngs=rngs,
       **norm_kwargs,
     )
@@ -209,7 +227,7 @@ class ViT(nnx.Module):
   def attention_maps(self, images: jax.Array) -> list[jax.Array]:
     """Every block's attention probabilities (batch, heads, tokens, tokens), in inference mode."""
     x, maps = self.tokens(images), []
-    for block in self.encoder.blocks:
-      maps.append(block.attention_weights(x))
-      x = block(x, train=False, rngs=None)
+    for i, block in enumerate(self.encoder.blocks):
+      maps.append(block.attention_weights(x, layer=i))
+      x = block(x, train=False, rngs=None, layer=i)
     return maps

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+import vit_jax_lab.models.attention as attention
 import vit_jax_lab.models.layers as layers
 import vit_jax_lab.models.release as release
 import vit_jax_lab.models.vit as vit
@@ -76,9 +77,10 @@ class FactorisedDotProductAttention(layers.Attention):
     grid: tuple[int, int],
     dropout: float = 0.0,
     implementation: str | None = None,
+    pattern: attention.Pattern | None = None,
     rngs: nnx.Rngs,
   ):
-    super().__init__(width, num_heads, dropout=dropout, implementation=implementation, rngs=rngs)
+    super().__init__(width, num_heads, dropout=dropout, implementation=implementation, pattern=pattern, rngs=rngs)
     self.grid = grid
 
   def __call__(
@@ -88,9 +90,10 @@ class FactorisedDotProductAttention(layers.Attention):
     *,
     train: bool = False,
     rngs: nnx.Rngs | None = None,
-    mask: jax.Array | None = None,
+    mask: attention.Mask | None = None,
+    layer: int | jax.Array = 0,
   ) -> jax.Array:
-    del context, mask  # Self-attention over every token of a clip.
+    del context, mask, layer  # Self-attention over every token of a clip.
     b, n, _ = x.shape
     (nt, ns), half = self.grid, self.num_heads // 2
     q, k, v = (y.reshape(b, nt, ns, *y.shape[2:]) for y in self.heads(x))
@@ -143,9 +146,10 @@ class FactorisedSelfAttentionBlock(layers.EncoderBlock):
     train: bool,
     rngs: nnx.Rngs | None,
     drop_path: jax.Array | None,
-    mask: jax.Array | None = None,
+    mask: attention.Mask | None = None,
+    layer: int | jax.Array = 0,
   ) -> jax.Array:
-    del mask  # Every token of a clip is real.
+    del mask, layer  # Every token of a clip is real; the attention is full.
     b, n, d = x.shape
     nt, ns = self.grid
 
@@ -215,6 +219,12 @@ class ViViT(nnx.Module):
     remat: rematerialisation policy of every block (layers.REMAT_POLICIES), as for the ViT.
     scan: apply each encoder's blocks with one `lax.scan` over stacked parameters, as for the ViT.
     attention_impl: `jax.nn.dot_product_attention`'s implementation (None, 'xla', 'cudnn'), as for the ViT.
+    attention: the self-attention pattern of models 1 and 2, as for the ViT: 'full', 'local' (blocks of
+      attention_window tubelets along time, height and width attend to their 3 x 3 x 3 neighbourhood; model 2:
+      3 x 3 blocks of each frame's patches, and 3 blocks of time steps), 'sparse' or 'linear'. Models 3 and 4
+      already factorise attention over space and time and take only 'full'.
+    attention_window: block side in tokens along each axis, for 'local' and 'sparse'.
+    attention_random_blocks: random key blocks per query block, for 'sparse'.
   """
 
   TENSOR_PARALLEL = layers.TENSOR_PARALLEL
@@ -251,6 +261,9 @@ class ViViT(nnx.Module):
     remat: str = 'none',
     scan: bool = False,
     attention_impl: str | None = None,
+    attention: str = 'full',
+    attention_window: int = 4,
+    attention_random_blocks: int = 2,
     rngs: nnx.Rngs,
   ):
     if len(input_shape) != 4:
@@ -292,6 +305,11 @@ class ViViT(nnx.Module):
         f'model.num_heads={dims["num_heads"]} must be even: factorised_dot_product splits the '
         'heads between space and time'
       )
+    if attention != 'full' and model not in MODELS[:2]:
+      raise ConfigError(
+        f"model.attention={attention!r} applies to models 'spatiotemporal' and 'factorised_encoder'; model {model!r} "
+        "already factorises attention over space and time: use model.attention='full'"
+      )
     if temporal_depth < 1:
       raise ConfigError(f'model.temporal_depth={temporal_depth} must be positive')
     p, d = dims['patch_size'], dims['width']
@@ -302,6 +320,16 @@ class ViViT(nnx.Module):
     self.tubelet_init, self.temporal_attention_init = tubelet_init, temporal_attention_init
     nt, ns = self.grid
     init = nnx.initializers.normal(0.02)
+
+    def pattern(grid):
+      return layers.attention_pattern(
+        attention,
+        attention_window,
+        attention_random_blocks,
+        attention_dropout,
+        grid=grid,
+        num_global=int(pool == 'tok'),
+      )
 
     def learned(n):
       return nnx.Param(init(rngs.params(), (1, n, d))) if posemb == 'learn' else None
@@ -339,13 +367,13 @@ class ViViT(nnx.Module):
     self.dropout = layers.Dropout(dropout)
     if model == 'factorised_encoder':
       self.pos_embedding = learned(ns + (pool == 'tok'))
-      self.encoder = encoder(dims['depth'])
+      self.encoder = encoder(dims['depth'], pattern=pattern(self.space_grid))
       self.temporal_cls = cls()
       self.temporal_pos_embedding = learned(nt + (pool == 'tok'))
-      self.temporal_encoder = encoder(temporal_depth)
+      self.temporal_encoder = encoder(temporal_depth, pattern=pattern((nt,)))
     else:
       self.pos_embedding = learned(nt * ns + (pool == 'tok'))
-      self.encoder = encoder(dims['depth'], block=block)
+      self.encoder = encoder(dims['depth'], block=block, pattern=pattern((nt, *self.space_grid)))
     head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
     self.head = nnx.Linear(d, num_classes, kernel_init=head_init, rngs=rngs)
 
