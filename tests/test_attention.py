@@ -1,6 +1,8 @@
 """Attention patterns: each blocked pattern is full attention under its mask, each costs O(n), decoding with a
 cache equals decoding without, and misuse is one line."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -259,3 +261,15 @@ def test_every_pattern_runs_in_every_family():
       )
       assert np.all(np.isfinite(model(video)))
     assert np.all(np.isfinite(vit.ViT(3, (8, 8, 1), variant='mu/2', attention=kind, rngs=nnx.Rngs(0))(images)))
+
+
+def test_attention_map_command_draws_sparse_maps_and_refuses_linear(data_dir, tmp_path, capsys):
+  from vit_jax_lab.tools import attention_map
+
+  out = str(tmp_path / 'attention.png')
+  args = ['--config', 'configs/vit/digits.py:smoke', f'--config.data.data_dir={data_dir}', '--out', out]
+  sparse = ['--config.model.patch_size=2', '--config.model.attention=sparse', '--config.model.attention_window=1']
+  assert attention_map.main([*args, *sparse]) == 0
+  assert os.path.getsize(out) > 0
+  assert attention_map.main([*args, '--config.model.attention=linear']) == 2
+  assert 'no attention weights' in capsys.readouterr().err
