@@ -104,7 +104,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.vocab_size = 32_000  # Pieces of a trained SentencePiece vocabulary.
   c.data.vocab_sentences = 1_000_000  # Train a SentencePiece vocabulary on this many training examples.
   c.data.max_input_length = 64  # Source tokens (EOS included). Longer training examples are left out; evaluation
-  # keeps every example and cuts it to this.
+  # keeps every example and cuts it to this. Classification of token sequences (an "inputs" feature, e.g. listops):
+  # every sequence is padded to this length, a longer one cut; it must hold a dataset's declared longest.
   c.data.max_target_length = 64  # Target tokens (EOS included); the same rules.
   c.data.pack_factor = 1  # > 1: pack this many batches' worth of sequences into each training batch (sequence
   # packing: fewer padding tokens; sequences that do not fit are left out, see train/packed_fraction).

@@ -65,10 +65,6 @@ class Pattern:
   grid: tuple[int, ...] | None = None
   num_global: int = 0
 
-  @property
-  def blocked(self) -> bool:
-    return self.kind in ('local', 'sparse')
-
   def grid_for(self, n: int) -> tuple[int, ...]:
     """The grid of a sequence of n tokens."""
     if self.grid is None:
@@ -243,10 +239,13 @@ def blocked_attention(
     probs = dropout(probs)
   out = _from_tiles(jnp.einsum('bhnqk,bnkhd->bnqhd', probs, values), grid, sides, counts)
   if g:  # The global queries see every key (a few full rows).
-    row = Mask(segments, causal).dense(n)
+    rows = jnp.ones((1, g, n), bool)
+    if causal:
+      rows = rows & (jnp.arange(n)[None, :] <= jnp.arange(g)[:, None])[None]
+    if segments is not None:
+      rows = rows & (segments[:, :g, None] == segments[:, None, :])
     glogits = jnp.einsum('bqhd,bkhd->bhqk', q[:, :g], k)
-    if row is not None:
-      glogits = jnp.where(row[:, :, :g], glogits, jnp.finfo(glogits.dtype).min)
+    glogits = jnp.where(rows[:, None], glogits, jnp.finfo(glogits.dtype).min)
     gprobs = jax.nn.softmax(glogits, axis=-1)
     if dropout is not None:
       gprobs = dropout(gprobs)

@@ -1,4 +1,5 @@
-"""Classification: one label per example, softmax cross-entropy, top-1 accuracy.
+"""Classification: one label per example (an image, a video or a token sequence), softmax cross-entropy, top-1
+accuracy.
 
 The data module (TensorFlow) is imported where it is used, so that a config file naming this task loads
 without TensorFlow and a mistake in it is reported at once.
@@ -52,9 +53,18 @@ class Classification(Task):
     del workdir  # Nothing is derived from the data.
     from vit_jax_lab.data import labels
 
-    return labels.dataset_info(builder, data_config)
+    info = labels.dataset_info(builder, data_config)
+    if info.input_key == 'inputs' and (self.mixup or self.cutmix):
+      raise ConfigError(
+        f'task.mixup={self.mixup} and task.cutmix={self.cutmix} mix images, and data.name={data_config.name!r} has '
+        'token sequences: set both to 0'
+      )
+    return info
 
   def model_kwargs(self, info: labels.LabelInfo) -> dict[str, Any]:
+    """Images and videos: num_classes and input_shape; token sequences: num_classes, vocab_size and max_len."""
+    if info.input_key == 'inputs':
+      return dict(num_classes=info.num_classes, vocab_size=info.vocab_size, max_len=info.input_shape[0])
     return dict(num_classes=info.num_classes, input_shape=info.input_shape)
 
   def prepare(self, info: labels.LabelInfo, train: bool) -> Callable:

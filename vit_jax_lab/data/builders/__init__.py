@@ -8,6 +8,7 @@ from vit_jax_lab.errors import check
 BUILTIN = {
   'digit_scenes': 'vit_jax_lab.data.builders.digit_scenes',
   'digits': 'vit_jax_lab.data.builders.digits',
+  'listops': 'vit_jax_lab.data.builders.listops',
   'moving_digits': 'vit_jax_lab.data.builders.moving_digits',
   'scan': 'vit_jax_lab.data.builders.scan',
 }
@@ -19,8 +20,16 @@ def is_builtin(name: str) -> bool:
 
 
 def register(name: str) -> None:
-  """Imports the builder module, which registers `name` (less any '/config') with TFDS."""
-  importlib.import_module(BUILTIN[name.split('/')[0]])
+  """Imports the builder module, which registers `name` (less any '/config') with TFDS; a config it does not
+  have is a ConfigError."""
+  base, _, config = name.partition('/')
+  module = importlib.import_module(BUILTIN[base])
+  configs = [c.name for b in vars(module).values() if hasattr(b, 'BUILDER_CONFIGS') for c in b.BUILDER_CONFIGS]
+  config = config.partition(':')[0]  # 'scan/simple:1.0.0' names a version too.
+  check(
+    not config or config in configs,
+    f'data.name={name!r}: the built-in {base} has no config {config!r}; its configs: {", ".join(configs) or "none"}',
+  )
 
 
 def check_data_dir(data_config) -> None:
