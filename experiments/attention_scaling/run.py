@@ -1,0 +1,191 @@
+"""Time and compiled peak memory of each attention pattern against sequence length, rendered into README.md.
+
+python experiments/attention_scaling/run.py                    # every row (about 25 minutes on 2 CPU cores)
+python experiments/attention_scaling/run.py --sizes 256,1024   # a quick look; prints, writes nothing
+
+Two measurements per pattern and token count n: one ViT-Ti self-attention layer (width 192, 3 heads; forward and
+backward), and a whole ViT-Ti/16 train step (batch 1, AdamW) on a square image of n patches (256 px: 256 patches,
+4096 px: 65,536), average-pooled so n counts only patches. Local and sparse attention use blocks of 4 x 4 patches
+(each patch sees 12 x 12 at most); sparse adds 2 random blocks. Each configuration runs in a process of its own;
+one whose compiled peak memory exceeds what the machine has free is reported as out of memory and not run, and
+one the kernel kills for memory is reported so too. Times are medians over --repeats (2) calls after one warm-up
+call; the slope is the least-squares slope of log time against log n for n >= 1,024. Run nothing else meanwhile.
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+os.environ.setdefault('JAX_NUM_CPU_DEVICES', '1')  # One device: batch 1, and every core serves it.
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from experiments import common  # noqa: E402
+from vit_jax_lab import config as config_lib, train  # noqa: E402
+from vit_jax_lab.models import attention, layers  # noqa: E402
+from vit_jax_lab.tools import bench  # noqa: E402
+
+KINDS = ('full', 'local', 'sparse', 'linear')
+SIZES = (256, 1024, 4096, 16384, 65536)
+WINDOW, RANDOM_BLOCKS = 4, 2
+README = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'README.md')
+
+
+def free_bytes() -> int:
+  """Memory available to a new allocation now (Linux MemAvailable), less 2 GiB of headroom."""
+  with open('/proc/meminfo') as f:
+    fields = dict(line.split(':') for line in f)
+  return int(fields['MemAvailable'].split()[0]) * 1024 - 2 * 2**30
+
+
+def peak_bytes(compiled) -> int:
+  m = compiled.memory_analysis()
+  return m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+
+
+def measure(compiled, call, repeats: int) -> dict:
+  """{'seconds', 'gib'} of `call()` (which runs `compiled` once), or {'oom_gib'} when its compiled peak does not
+  fit in memory."""
+  peak = peak_bytes(compiled)
+  if peak > free_bytes():
+    return {'oom_gib': peak / 2**30}
+  jax.block_until_ready(call())
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(call())
+    times.append(time.perf_counter() - t0)
+  return {'seconds': statistics.median(times), 'gib': peak / 2**30}
+
+
+def layer_row(kind: str, n: int, repeats: int) -> dict:
+  side = math.isqrt(n)
+  pattern = attention.Pattern(kind, window=WINDOW, random_blocks=RANDOM_BLOCKS, grid=(side, side))
+  graphdef, params = nnx.split(layers.Attention(192, 3, pattern=pattern, rngs=nnx.Rngs(0)))
+
+  def forward_backward(params, x):
+    return jax.grad(lambda p, x: jnp.sum(nnx.merge(graphdef, p)(x) ** 2), argnums=(0, 1))(params, x)
+
+  x = jax.random.normal(jax.random.key(0), (1, n, 192))
+  compiled = jax.jit(forward_backward).lower(params, x).compile()
+  return measure(compiled, lambda: compiled(params, x), repeats)
+
+
+def step_row(kind: str, n: int, repeats: int) -> dict:
+  side = 16 * math.isqrt(n)
+  config = config_lib.load('configs/vit/digits.py')
+  config.model.update(variant='Ti/16', pool='gap', posemb='learn', dropout=0.0, attention=kind)
+  config.model.update(attention_window=WINDOW, attention_random_blocks=RANDOM_BLOCKS)
+  config.model.update(**{k: None for k in ('width', 'depth', 'mlp_dim', 'num_heads', 'patch_size')})
+  config.data.batch_size = config.data.eval_batch_size = 1
+  s, batch = bench.synthetic_setup(config, f'{side},{side},3,1000')
+  state = jax.block_until_ready(train.init_state(s))
+  compiled = train.make_train_step(s).lower(state, batch).compile()
+  states = [state]
+
+  def step():  # The step donates its state: each call takes the one before's.
+    states[0], metrics = compiled(states[0], batch)
+    return metrics
+
+  return measure(compiled, step, repeats)
+
+
+def slope(rows: dict[int, dict]) -> float | None:
+  """Of log time against log n, from n = 1,024 on: below, fixed costs (dispatch, small kernels) dominate."""
+  points = [(math.log(n), math.log(r['seconds'])) for n, r in rows.items() if 'seconds' in r and n >= 1024]
+  if len(points) < 2:
+    return None
+  x, y = np.array(points).T
+  return float(np.polyfit(x, y, 1)[0])
+
+
+def run_cell(what: str, kind: str, n: int, repeats: int) -> dict:
+  """One configuration measured in a process of its own: {'seconds', 'gib'}, {'oom_gib'} (its compiled peak does
+  not fit), or {'killed': True} (the kernel ended it for memory)."""
+  command = [sys.executable, os.path.abspath(__file__), '--cell', f'{what},{kind},{n}', '--repeats', str(repeats)]
+  done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+  if done.returncode in (-9, 137):
+    return {'killed': True}
+  if done.returncode:
+    raise RuntimeError(f'{what} {kind} n={n} failed:\n{done.stderr[-3000:]}')
+  return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def cell(r: dict) -> str:
+  if 'oom_gib' in r:
+    return f'out of memory ({r["oom_gib"]:.0f} GiB)'
+  if 'killed' in r:
+    return 'out of memory (killed)'
+  return f'{1e3 * r["seconds"]:,.1f} ms / {r["gib"]:.2f} GiB'
+
+
+def render(results: dict, sizes: tuple[int, ...]) -> str:
+  lines = []
+  for what, title in (('layer', 'One self-attention layer, forward + backward'), ('step', 'ViT-Ti/16 train step')):
+    lines += [f'**{title}** (time / compiled peak memory)', '']
+    lines.append('| attention | ' + ' | '.join(f'n = {n:,}' for n in sizes) + ' | slope |')
+    lines.append('|---' * (len(sizes) + 2) + '|')
+    for kind in KINDS:
+      rows = results[what][kind]
+      s = slope(rows)
+      lines.append(
+        f'| {kind} | ' + ' | '.join(cell(rows[n]) for n in sizes) + f' | {"-" if s is None else f"{s:.2f}"} |'
+      )
+    full = results[what]['full']
+    largest = [n for n in sizes if n >= 16384]
+    for n in largest:
+      ratios = []
+      for kind in KINDS[1:]:
+        r = results[what][kind][n]
+        if 'seconds' not in r:
+          ratios.append(f'{kind} out of memory')
+        elif 'seconds' in full[n]:
+          ratios.append(f'{kind} {full[n]["seconds"] / r["seconds"]:.1f}x')
+        else:
+          ratios.append(f'{kind} runs, full does not')
+      lines.append('')
+      lines.append(f'At n = {n:,}, faster than full: ' + ', '.join(ratios) + '.')
+    lines.append('')
+  return '\n'.join(lines)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser()
+  parser.add_argument('--sizes', default=','.join(map(str, SIZES)))
+  parser.add_argument('--repeats', type=int, default=2)
+  parser.add_argument('--cell', help='WHAT,KIND,N: measure one configuration and print it as JSON (used by main)')
+  args = parser.parse_args()
+  if args.cell:
+    what, kind, n = args.cell.split(',')
+    print(json.dumps({'layer': layer_row, 'step': step_row}[what](kind, int(n), args.repeats)))
+    return
+  sizes = tuple(int(n) for n in args.sizes.split(','))
+  results = {'layer': {k: {} for k in KINDS}, 'step': {k: {} for k in KINDS}}
+  start = time.time()
+  for what in results:
+    for kind in KINDS:
+      for n in sizes:
+        results[what][kind][n] = run_cell(what, kind, n, args.repeats)
+        print(what, kind, n, cell(results[what][kind][n]), flush=True)
+  table = render(results, sizes)
+  print(table)
+  if sizes != SIZES:
+    return
+  machine = f'{platform.processor() or platform.machine()}, {os.cpu_count()} cores, one JAX device'
+  minutes = (time.time() - start) / 60
+  common.write_table(__file__, [table, '', f'Measured on {machine}, jax {jax.__version__}, in {minutes:.0f} minutes.'])
+
+
+if __name__ == '__main__':
+  main()
