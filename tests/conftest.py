@@ -34,24 +34,25 @@ from vit_jax_lab import config as config_lib  # noqa: E402
 from vit_jax_lab.data import builders  # noqa: E402
 
 
-@pytest.fixture(scope='session')
-def data_dir(tmp_path_factory) -> str:
-  path = str(tmp_path_factory.mktemp('tensorflow_datasets'))
-  builders.register('digits')
-  tfds.builder('digits', data_dir=path).download_and_prepare(
+def build_builtin(name: str, data_dir: str) -> str:
+  """Builds the built-in dataset `name` (with any '/config') in `data_dir`, through the registry as pipeline.load
+  does; returns data_dir."""
+  builders.register(name)
+  tfds.builder(name, data_dir=data_dir).download_and_prepare(
     download_config=tfds.download.DownloadConfig(try_download_gcs=False)
   )
-  return path
+  return data_dir
+
+
+@pytest.fixture(scope='session')
+def data_dir(tmp_path_factory) -> str:
+  return build_builtin('digits', str(tmp_path_factory.mktemp('tensorflow_datasets')))
 
 
 @pytest.fixture(scope='session')
 def moving_digits_dir(data_dir) -> str:
   """The session's data_dir, with moving_digits built in it too (only by the tests that ask for it)."""
-  builders.register('moving_digits')
-  tfds.builder('moving_digits', data_dir=data_dir).download_and_prepare(
-    download_config=tfds.download.DownloadConfig(try_download_gcs=False)
-  )
-  return data_dir
+  return build_builtin('moving_digits', data_dir)
 
 
 def load_config(spec: str, data_dir: str, **overrides):

@@ -10,9 +10,8 @@ import pytest
 import tensorflow_datasets as tfds
 from flax import nnx
 
-from conftest import load_config
+from conftest import build_builtin, load_config
 from vit_jax_lab import config as config_lib, train
-from vit_jax_lab.data import builders
 from vit_jax_lab.data.builders import listops
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.models import text_classifier
@@ -24,12 +23,7 @@ SMOKE = 'configs/lra/listops.py:smoke'
 @pytest.fixture(scope='module')
 def listops_dir(tmp_path_factory) -> str:
   """A data_dir with listops/tiny built once, through the registry as pipeline.load does."""
-  path = str(tmp_path_factory.mktemp('tensorflow_datasets'))
-  builders.register('listops/tiny')
-  tfds.builder('listops/tiny', data_dir=path).download_and_prepare(
-    download_config=tfds.download.DownloadConfig(try_download_gcs=False)
-  )
-  return path
+  return build_builtin('listops/tiny', str(tmp_path_factory.mktemp('tensorflow_datasets')))
 
 
 def ids(text: str) -> list[int]:

@@ -231,7 +231,7 @@ class Attention(nnx.Module):
     *,
     train: bool,
     rngs: nnx.Rngs | None,
-    mask: 'jax.Array | attention.Mask | None' = None,
+    mask: jax.Array | attention.Mask | None = None,
     layer: int | jax.Array = 0,
   ) -> jax.Array:
     """Heads (batch, tokens, heads, head_dim) -> attention outputs of the same shape. `mask`: an `attention.Mask`
@@ -261,7 +261,7 @@ class Attention(nnx.Module):
     *,
     train: bool = False,
     rngs: nnx.Rngs | None = None,
-    mask: 'jax.Array | attention.Mask | None' = None,
+    mask: jax.Array | attention.Mask | None = None,
     layer: int | jax.Array = 0,
   ) -> jax.Array:
     return self.output(self.attend(*self.heads(x, context), train=train, rngs=rngs, mask=mask, layer=layer))
@@ -313,7 +313,7 @@ class EncoderBlock(nnx.Module):
     attention: Callable[..., Attention] = Attention,
     attention_impl: str | None = None,
     activation: str = 'gelu',
-    pattern: 'attention.Pattern | None' = None,
+    pattern: attention.Pattern | None = None,
   ):
     self.prenorm = prenorm
     self.norm1 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
@@ -350,7 +350,7 @@ class EncoderBlock(nnx.Module):
     train: bool,
     rngs: nnx.Rngs | None,
     drop_path: jax.Array | None,
-    mask: 'attention.Mask | None' = None,
+    mask: attention.Mask | None = None,
     layer: int | jax.Array = 0,
   ) -> jax.Array:
     """The token-mixing residual branch: self-attention (over the keys `mask` allows)."""
@@ -378,7 +378,7 @@ class EncoderBlock(nnx.Module):
     train: bool,
     rngs: nnx.Rngs | None,
     drop_path: jax.Array | None = None,
-    mask: 'attention.Mask | None' = None,
+    mask: attention.Mask | None = None,
     layer: int | jax.Array = 0,
   ) -> jax.Array:
     """`drop_path`: this layer's stochastic-depth rate when it differs from the static one (scanned layers).
@@ -429,7 +429,7 @@ class Encoder(nnx.Module):
     scan: bool = False,
     attention_impl: str | None = None,
     activation: str = 'gelu',
-    pattern: 'attention.Pattern | None' = None,
+    pattern: attention.Pattern | None = None,
   ):
     self.remat, self.scan = remat, scan
     self.drop_path_rates = tuple(drop_path * i / max(depth - 1, 1) for i in range(depth))
