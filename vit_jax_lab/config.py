@@ -94,6 +94,18 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.eval_clips = 1  # Evaluation views: this many evenly spaced temporal clips per video...
   c.data.eval_crops = 3  # ...times this many spatial crops (1: centre; 3: both ends and centre of the longer
   # side). The logits of all eval_clips x eval_crops views of a video are averaged.
+  # Tracking (datasets with "frames" and "boxes"): training pairs of a template crop of the target in one frame and
+  # a search crop around it in a frame at most max_gap away; evaluation crops the same way, online.
+  c.data.template_size = 32  # Template crop side in pixels (ViTCRT and STARK: 128).
+  c.data.search_size = 64  # Search crop side in pixels (ViTCRT and STARK: 320).
+  c.data.template_factor = 2.0  # The template crop covers template_factor * sqrt(w * h) of the frame (STARK: 2).
+  c.data.search_factor = 4.0  # The search crop covers search_factor * sqrt(w * h) (STARK: 5; OSTrack: 4).
+  c.data.max_gap = 10  # Training: the search frame is at most this many frames before or after the template's.
+  c.data.negative_fraction = 0.1  # Training: the fraction of search crops cut away from the target (class 0).
+  c.data.centre_jitter = 3.0  # Training: the search crop's centre moves by up to +-centre_jitter / 2 times the
+  # square root of the target's (jittered) area along each axis (OSTrack: 3).
+  c.data.size_jitter = 0.25  # Training: the target's sides, for the search crop only, scale by exp(N(0, this))
+  # (OSTrack: 0.25).
   # Text (the seq2seq task): which features, their vocabulary, and sequence lengths.
   c.data.source = config_dict.placeholder(str)  # Input feature (text, or an image); None: the dataset's first
   # supervised key.
@@ -386,6 +398,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
     f"data.pack_factor={d.pack_factor} with model.attention='linear': linear attention sums over the whole row, "
     'so it cannot keep packed sequences apart; set data.pack_factor=1',
   )
+  for key in ('template_size', 'search_size', 'max_gap'):
+    check(d[key] > 0, f'data.{key}={d[key]} must be a positive integer')
+  for key in ('template_factor', 'search_factor'):
+    check(d[key] > 0, f"data.{key}={d[key]} must be positive (the crop side in units of the target's size)")
+  check(0 <= d.negative_fraction < 1, f'data.negative_fraction={d.negative_fraction} must be in [0, 1)')
+  for key in ('centre_jitter', 'size_jitter'):
+    check(d[key] >= 0, f'data.{key}={d[key]} must be >= 0 (0 turns it off)')
   check(d.shards == -1 or d.shards > 0, f'data.shards={d.shards} must be -1 (one per process) or positive')
   check(o.name in ('adamw', 'sgd'), f"optim.name={o.name!r} is not one of 'adamw', 'sgd'")
   check(o.lr > 0, f'optim.lr={o.lr} must be positive')

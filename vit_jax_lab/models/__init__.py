@@ -14,13 +14,14 @@ from flax import nnx
 
 from vit_jax_lab import config as config_lib
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.models import seq2seq, text_classifier, vit, vivit
+from vit_jax_lab.models import seq2seq, text_classifier, tracker, vit, vivit
 
 MODELS: dict[str, type[nnx.Module]] = {
   'vit': vit.ViT,
   'vivit': vivit.ViViT,
   'transformer': seq2seq.Transformer,
   'text_classifier': text_classifier.TextClassifier,
+  'tracker': tracker.Tracker,
 }
 
 

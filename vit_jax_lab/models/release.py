@@ -8,6 +8,7 @@ numbers them _0, _0, _1, _0, keeps a top-level pos_embedding without a class-tok
 scanned layers stores one Transformer/encoderblock/... tree whose arrays have a leading layer axis.
 """
 
+import dataclasses
 import math
 from typing import Any
 
@@ -123,6 +124,17 @@ def normalise_release(flat: dict[str, np.ndarray], *, class_token_row: bool) -> 
       pos = np.concatenate([np.zeros_like(pos[:, :1]), pos], axis=1)
     flat['Transformer/posembed_input/pos_embedding'] = pos
   return flat
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageModel:
+  """What `from_release` needs to know of the image ViT whose weights another family (ViViT, the tracker) takes."""
+
+  pool: str
+  posemb_type: str
+  num_heads: int
+  grid: tuple[int, int]
+  posemb_resize: str = 'zoom'
 
 
 # model.posemb_resize: how position embeddings are resampled to another grid, with the note that names it.

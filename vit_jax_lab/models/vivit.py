@@ -13,7 +13,6 @@ so model 1 (and model 3 with its temporal attention zeroed) gives exactly the im
 class token is outweighed nt : 1 by the copies, so with one it holds only for nt = 1 (tests/test_vivit.py).
 """
 
-import dataclasses
 import functools
 import re
 
@@ -164,17 +163,6 @@ class FactorisedSelfAttentionBlock(layers.EncoderBlock):
     for norm, fn in order if self.time_first else order[::-1]:
       x = self.residual(x, norm, fn, train=train, rngs=rngs, drop_path=drop_path)
     return x
-
-
-@dataclasses.dataclass(frozen=True)
-class _ImageModel:
-  """What `release.from_release` needs to know of the image ViT whose weights this video model takes."""
-
-  pool: str
-  posemb_type: str
-  num_heads: int
-  grid: tuple[int, int]
-  posemb_resize: str
 
 
 class ViViT(nnx.Module):
@@ -416,7 +404,7 @@ class ViViT(nnx.Module):
           'workdir); this checkpoint is not one'
         )
       source = release.to_release(source, self.num_heads)
-    image_model = _ImageModel(
+    image_model = release.ImageModel(
       'tok' if self.cls is not None else 'gap',
       'learn' if self.posemb_type == 'learn' else 'sincos2d',
       self.num_heads,

@@ -6,10 +6,14 @@ import ml_collections
 
 from vit_jax_lab import config as config_lib
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.tasks import classification, seq2seq
+from vit_jax_lab.tasks import classification, seq2seq, tracking
 from vit_jax_lab.tasks.base import Task
 
-TASKS: dict[str, type[Task]] = {'classification': classification.Classification, 'seq2seq': seq2seq.Seq2Seq}
+TASKS: dict[str, type[Task]] = {
+  'classification': classification.Classification,
+  'seq2seq': seq2seq.Seq2Seq,
+  'tracking': tracking.Tracking,
+}
 
 
 def get(name: str) -> type[Task]:

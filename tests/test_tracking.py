@@ -1,0 +1,297 @@
+"""The tracking ViT: box geometry and GIoU by hand, the crop -> predict -> map-back chain, the toolkit metrics on
+hand-made sequences, online tracking on 1 and 8 devices, exact resume, and the config's one-line errors."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import tensorflow as tf
+from flax import nnx
+from PIL import Image
+
+from conftest import build_builtin, load_config
+from test_train import crash_after_logging, read_metrics, run_steps
+from vit_jax_lab import boxes, config as config_lib, train
+from vit_jax_lab.data import tracking as data_tracking
+from vit_jax_lab.errors import ConfigError
+from vit_jax_lab.models import tracker
+from vit_jax_lab.tasks import tracking
+from vit_jax_lab.tools import track
+
+SMOKE = 'configs/tracking/digits.py:mlp,smoke'
+
+
+@pytest.fixture(scope='module')
+def tracking_dir(tmp_path_factory) -> str:
+  return build_builtin('tracking_digits/tiny', str(tmp_path_factory.mktemp('tensorflow_datasets')))
+
+
+def test_box_conversions_and_giou_by_hand():
+  box = (2.0, 3.0, 4.0, 6.0)
+  assert boxes.to_corners(box) == (2.0, 3.0, 6.0, 9.0)
+  assert boxes.from_corners((2.0, 3.0, 6.0, 9.0)) == box
+  assert boxes.to_centre(box) == (4.0, 6.0, 4.0, 6.0)
+  assert boxes.from_centre((4.0, 6.0, 4.0, 6.0)) == box
+  # A search region at factor 2 of a 4 x 9 box: side 2 * 6 = 12, centred on (4, 7.5).
+  assert boxes.region((2.0, 3.0, 4.0, 9.0), 2.0) == (-2.0, 1.5, 12.0)
+  # [0, 2] x [0, 2] against [1, 3] x [0, 2]: intersection 2, union 6, hull 3 x 2 = 6 -> IoU = GIoU = 1/3.
+  # Against [3, 4] x [0, 1]: no overlap, union 4 + 1 = 5, hull 4 x 2 = 8 -> IoU 0, GIoU = 0 - 3/8.
+  a = jnp.array([[0.0, 0.0, 2.0, 2.0], [0.0, 0.0, 2.0, 2.0], [1.0, 1.0, 0.0, 0.0]])
+  b = jnp.array([[1.0, 0.0, 2.0, 2.0], [3.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]])
+  iou, giou = tracking.iou_giou(a, b)
+  np.testing.assert_allclose(iou, [1 / 3, 0.0, 0.0], rtol=1e-6)
+  np.testing.assert_allclose(giou, [1 / 3, -3 / 8, 0.0], rtol=1e-6)  # Empty boxes: 0, not NaN.
+
+
+def test_crops_in_tensorflow_and_jax_sample_the_same_pixels():
+  rng = np.random.default_rng(0)
+  image = rng.uniform(0, 255, (23, 31, 3)).astype(np.float32)
+  # Inside, across every edge, larger than the image, and a sub-pixel region.
+  for region in [(3.0, 4.0, 10.0), (-5.5, -3.0, 12.0), (25.0, 18.0, 9.0), (-10.0, -10.0, 60.0), (7.2, 5.9, 0.8)]:
+    for size in (8, 13):
+      expected = data_tracking.crop(tf.constant(image), region, size).numpy()
+      got = np.asarray(tracking.crop(jnp.asarray(image), tuple(map(jnp.float32, region)), size))
+      np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-3, err_msg=str((region, size)))
+  # A crop at the image's own grid is the image.
+  np.testing.assert_allclose(tracking.crop(jnp.asarray(image[:20, :20]), (0.0, 0.0, 20.0), 20), image[:20, :20])
+
+
+class Oracle:
+  """A perfect tracker that sees only the search crop: the frames' channels hold each pixel's own x and y and the
+  true box, so it reads where the crop lies in the frame and the box there, and answers in crop units."""
+
+  def __call__(self, template, search, train=False):
+    del template, train
+    size = search.shape[1]
+    mid = size // 2
+    centre, right, below = search[:, mid, mid], search[:, mid, mid + 1], search[:, mid + 1, mid]
+    step_x, step_y = right[:, 0] - centre[:, 0], below[:, 1] - centre[:, 1]  # Frame pixels per crop pixel.
+    # Crop pixel u samples frame pixel coordinate X(u); as a continuous coordinate the crop's left edge is at
+    # X(mid) + 0.5 - (mid + 0.5) * step.
+    x0, y0 = centre[:, 0] + 0.5 - (mid + 0.5) * step_x, centre[:, 1] + 0.5 - (mid + 0.5) * step_y
+    x, y, w, h = (centre[:, 2 + k] for k in range(4))
+    box = jnp.stack([(x - x0) / (step_x * size), (y - y0) / (step_y * size), w / (step_x * size), h / (step_y * size)])
+    return jnp.zeros(search.shape[0]), box.T
+
+
+def oracle_frames(truth: np.ndarray, height: int, width: int) -> np.ndarray:
+  """(B, T, H, W, 6): x, y of each pixel, then the frame's true box."""
+  ys, xs = np.mgrid[:height, :width].astype(np.float32)
+  coords = np.broadcast_to(np.stack([xs, ys], -1), (*truth.shape[:2], height, width, 2))
+  box = np.broadcast_to(truth[:, :, None, None, :], (*truth.shape[:2], height, width, 4))
+  return np.concatenate([coords, box], -1).astype(np.float32)
+
+
+def test_perfect_predictions_track_exactly_even_at_frame_edges():
+  height, width = 40, 50
+  # Two sequences: one wandering inside, one touching and crossing the edges (centres stay inside the frame).
+  truth = np.array(
+    [
+      [[10, 12, 8, 6], [13, 11, 8, 7], [17, 14, 9, 7], [20, 18, 10, 8], [24, 20, 9, 9]],
+      [[0, 0, 6, 6], [-2, 5, 6, 8], [44, 0, 6, 5], [42, 30, 8, 10], [0, 30, 4, 10]],
+    ],
+    np.float32,
+  )
+  geometry = data_tracking.TrackingInfo(6, 5, (height, width), 2, 2, 16, 32, 2.0, 4.0)
+  predicted, logits = jax.jit(lambda f, b: tracking.track(Oracle(), f, b, geometry))(
+    oracle_frames(truth, height, width), truth[:, 0]
+  )
+  np.testing.assert_allclose(predicted, truth, atol=2e-4)
+  assert logits.shape == (2, 5)
+  metrics = tracking.sequence_metrics(predicted, truth)
+  np.testing.assert_allclose(metrics['ao'], 1.0, atol=1e-4)
+  np.testing.assert_allclose(metrics['auc'], 20 / 21)  # IoU 1 exceeds every threshold but 1 itself.
+
+
+def test_metrics_on_hand_made_sequences():
+  truth = np.tile(np.array([10.0, 10.0, 10.0, 10.0], np.float32), (1, 5, 1))
+  predicted = truth.copy()
+  predicted[0, 1] = [15, 10, 10, 10]  # Half a box to the right: IoU 50 / 150 = 1/3, centre error 5 px.
+  predicted[0, 2] = [10, 10, 10, 5]  # The top half: IoU 1/2, centre error 2.5 px.
+  predicted[0, 3] = [40, 10, 10, 10]  # Off: IoU 0, centre error 30 px (beyond 20).
+  predicted[0, 4] = truth[0, 4]  # Exact: IoU 1.
+  m = {k: float(v[0]) for k, v in tracking.sequence_metrics(predicted, truth).items()}
+  ious = np.array([1 / 3, 1 / 2, 0.0, 1.0])
+  assert m['ao'] == pytest.approx(ious.mean(), abs=1e-6)
+  assert m['sr50'] == pytest.approx(0.25)  # Only IoU 1 exceeds 0.5 (1/2 does not).
+  assert m['sr75'] == pytest.approx(0.25)
+  thresholds = np.linspace(0, 1, 21)
+  assert m['auc'] == pytest.approx(np.mean([(ious > t).mean() for t in thresholds]), abs=1e-6)
+  assert m['precision'] == pytest.approx(0.75)
+  # Centre errors in box sides: 0.5, 0.25, 3, 0 -> at most t for t in 0, 0.01, ..., 0.5.
+  norm = np.array([0.5, 0.25, 3.0, 0.0])
+  expected = np.mean([(norm <= t).mean() for t in np.linspace(0, 0.5, 51)])
+  assert m['norm_precision'] == pytest.approx(expected, abs=1e-6)
+
+
+def test_training_pairs_hold_the_target_where_their_box_says(tracking_dir):
+  config = load_config(SMOKE, tracking_dir, data__negative_fraction=0.5)
+  s = train.setup(config, jax.devices()[:1])
+  batch = jax.device_get(next(train.train_batches(s)))
+  assert batch['template'].shape == (8, 32, 32, 1) and batch['search'].shape == (8, 64, 64, 1)
+  assert set(np.unique(batch['present'])) <= {0.0, 1.0} and 0 < batch['present'].sum() < 8
+  for search, box, present in zip(batch['search'], batch['box'], batch['present']):
+    if not present:
+      continue
+    x, y, w, h = np.round(box * 64).astype(int)
+    inside = search[max(y, 0) : y + h, max(x, 0) : x + w]
+    assert inside.size and inside.max() > search.mean()  # Digit strokes are the brightest pixels.
+    assert np.all(box[2:] > 0) and np.all(box[:2] >= 0) and np.all(box[:2] + box[2:] <= 1 + 1e-6)
+
+
+def test_both_box_heads_give_boxes_and_refuse_bad_options():
+  template, search = jnp.zeros((2, 32, 32, 1)), jnp.ones((2, 64, 64, 1))
+  for head in ('mlp', 'corner'):
+    model = tracker.Tracker(
+      32,
+      64,
+      1,
+      width=32,
+      depth=1,
+      mlp_dim=64,
+      num_heads=2,
+      patch_size=8,
+      box_head=head,
+      corner_channels=16,
+      rngs=nnx.Rngs(0),
+    )
+    logit, box = model(template, search)
+    assert logit.shape == (2,) and box.shape == (2, 4)
+    assert np.all(np.asarray(box[:, 2:]) >= 0)
+  with pytest.raises(ConfigError, match='box_head'):
+    tracker.Tracker(
+      32, 64, 1, width=32, depth=1, mlp_dim=64, num_heads=2, patch_size=8, box_head='mean', rngs=nnx.Rngs(0)
+    )
+  with pytest.raises(ConfigError, match='attention'):
+    tracker.Tracker(
+      32, 64, 1, width=32, depth=1, mlp_dim=64, num_heads=2, patch_size=8, attention='local', rngs=nnx.Rngs(0)
+    )
+
+
+@pytest.mark.parametrize(
+  'overrides, message',
+  [
+    (dict(data__name='digits'), 'no frames and boxes'),
+    (dict(data__search_size=60), 'patch'),
+    (dict(data__negative_fraction=1.0), 'negative_fraction'),
+    (dict(data__search_factor=0.0), 'search_factor'),
+  ],
+)
+def test_bad_tracking_configs_stop_in_one_line(tracking_dir, data_dir, overrides, message):
+  config = load_config(SMOKE, tracking_dir, **overrides)
+  if overrides.get('data__name') == 'digits':
+    config.data.data_dir = data_dir
+  with pytest.raises(ConfigError, match=message) as error:
+    config_lib.validate(config)
+    train.setup(config, jax.devices()[:1])
+  assert '\n' not in str(error.value)
+
+
+def test_online_tracking_gives_equal_boxes_on_1_and_8_devices(tracking_dir):
+  results = []
+  for devices, eval_batch in ((jax.devices()[:1], 4), (jax.devices(), 8)):
+    config = load_config(SMOKE, tracking_dir, data__eval_batch_size=eval_batch)
+    s = train.setup(config, devices)
+    state = train.init_state(s)
+    results.append(train.evaluate(s, train.make_eval_step(s), state.params))
+  assert results[0]['eval/sequences'] == 4
+  for key in results[0]:
+    assert results[0][key] == pytest.approx(results[1][key], abs=1e-5), key
+
+
+def test_train_steps_equal_on_1_and_8_devices(tracking_dir):
+  reference, _, _ = run_steps(load_config(SMOKE, tracking_dir), jax.devices()[:1], num_steps=3)
+  losses, _, _ = run_steps(load_config(SMOKE, tracking_dir, data__eval_batch_size=8), jax.devices(), num_steps=3)
+  np.testing.assert_allclose(losses, reference, rtol=1e-5)
+  assert np.all(np.diff(reference) != 0)
+
+
+@pytest.mark.slow
+def test_resumed_tracking_run_equals_uninterrupted(tracking_dir, tmp_path, monkeypatch):
+  config = load_config(SMOKE, tracking_dir, total_steps=6, checkpoint_every=3, eval_every=3, data__eval_batch_size=8)
+  whole, resumed = str(tmp_path / 'whole'), str(tmp_path / 'resumed')
+  train.train_and_evaluate(config, whole)
+  crash_after_logging(config, resumed, 5, monkeypatch)
+  train.train_and_evaluate(config, resumed)
+  assert read_metrics(resumed) == read_metrics(whole)
+  assert any('eval/auc' in m for m in read_metrics(whole))
+
+
+@pytest.fixture(scope='module')
+def tracking_run(tracking_dir, tmp_path_factory) -> str:
+  """A finished smoke tracking run (corner head, whose maps are spatial)."""
+  workdir = str(tmp_path_factory.mktemp('track_run'))
+  config = load_config('configs/tracking/digits.py:corner,smoke', tracking_dir, data__eval_batch_size=8)
+  train.train_and_evaluate(config, workdir)
+  return workdir
+
+
+@pytest.mark.slow
+def test_track_command_draws_a_test_sequence_and_a_users_frames(tracking_run, tracking_dir, tmp_path, capsys):
+  out = str(tmp_path / 'track.png')
+  assert track.main(['--workdir', tracking_run, '--sequence', '2', '--out', out]) == 0
+  figure = np.asarray(Image.open(out))
+  assert figure.shape == (3 * track.TILE + 8, 8 * (track.TILE + 4), 3)  # 8 frames x (frame, reg, cls).
+  assert figure[track.TILE + 4 :].std() > 0  # The attention rows are drawn.
+  predicted = np.loadtxt(str(tmp_path / 'track.txt'), delimiter=',')
+  assert predicted.shape == (48, 4)
+  assert 'auc' in capsys.readouterr().out
+  # A folder of frames, tracked from a given first box, animated.
+  frames = str(tmp_path / 'frames')
+  os.makedirs(frames)
+  rng = np.random.default_rng(0)
+  for t in range(5):
+    Image.fromarray(rng.integers(0, 255, (40, 50), np.uint8)).save(os.path.join(frames, f'{t + 1}.png'))
+  gif = str(tmp_path / 'mine.gif')
+  assert track.main(['--workdir', tracking_run, '--video', frames, '--box', '10,12,8,8', '--out', gif]) == 0
+  assert Image.open(gif).n_frames == 5
+  np.testing.assert_allclose(np.loadtxt(str(tmp_path / 'mine.txt'), delimiter=',')[0], [10, 12, 8, 8])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+  'args, message',
+  [
+    (['--box', '60,12,8,8'], 'outside the first frame'),
+    (['--box', '10,12,8'], 'expected x,y,w,h'),
+    (['--box', '10,12,0,8'], 'must be positive'),
+    (['--video', 'EMPTY', '--box', '1,1,4,4'], 'holds no frames'),
+    (['--sequence', '9'], 'the eval split has 4 sequences'),
+  ],
+)
+def test_track_command_stops_bad_inputs_in_one_line(tracking_run, tmp_path, capsys, args, message):
+  frames = str(tmp_path / 'frames')
+  os.makedirs(frames)
+  (tmp_path / 'empty').mkdir()
+  Image.fromarray(np.zeros((40, 50), np.uint8)).save(os.path.join(frames, '1.png'))
+  Image.fromarray(np.zeros((40, 50), np.uint8)).save(os.path.join(frames, '2.png'))
+  if args[0] == '--box':
+    args = ['--video', frames] + args
+  args = [str(tmp_path / 'empty') if a == 'EMPTY' else a for a in args]
+  assert track.main(['--workdir', tracking_run, '--out', str(tmp_path / 'x.png')] + args) == 2
+  err = capsys.readouterr().err.strip()
+  assert message in err and '\n' not in err
+
+
+def test_init_from_an_image_vit_copies_the_encoder_and_resamples_positions_per_grid():
+  from vit_jax_lab.models import release, vit
+
+  dims = dict(width=32, depth=2, mlp_dim=64, num_heads=2, patch_size=8)
+  image_model = vit.ViT(10, (32, 32, 1), **dims, rngs=nnx.Rngs(1))  # A 4 x 4 grid with a class token.
+  image = nnx.state(image_model, nnx.Param).to_pure_dict()
+  model = tracker.Tracker(32, 64, 1, **dims, rngs=nnx.Rngs(0))
+  initial = nnx.state(model, nnx.Param).to_pure_dict()
+  for source in (image, release.to_release(image, 2)):  # Our ViT's parameters, and the release layout.
+    loaded, notes = model.load_pretrained(source, initial)
+    jax.tree.map(np.testing.assert_array_equal, loaded['encoder'], jax.tree.map(np.asarray, image['encoder']))
+    np.testing.assert_array_equal(loaded['embedding']['kernel'], image['embedding']['kernel'])
+    grid_pos = np.asarray(image['pos_embedding'])[:, 1:]
+    np.testing.assert_array_equal(loaded['template_pos'], grid_pos)  # Same 4 x 4 grid: unchanged.
+    np.testing.assert_allclose(loaded['search_pos'], release.resample_posemb(grid_pos, (8, 8), False), rtol=1e-6)
+    for fresh in ('cls', 'reg', 'class_head', 'box_mlp'):
+      jax.tree.map(np.testing.assert_array_equal, loaded[fresh], initial[fresh])
+    assert any('search grid (8, 8)' in note for note in notes)
+  with pytest.raises(ConfigError, match='image ViTs'):
+    model.load_pretrained(initial, initial)

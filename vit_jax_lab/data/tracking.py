@@ -1,0 +1,141 @@
+"""Tracking sequences (frames + one box per frame) in tf.data: training pairs of a template crop and a search crop
+sampled as STARK and OSTrack sample them, and whole sequences for online evaluation.
+
+A tracking dataset has 'frames' (T, H, W, C) uint8 and 'boxes' (T, 4) float32 (x, y, w, h) in pixels.
+"""
+
+import dataclasses
+import math
+from typing import Callable
+
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from vit_jax_lab import boxes
+from vit_jax_lab.errors import check
+
+
+@dataclasses.dataclass(frozen=True)
+class TrackingInfo:
+  """What the tracker and the tracking task need to know about the data before anything is built."""
+
+  channels: int
+  frames: int  # Frames per sequence.
+  frame_size: tuple[int, int]  # (height, width) of the frames.
+  num_train: int  # Sequences in the train split.
+  num_eval: int  # Sequences in the eval split.
+  template_size: int  # The crops, as data.template_size, data.search_size, data.template_factor, data.search_factor.
+  search_size: int
+  template_factor: float
+  search_factor: float
+
+
+def dataset_info(builder: tfds.core.DatasetBuilder, data_config) -> TrackingInfo:
+  features = builder.info.features
+  check(
+    'frames' in features and 'boxes' in features,
+    f'data.name={data_config.name!r} has no frames and boxes features (it has {", ".join(features)}): the tracking '
+    'task needs a tracking dataset, e.g. data.name="tracking_digits"',
+  )
+  frames, height, width, channels = features['frames'].shape
+  check(
+    None not in (frames, height, width),
+    f'data.name={data_config.name!r} has sequences of varying length or frame size {features["frames"].shape}; '
+    'the tracking pipeline batches whole sequences of one shape',
+  )
+  check(frames >= 2, f'data.name={data_config.name!r} has sequences of {frames} frame: tracking needs 2 or more')
+
+  def count(split):
+    return builder.info.splits[split].num_examples
+
+  d = data_config
+  return TrackingInfo(
+    channels,
+    frames,
+    (height, width),
+    count(d.train_split),
+    count(d.eval_split),
+    d.template_size,
+    d.search_size,
+    d.template_factor,
+    d.search_factor,
+  )
+
+
+def crop(image: tf.Tensor, region: boxes.Region, size: int) -> tf.Tensor:
+  """A (size, size, C) float32 crop of `image` (H, W, C) over the square `region`, bilinear, each crop pixel sampled
+  at its centre (boxes.crop_sample_points); outside the image: 0. `vit_jax_lab.tasks.tracking.crop` is the same in
+  JAX."""
+  x0, y0, side = (tf.cast(v, tf.float32) for v in region)
+  height, width = (tf.cast(v, tf.float32) for v in tf.unstack(tf.shape(image)[:2]))
+  first_x, last_x = (boxes.crop_sample_points((x0, side), size, i) for i in (0.0, size - 1.0))
+  first_y, last_y = (boxes.crop_sample_points((y0, side), size, i) for i in (0.0, size - 1.0))
+  # crop_and_resize samples box corners given as fractions of (H - 1) and (W - 1).
+  corners = tf.stack([first_y / (height - 1), first_x / (width - 1), last_y / (height - 1), last_x / (width - 1)])
+  return tf.image.crop_and_resize(tf.cast(image, tf.float32)[None], corners[None], [0], [size, size])[0]
+
+
+def _jittered(box: boxes.Box, seed: tf.Tensor, centre_jitter: float, size_jitter: float) -> boxes.Box:
+  """OSTrack's search-region jitter: the box's sides scaled by exp(N(0, size_jitter)) each, its centre moved by
+  up to +-centre_jitter / 2 times the square root of the jittered area along each axis."""
+  size_seed, centre_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+  x, y, w, h = box
+  sw, sh = tf.unstack(tf.exp(tf.random.stateless_normal([2], size_seed) * size_jitter))
+  w, h = w * sw, h * sh
+  dx, dy = tf.unstack((tf.random.stateless_uniform([2], centre_seed) - 0.5) * centre_jitter * tf.sqrt(w * h))
+  cx, cy, _, _ = boxes.to_centre(box)
+  return boxes.from_centre((cx + dx, cy + dy, w, h))
+
+
+def _away(box: boxes.Box, seed: tf.Tensor, factor: float) -> boxes.Box:
+  """A box of the same size whose search region (at `factor`) does not overlap `box`: its centre moved by at
+  least half the region plus half the box along a random direction, in the L-infinity sense."""
+  x, y, w, h = box
+  side = factor * tf.sqrt(w * h)
+  angle = tf.random.stateless_uniform([], seed, 0.0, 2 * math.pi)
+  direction = tf.stack([tf.cos(angle), tf.sin(angle)])
+  reach = (side / 2 + tf.maximum(w, h) / 2) * 1.1 / tf.reduce_max(tf.abs(direction))
+  return x + reach * direction[0], y + reach * direction[1], w, h
+
+
+def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dict, tf.Tensor], dict]:
+  """A sequence -> for training, one pair: 'template' (S_t, S_t, C) and 'search' (S_s, S_s, C) crops in
+  data.value_range, 'box' the target in the search crop (x, y, w, h in crop units, clipped to the crop) and
+  'present' 1 (0 for a negative search crop, away from the target); for evaluation the whole sequence: 'frames'
+  (T, H, W, C) in data.value_range and 'boxes' (T, 4) in pixels."""
+  d = data_config
+  low, high = d.value_range
+
+  def scale(x):
+    return x / 255.0 * (high - low) + low
+
+  def fn(example: dict, seed: tf.Tensor) -> dict:
+    frames, sequence_boxes = example['frames'], example['boxes']
+    if not train:
+      return {'frames': scale(tf.cast(frames, tf.float32)), 'boxes': sequence_boxes}
+    template_seed, gap_seed, jitter_seed, negative_seed, away_seed = tf.unstack(
+      tf.random.experimental.stateless_split(seed, 5)
+    )
+    length = tf.shape(frames)[0]
+    t = tf.random.stateless_uniform([], template_seed, 0, length, tf.int32)
+    gap = tf.random.stateless_uniform([], gap_seed, -d.max_gap, d.max_gap + 1, tf.int32)
+    s = tf.clip_by_value(t + gap, 0, length - 1)
+    template_box, search_box = tuple(tf.unstack(sequence_boxes[t])), tuple(tf.unstack(sequence_boxes[s]))
+    # Crops of scaled frames: the pixels outside a frame are 0 in data.value_range, as in online evaluation.
+    template = crop(
+      scale(tf.cast(frames[t], tf.float32)), boxes.region(template_box, d.template_factor), d.template_size
+    )
+    around = _jittered(search_box, jitter_seed, d.centre_jitter, d.size_jitter)  # The box the crop is cut around.
+    present = tf.random.stateless_uniform([], negative_seed) >= d.negative_fraction
+    around = tf.cond(present, lambda: around, lambda: _away(search_box, away_seed, d.search_factor))
+    region = boxes.region(around, d.search_factor)
+    search = crop(scale(tf.cast(frames[s], tf.float32)), region, d.search_size)
+    x1, y1, x2, y2 = (tf.clip_by_value(v, 0.0, 1.0) for v in boxes.to_corners(boxes.to_crop(search_box, region)))
+    return {
+      'template': template,
+      'search': search,
+      'box': tf.stack(boxes.from_corners((x1, y1, x2, y2))),
+      'present': tf.cast(present, tf.float32),
+    }
+
+  return fn

@@ -1,0 +1,240 @@
+"""Tracking ViT with class and regression tokens (Di Nardo & Ciaramella 2023, ViTCRT), one-stream as OSTrack: one
+encoder over [cls, reg, template patches, search patches]; the class token scores whether the target is in the
+search crop, the regression token gives its box there."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+import vit_jax_lab.models.layers as layers
+import vit_jax_lab.models.release as release
+import vit_jax_lab.models.vit as vit
+from vit_jax_lab.errors import ConfigError
+
+
+class CornerHead(nnx.Module):
+  """ViTCRT's token-attention box head: the regression token's dot product with every search patch feature
+  weights those features; a small conv net turns the weighted grid into top-left and bottom-right heat maps,
+  read out by soft-argmax."""
+
+  def __init__(self, width: int, channels: int, *, rngs: nnx.Rngs):
+    self.convs = nnx.List(
+      [nnx.Conv(a, b, (3, 3), rngs=rngs) for a, b in ((width, channels), (channels, channels // 2))]
+    )
+    self.norms = nnx.List([nnx.LayerNorm(c, rngs=rngs) for c in (channels, channels // 2)])
+    self.corners = nnx.Conv(channels // 2, 2, (1, 1), rngs=rngs)
+
+  def __call__(self, reg: jax.Array, search: jax.Array, grid: tuple[int, int]) -> tuple[jax.Array, jax.Array]:
+    """(box (B, 4) as (x, y, w, h) in search-crop units, corner heat maps (B, gh, gw, 2) as probabilities)."""
+    weights = jnp.einsum('bd,bnd->bn', reg, search) / jnp.sqrt(search.shape[-1])
+    x = (search * jax.nn.sigmoid(weights)[..., None]).reshape(search.shape[0], *grid, -1)
+    for conv, norm in zip(self.convs, self.norms):
+      x = jax.nn.gelu(norm(conv(x)))
+    logits = self.corners(x)  # (B, gh, gw, 2)
+    probs = jax.nn.softmax(logits.reshape(logits.shape[0], -1, 2), axis=1).reshape(logits.shape)
+    # Soft-argmax over cell centres, in crop units.
+    ys, xs = ((jnp.arange(n) + 0.5) / n for n in grid)
+    px, py = probs.sum(1), probs.sum(2)  # (B, gw, 2), (B, gh, 2): marginals over rows and columns.
+    xc, yc = jnp.einsum('bwk,w->bk', px, xs), jnp.einsum('bhk,h->bk', py, ys)
+    # Corners in either order make a box (sides >= 0), so GIoU stays defined from the first step.
+    x1, x2, y1, y2 = xc.min(-1), xc.max(-1), yc.min(-1), yc.max(-1)
+    return jnp.stack([x1, y1, x2 - x1, y2 - y1], -1), probs
+
+
+class Tracker(nnx.Module):
+  """(template (B, St, St, C), search (B, Ss, Ss, C)) -> (class logit (B,), box (B, 4) in search-crop units).
+
+  Attributes:
+    template_size: side of the template crop in pixels (from data.template_size).
+    search_size: side of the search crop in pixels (from data.search_size).
+    channels: image channels (from the dataset).
+    variant: encoder size and patch as for the ViT, e.g. "Ti/16"; explicit dimensions below override it.
+    patch_size: side of the square patches; must divide both crop sizes.
+    width: token dimension.
+    depth: number of encoder blocks.
+    mlp_dim: hidden size of each block's MLP.
+    num_heads: attention heads; must divide width.
+    box_head: 'mlp' (the regression token through a 3-layer MLP to sigmoid (cx, cy, w, h)) or 'corner' (ViTCRT's
+      token-attention corner head, soft-argmax over the search patch grid).
+    corner_channels: channels of the corner head's first convolution.
+    dropout: dropout rate after the embedding, in the MLP and on each residual branch.
+    attention_dropout: dropout rate on the attention probabilities.
+    drop_path: stochastic-depth rate of the last block.
+    gelu_approximate: tanh-approximate GELU (the released ViTs); False is the exact one.
+    layernorm_epsilon: epsilon of every LayerNorm.
+    remat: rematerialisation policy of every block (layers.REMAT_POLICIES).
+    scan: apply the blocks with one `lax.scan` over stacked parameters.
+    attention_impl: `jax.nn.dot_product_attention`'s implementation: None, 'xla' or 'cudnn'.
+    attention: the self-attention pattern: 'full' or 'linear' ('local' and 'sparse' need one patch grid, and the
+      tokens hold two).
+  """
+
+  TENSOR_PARALLEL = layers.TENSOR_PARALLEL
+  NO_DECAY = ('template_pos', 'search_pos', 'cls', 'reg')
+
+  def __init__(
+    self,
+    template_size: int,
+    search_size: int,
+    channels: int,
+    *,
+    variant: str | None = None,
+    patch_size: int | None = None,
+    width: int | None = None,
+    depth: int | None = None,
+    mlp_dim: int | None = None,
+    num_heads: int | None = None,
+    box_head: str = 'mlp',
+    corner_channels: int = 64,
+    dropout: float = 0.0,
+    attention_dropout: float = 0.0,
+    drop_path: float = 0.0,
+    gelu_approximate: bool = False,
+    layernorm_epsilon: float = 1e-6,
+    remat: str = 'none',
+    scan: bool = False,
+    attention_impl: str | None = None,
+    attention: str = 'full',
+    rngs: nnx.Rngs,
+  ):
+    dims = layers.resolve_dims(
+      vit.decode_variant(variant),
+      dict(patch_size=patch_size, width=width, depth=depth, mlp_dim=mlp_dim, num_heads=num_heads),
+      'Ti/16',
+    )
+    p, d = dims['patch_size'], dims['width']
+    for size in (template_size, search_size):
+      layers.check_patch(p, (size, size))
+    layers.check_options(
+      dict(
+        box_head=(box_head, ('mlp', 'corner')),
+        attention=(attention, ('full', 'linear')),
+        remat=(remat, tuple(layers.REMAT_POLICIES)),
+        attention_impl=(attention_impl, layers.ATTENTION_IMPLS),
+      ),
+      dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path),
+    )
+    self.template_grid, self.search_grid = (template_size // p,) * 2, (search_size // p,) * 2
+    self.num_heads = dims['num_heads']
+    self.box_head_kind = box_head
+    self.embedding = layers.PatchEmbedding(p, channels, d, rngs=rngs)
+    normal = nnx.initializers.normal(0.02)
+    self.cls = nnx.Param(jnp.zeros((1, 1, d)))
+    self.reg = nnx.Param(normal(rngs.params(), (1, 1, d)))
+    self.template_pos = nnx.Param(normal(rngs.params(), (1, self.template_grid[0] ** 2, d)))
+    self.search_pos = nnx.Param(normal(rngs.params(), (1, self.search_grid[0] ** 2, d)))
+    self.dropout = layers.Dropout(dropout)
+    pattern = layers.attention_pattern(attention, 1, 0, attention_dropout, grid=None, num_global=2)
+    self.encoder = layers.Encoder(
+      dims['depth'],
+      d,
+      dims['mlp_dim'],
+      dims['num_heads'],
+      dropout=dropout,
+      attention_dropout=attention_dropout,
+      drop_path=drop_path,
+      prenorm=True,
+      remat=remat,
+      scan=scan,
+      attention_impl=attention_impl,
+      pattern=pattern,
+      gelu_approximate=gelu_approximate,
+      layernorm_epsilon=layernorm_epsilon,
+      rngs=rngs,
+    )
+    self.class_head = nnx.Linear(d, 1, kernel_init=nnx.initializers.zeros, rngs=rngs)
+    if box_head == 'mlp':
+      self.box_mlp = nnx.List([nnx.Linear(d, d, rngs=rngs), nnx.Linear(d, d, rngs=rngs), nnx.Linear(d, 4, rngs=rngs)])
+    else:
+      self.corner_head = CornerHead(d, corner_channels, rngs=rngs)
+
+  def tokens(
+    self, template: jax.Array, search: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None
+  ) -> jax.Array:
+    """The encoder's input (B, 2 + template patches + search patches, width): cls, reg, then the patches."""
+    t = self.embedding(template) + self.template_pos
+    s = self.embedding(search) + self.search_pos
+    learned = jnp.broadcast_to(jnp.concatenate([self.cls, self.reg], 1), (t.shape[0], 2, t.shape[-1]))
+    return self.dropout(jnp.concatenate([learned.astype(t.dtype), t, s], 1), train=train, rngs=rngs)
+
+  def features(
+    self, template: jax.Array, search: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None
+  ) -> jax.Array:
+    """The encoder's output tokens, in the order of `tokens`."""
+    return self.encoder(self.tokens(template, search, train=train, rngs=rngs), train=train, rngs=rngs)
+
+  def search_attention(self, template: jax.Array, search: jax.Array, layer: int = -1) -> tuple[jax.Array, jax.Array]:
+    """The class and regression tokens' attention over the search patches in block `layer`, heads averaged:
+    two (B, gh, gw) maps (what the tracking-ViT paper draws). Unscanned layers only."""
+    x, blocks = self.tokens(template, search), list(self.encoder.blocks)
+    layer = layer % len(blocks)
+    for i, block in enumerate(blocks[:layer]):
+      x = block(x, train=False, rngs=None, layer=i)
+    weights = blocks[layer].attention_weights(x, layer=layer).mean(1)  # (B, tokens, tokens)
+    first = 2 + self.template_grid[0] ** 2
+    cls, reg = (weights[:, row, first:].reshape(-1, *self.search_grid) for row in (0, 1))
+    return cls, reg
+
+  def __call__(
+    self, template: jax.Array, search: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None
+  ) -> tuple[jax.Array, jax.Array]:
+    x = self.features(template, search, train=train, rngs=rngs)
+    logit = self.class_head(x[:, 0])[:, 0]
+    reg, search_tokens = x[:, 1], x[:, 2 + self.template_grid[0] ** 2 :]
+    if self.box_head_kind == 'mlp':
+      y = reg
+      for i, dense in enumerate(self.box_mlp):
+        y = dense(y) if i == len(self.box_mlp) - 1 else jax.nn.relu(dense(y))
+      cx, cy, w, h = jnp.unstack(jax.nn.sigmoid(y), axis=-1)
+      return logit, jnp.stack([cx - w / 2, cy - h / 2, w, h], -1)
+    return logit, self.corner_head(reg, search_tokens, self.search_grid)[0]
+
+  def load_pretrained(self, source: dict, params: dict) -> tuple[dict, list[str]]:
+    """Weights from an image ViT (a release .npz's flat dict, or our ViT's parameters): the patch embedding and the
+    encoder copied, its position embeddings resampled to the template grid and to the search grid separately
+    (scipy zoom, as the releases resample); cls, reg and both heads keep their initialisation."""
+    if not any('/' in k for k in source):
+      if 'embedding' not in source or np.ndim(source['embedding']['kernel']) != 4 or 'pos_embedding' not in source:
+        raise ConfigError(
+          'init_from: the tracker initialises from image ViTs with learned position embeddings (a release .npz or '
+          'a ViT workdir); this checkpoint is not one'
+        )
+      source = release.to_release(source, self.num_heads)
+    pos_key = 'Transformer/posembed_input/pos_embedding'
+    if pos_key not in source and 'pos_embedding' not in source:
+      raise ConfigError('init_from: this checkpoint has no position embeddings to resample for the tracker')
+    has_cls = 'cls' in source
+    rows = np.shape(source.get(pos_key, source.get('pos_embedding')))[1]
+    side = math.isqrt(rows - (has_cls and pos_key in source))
+    image = release.ImageModel('tok' if has_cls else 'gap', 'learn', self.num_heads, (side, side))
+    unscanned = layers.unscanned(params)
+    width = unscanned['embedding']['bias'].shape[0]
+    target = {
+      'embedding': unscanned['embedding'],
+      'encoder': unscanned['encoder'],
+      'pos_embedding': np.zeros((1, side * side + has_cls, width), np.float32),
+    }
+    if 'head/kernel' in source:
+      target['head'] = {'kernel': np.zeros_like(source['head/kernel']), 'bias': np.zeros_like(source['head/bias'])}
+    if has_cls:
+      target['cls'] = np.zeros((1, 1, width), np.float32)
+    loaded, notes = release.from_release(source, image, target)
+    grid_pos = loaded['pos_embedding'][:, int(has_cls) :]
+    template_pos, search_pos = (
+      release.resample_posemb(grid_pos, grid, class_token_row=False) for grid in (self.template_grid, self.search_grid)
+    )
+    notes.append(
+      f'position embeddings {side} x {side} resampled to the template grid {self.template_grid} and the search grid '
+      f'{self.search_grid} (scipy.ndimage.zoom, linear)'
+    )
+    notes.append('cls, reg, the class head and the box head start fresh')
+    out = unscanned | {
+      'embedding': loaded['embedding'],
+      'encoder': loaded['encoder'],
+      'template_pos': template_pos,
+      'search_pos': search_pos,
+    }
+    return layers.scanned_like(out, params), notes

@@ -1,0 +1,196 @@
+"""Single-object tracking: trained on (template, search) crop pairs with L1 + generalised IoU on the box and binary
+cross-entropy on the class token's logit; evaluated by tracking whole sequences online from the first frame's box,
+scored as the OTB, GOT-10k and TrackingNet toolkits score (`sequence_metrics`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from vit_jax_lab import boxes
+from vit_jax_lab.errors import ConfigError
+from vit_jax_lab.tasks.base import Batch, Preprocess, Task
+
+if TYPE_CHECKING:
+  from vit_jax_lab.data import tracking
+
+SUCCESS_THRESHOLDS = np.linspace(0.0, 1.0, 21)  # OTB's overlap thresholds 0, 0.05, ..., 1.
+NORM_PRECISION_THRESHOLDS = np.linspace(0.0, 0.5, 51)  # TrackingNet's normalised centre-error thresholds.
+PRECISION_PIXELS = 20.0  # OTB's precision: centre error within 20 pixels.
+
+
+def iou_giou(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """IoU and generalised IoU (Rezatofighi et al. 2019) of boxes (..., 4) as (x, y, w, h); 0 for empty unions."""
+  ax1, ay1, ax2, ay2 = boxes.to_corners(jnp.unstack(a, axis=-1))
+  bx1, by1, bx2, by2 = boxes.to_corners(jnp.unstack(b, axis=-1))
+  inter = jnp.clip(jnp.minimum(ax2, bx2) - jnp.maximum(ax1, bx1), 0) * jnp.clip(
+    jnp.minimum(ay2, by2) - jnp.maximum(ay1, by1), 0
+  )
+  union = (ax2 - ax1) * (ay2 - ay1) + (bx2 - bx1) * (by2 - by1) - inter
+  hull = (jnp.maximum(ax2, bx2) - jnp.minimum(ax1, bx1)) * (jnp.maximum(ay2, by2) - jnp.minimum(ay1, by1))
+  iou = jnp.where(union > 0, inter / jnp.where(union > 0, union, 1), 0.0)
+  giou = iou - jnp.where(hull > 0, (hull - union) / jnp.where(hull > 0, hull, 1), 0.0)
+  return iou, giou
+
+
+def crop(image: jax.Array, region: boxes.Region, size: int) -> jax.Array:
+  """`data.tracking.crop` in JAX: a (size, size, C) bilinear crop of `image` (H, W, C) over the square `region`,
+  each crop pixel sampled at its centre, as tf.image.crop_and_resize samples (0 where a sample falls outside)."""
+  x0, y0, side = region
+  index = jnp.arange(size, dtype=jnp.float32)
+
+  def axis(start, extent):
+    at = boxes.crop_sample_points((start, side), size, index)
+    low = jnp.floor(at)
+    inside = (at >= 0) & (at <= extent - 1)
+    low_i = jnp.clip(low, 0, extent - 1).astype(jnp.int32)
+    return low_i, jnp.minimum(low_i + 1, extent - 1), at - low, inside
+
+  top, bottom, wy, inside_y = axis(y0, image.shape[0])
+  left, right, wx, inside_x = axis(x0, image.shape[1])
+  rows_top, rows_bottom = image[top], image[bottom]  # (size, W, C)
+
+  def across(rows):
+    return rows[:, left] * (1 - wx)[None, :, None] + rows[:, right] * wx[None, :, None]
+
+  out = across(rows_top) * (1 - wy)[:, None, None] + across(rows_bottom) * wy[:, None, None]
+  return jnp.where((inside_y[:, None] & inside_x[None, :])[..., None], out, 0.0).astype(image.dtype)
+
+
+def crops(images: jax.Array, region: boxes.Region, size: int) -> jax.Array:
+  """`crop` of each image of a batch (B, H, W, C) over its own region (each coordinate a (B,) array)."""
+  return jax.vmap(lambda image, r: crop(image, r, size))(images, region)
+
+
+def clip_to_frame(box: boxes.Box, height: int, width: int) -> boxes.Box:
+  """A predicted box kept trackable: its centre inside the frame, its sides between 1 pixel and the frame's."""
+  cx, cy, w, h = boxes.to_centre(box)
+  return boxes.from_centre(
+    (jnp.clip(cx, 0, width), jnp.clip(cy, 0, height), jnp.clip(w, 1, width), jnp.clip(h, 1, height))
+  )
+
+
+def track(
+  model: nnx.Module,
+  frames: jax.Array,
+  first_box: jax.Array,
+  geometry: tracking.TrackingInfo,
+  size_rate: float = 1.0,
+) -> tuple[jax.Array, jax.Array]:
+  """Online tracking of a batch of sequences (B, T, H, W, C) from their first boxes (B, 4): the template is cut from
+  frame 0, then each frame's search crop is cut around the previous prediction. The new box takes the predicted
+  centre, and its width and height moved from the previous ones by `size_rate` of the way to the predicted ones
+  (1: the prediction; smaller: damped, as SiamFC and SiamRPN update the scale). (boxes (B, T, 4) in pixels, the
+  first being `first_box`; class logits (B, T), the first 0)."""
+  g = geometry
+  height, width = frames.shape[2:4]
+
+  first = tuple(jnp.unstack(first_box, axis=-1))
+  template = crops(frames[:, 0], boxes.region(first, g.template_factor), g.template_size)
+
+  def step(box, frame):
+    region = boxes.region(box, g.search_factor)
+    logit, predicted = model(template, crops(frame, region, g.search_size), train=False)
+    cx, cy, w, h = boxes.to_centre(boxes.from_crop(tuple(jnp.unstack(predicted.astype(jnp.float32), axis=-1)), region))
+    w, h = box[2] + size_rate * (w - box[2]), box[3] + size_rate * (h - box[3])
+    new = clip_to_frame(boxes.from_centre((cx, cy, w, h)), height, width)
+    return new, (jnp.stack(new, -1), logit.astype(jnp.float32))
+
+  _, (predicted, logits) = jax.lax.scan(step, first, jnp.swapaxes(frames[:, 1:], 0, 1))
+  predicted = jnp.concatenate([first_box[:, None], jnp.swapaxes(predicted, 0, 1)], 1)
+  return predicted, jnp.concatenate([jnp.zeros_like(logits[:1]), logits], 0).T
+
+
+def sequence_metrics(predicted: jax.Array, truth: jax.Array) -> dict[str, jax.Array]:
+  """Per-sequence scores of predicted boxes (B, T, 4) against the truth, over frames 1.. (frame 0 is given), as the
+  toolkits define them: 'auc' OTB's success AUC, the mean over overlap thresholds 0, 0.05, ..., 1 of the fraction
+  of frames whose IoU exceeds it; 'precision' OTB's, frames whose centre error is at most 20 pixels;
+  'norm_precision' TrackingNet's, the mean over thresholds 0, 0.01, ..., 0.5 of the fraction of frames whose
+  centre error in units of the true box's sides is at most it; 'ao' GOT-10k's average overlap (mean IoU); 'sr50'
+  and 'sr75' its success rates, frames with IoU above 0.5 and 0.75."""
+  predicted, truth = predicted[:, 1:].astype(jnp.float32), truth[:, 1:].astype(jnp.float32)
+  iou, _ = iou_giou(predicted, truth)
+  pcx, pcy, _, _ = boxes.to_centre(jnp.unstack(predicted, axis=-1))
+  tcx, tcy, tw, th = boxes.to_centre(jnp.unstack(truth, axis=-1))
+  error = jnp.hypot(pcx - tcx, pcy - tcy)
+  norm_error = jnp.hypot((pcx - tcx) / jnp.maximum(tw, 1e-6), (pcy - tcy) / jnp.maximum(th, 1e-6))
+  return {
+    'auc': (iou[..., None] > SUCCESS_THRESHOLDS).mean((1, 2)),
+    'precision': (error <= PRECISION_PIXELS).mean(1),
+    'norm_precision': (norm_error[..., None] <= NORM_PRECISION_THRESHOLDS).mean((1, 2)),
+    'ao': iou.mean(1),
+    'sr50': (iou > 0.5).mean(1),
+    'sr75': (iou > 0.75).mean(1),
+  }
+
+
+class Tracking(Task):
+  """Attributes:
+  l1_weight: weight of the L1 distance between predicted and true box corners (crop units; STARK/OSTrack: 5).
+  giou_weight: weight of 1 - generalised IoU (STARK/OSTrack: 2).
+  class_weight: weight of the class token's binary cross-entropy (target present or not).
+  size_rate: online tracking: how far each frame's box size moves from the previous one to the predicted one (1:
+    the prediction; 0: the first box's size held; SiamRPN's scale learning rate).
+  """
+
+  def __init__(
+    self, *, l1_weight: float = 5.0, giou_weight: float = 2.0, class_weight: float = 1.0, size_rate: float = 1.0
+  ):
+    for key, value in dict(l1_weight=l1_weight, giou_weight=giou_weight, class_weight=class_weight).items():
+      if value < 0:
+        raise ConfigError(f'task.{key}={value} must be >= 0')
+    if not 0.0 <= size_rate <= 1.0:
+      raise ConfigError(f"task.size_rate={size_rate} must be in [0, 1] (1: the predicted size, 0: the first box's)")
+    self.l1_weight, self.giou_weight, self.class_weight = l1_weight, giou_weight, class_weight
+    self.size_rate = size_rate
+    self.geometry: tracking.TrackingInfo | None = None  # Set by dataset_info; online evaluation crops by it.
+
+  def dataset_info(self, builder, data_config, workdir: str | None) -> tracking.TrackingInfo:
+    del workdir  # Nothing is derived from the data.
+    from vit_jax_lab.data import tracking
+
+    self.geometry = tracking.dataset_info(builder, data_config)
+    return self.geometry
+
+  def model_kwargs(self, info: tracking.TrackingInfo) -> dict[str, Any]:
+    return dict(template_size=info.template_size, search_size=info.search_size, channels=info.channels)
+
+  def prepare(self, info: tracking.TrackingInfo, train: bool) -> Callable:
+    return lambda ds: ds.map(lambda ex: {'frames': ex['frames'], 'boxes': ex['boxes']})
+
+  def preprocess(self, data_config, info: tracking.TrackingInfo, train: bool) -> Preprocess:
+    from vit_jax_lab.data import tracking
+
+    return tracking.preprocess_fn(data_config, info, train)
+
+  def loss(self, model: nnx.Module, batch: Batch, rng: jax.Array, step: jax.Array) -> tuple[jax.Array, dict]:
+    del step  # No schedule of its own.
+    logit, box = model(batch['template'], batch['search'], train=True, rngs=nnx.Rngs(dropout=rng))
+    logit, box = logit.astype(jnp.float32), box.astype(jnp.float32)
+    present = batch['present']
+    positives = jnp.maximum(present.sum(), 1.0)
+    l1 = jnp.abs(
+      jnp.stack(boxes.to_corners(jnp.unstack(box, axis=-1)), -1)
+      - jnp.stack(boxes.to_corners(jnp.unstack(batch['box'], axis=-1)), -1)
+    ).sum(-1)
+    iou, giou = iou_giou(box, batch['box'])
+    l1, giou_loss, iou = ((x * present).sum() / positives for x in (l1, 1.0 - giou, iou))
+    bce = optax.sigmoid_binary_cross_entropy(logit, present).mean()
+    loss = self.l1_weight * l1 + self.giou_weight * giou_loss + self.class_weight * bce
+    accuracy = ((logit > 0) == (present > 0)).mean()
+    return loss, {'loss': loss, 'l1': l1, 'giou_loss': giou_loss, 'bce': bce, 'iou': iou, 'class_accuracy': accuracy}
+
+  def eval_sums(self, model: nnx.Module, batch: Batch) -> dict[str, jax.Array]:
+    """Sums over the real (mask = 1) sequences of their `sequence_metrics`; the trainer divides by `count`."""
+    predicted, _ = track(model, batch['frames'], batch['boxes'][:, 0], self.geometry, self.size_rate)
+    mask = batch['mask']
+    return {k: (v * mask).sum() for k, v in sequence_metrics(predicted, batch['boxes']).items()} | {'count': mask.sum()}
+
+  def summarize(self, sums: dict[str, Any]) -> dict[str, float]:
+    count = float(sums['count'])
+    return {k: float(v) / count for k, v in sums.items() if k != 'count'} | {'sequences': count}

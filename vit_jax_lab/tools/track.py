@@ -1,0 +1,197 @@
+"""Tracks one sequence with a trained tracking ViT and draws it as the tracking-ViT paper does: row 1 the frames
+with the predicted (green) and true (red) boxes, row 2 the regression token's attention over the search region,
+row 3 the class token's.
+
+python -m vit_jax_lab.tools.track --workdir runs/track --sequence 3 --out track.png      # a test sequence
+python -m vit_jax_lab.tools.track --workdir runs/track --sequence 3 --out track.gif      # every frame, animated
+python -m vit_jax_lab.tools.track --workdir runs/track --video clip.mp4 --box 120,80,40,60 --out clip.gif
+
+--video is a video file or a folder of frames (natural order); --box the target's (x, y, w, h) in pixels in its
+first frame. The predicted boxes are written beside --out as OUT.txt, one "x,y,w,h" line per frame (GOT-10k's).
+"""
+
+import argparse
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from PIL import Image, ImageDraw
+
+from vit_jax_lab import boxes, checkpoints, console, train
+from vit_jax_lab.errors import ConfigError, check
+from vit_jax_lab.tasks import tracking
+from vit_jax_lab.tools import common
+
+SHOWN = 8  # Frames in the PNG, evenly spaced from the first to the last.
+TILE = 128  # Pixels per tile side.
+
+
+def read_video(path: str, channels: int) -> np.ndarray:
+  """(T, H, W, channels) uint8 frames of a video file or a folder of images; one line for an empty or bad one."""
+  from vit_jax_lab.data.builders import folder
+
+  check(os.path.exists(path), f'--video {path} does not exist: give a video file or a folder of frames')
+  if os.path.isdir(path):
+    names = sorted((n for n in os.listdir(path) if n.lower().endswith(folder.IMAGE_EXTENSIONS)), key=folder.natural_key)
+    check(names, f'--video {path} holds no frames ({"/".join(folder.IMAGE_EXTENSIONS)} files)')
+    frames = [Image.open(os.path.join(path, n)) for n in names]
+  else:
+    av = folder._import_av(path)
+    try:
+      with av.open(path) as container:
+        frames = [frame.to_image() for frame in container.decode(video=0)]
+    except (av.FFmpegError, ValueError, IndexError) as e:
+      raise ConfigError(f'--video {path} does not decode as a video ({type(e).__name__})') from None
+    check(frames, f'--video {path} has no frames')
+  sizes = {f.size for f in frames}
+  check(len(sizes) == 1, f'--video {path}: its frames differ in size {sorted(sizes)}')
+  mode = 'L' if channels == 1 else 'RGB'
+  return np.stack([np.asarray(f.convert(mode)).reshape(f.size[1], f.size[0], channels) for f in frames])
+
+
+def parse_box(text: str, height: int, width: int) -> np.ndarray:
+  """'x,y,w,h' -> float32 (4,), checked to be a box of positive size overlapping the frame."""
+  try:
+    box = np.array([float(v) for v in text.split(',')], np.float32)
+  except ValueError:
+    box = np.zeros(0)
+  check(box.shape == (4,), f'--box {text!r}: expected x,y,w,h in pixels, e.g. --box 12,30,16,16')
+  x, y, w, h = box
+  check(w > 0 and h > 0, f'--box {text!r}: width and height must be positive')
+  check(
+    x < width and y < height and x + w > 0 and y + h > 0,
+    f'--box {text!r} lies outside the first frame ({width} x {height} pixels): give x,y,w,h inside it',
+  )
+  return box
+
+
+def load_sequence(s: train.Setup, index: int) -> tuple[np.ndarray, np.ndarray]:
+  """(frames uint8, true boxes) of sequence `index` of the eval split."""
+  count = s.builder.info.splits[s.config.data.eval_split].num_examples
+  check(0 <= index < count, f'--sequence={index}: the eval split has {count} sequences (0 to {count - 1})')
+  split = f'{s.config.data.eval_split}[{index}:{index + 1}]'
+  example = next(iter(s.builder.as_dataset(split=split)))
+  return example['frames'].numpy(), example['boxes'].numpy()
+
+
+def run(
+  model, frames: np.ndarray, first_box: np.ndarray, geometry, value_range, size_rate: float = 1.0
+) -> tuple[np.ndarray, ...]:
+  """Tracks `frames` (uint8) from `first_box`: (boxes (T, 4), class logits (T,), search crops (T, S, S, C) in [0, 1],
+  class and regression attention (T, gh, gw)); frame 0's crop and maps are those of its own box."""
+  low, high = value_range
+  scaled = jnp.asarray(frames, jnp.float32)[None] / 255.0 * (high - low) + low
+  predicted, logits = jax.jit(lambda f, b: tracking.track(model, f, b, geometry, size_rate))(
+    scaled, jnp.asarray(first_box)[None]
+  )
+  predicted = np.asarray(predicted[0])
+  previous = np.concatenate([predicted[:1], predicted[:-1]])  # Frame t is searched around the box of t - 1.
+
+  def region(box_rows, factor):
+    return boxes.region(tuple(jnp.unstack(jnp.asarray(box_rows), axis=-1)), factor)
+
+  g = geometry
+  template = tracking.crops(scaled[:, 0], region(first_box[None], g.template_factor), g.template_size)
+  search = tracking.crops(scaled[0], region(previous, g.search_factor), g.search_size)
+  cls, reg = jax.jit(model.search_attention)(jnp.repeat(template, len(frames), 0), search)
+  crops_01 = (np.asarray(search) - low) / (high - low)
+  return predicted, np.asarray(logits[0]), crops_01, np.asarray(cls), np.asarray(reg)
+
+
+def _rgb(image: np.ndarray) -> Image.Image:
+  image = np.clip(image, 0, 255).astype(np.uint8)
+  return Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image).convert('RGB')
+
+
+def _heat(crop: np.ndarray, attention: np.ndarray) -> Image.Image:
+  """The attention map (gh, gw) upsampled over the search crop (values in [0, 1]), red to yellow."""
+  heat = (attention - attention.min()) / max(attention.max() - attention.min(), 1e-12)
+  heat = np.asarray(Image.fromarray(np.uint8(255 * heat)).resize((TILE, TILE), Image.BILINEAR)) / 255.0
+  base = np.asarray(_rgb(255 * crop).resize((TILE, TILE), Image.NEAREST)) / 255.0
+  colour = np.stack([np.ones_like(heat), heat, np.zeros_like(heat)], -1)
+  return Image.fromarray(np.uint8(255 * (0.45 * base + 0.55 * colour * heat[..., None])))
+
+
+def _frame(frame: np.ndarray, predicted: np.ndarray, truth: np.ndarray | None, t: int) -> Image.Image:
+  height, width = frame.shape[:2]
+  scale = TILE / max(height, width)
+  tile = _rgb(frame).resize((round(width * scale), round(height * scale)), Image.NEAREST)
+  draw = ImageDraw.Draw(tile)
+  for box, colour in ((truth, (255, 0, 0)), (predicted, (0, 255, 0))):
+    if box is not None:
+      x1, y1, x2, y2 = (v * scale for v in boxes.to_corners(tuple(box)))
+      draw.rectangle([x1, y1, x2, y2], outline=colour)
+  draw.text((2, 1), str(t), fill=(255, 255, 255))
+  return tile
+
+
+def column(frames, t, predicted, truth, crops, cls, reg) -> Image.Image:
+  """Frame t with its boxes, the regression token's attention, the class token's: one column of the figure."""
+  out = Image.new('RGB', (TILE, 3 * TILE + 8), 'white')
+  out.paste(_frame(frames[t], predicted[t], None if truth is None else truth[t], t), (0, 0))
+  out.paste(_heat(crops[t], reg[t]), (0, TILE + 4))
+  out.paste(_heat(crops[t], cls[t]), (0, 2 * TILE + 8))
+  return out
+
+
+def draw(path: str, frames, predicted, truth, crops, cls, reg) -> None:
+  """A PNG of SHOWN columns, or (a .gif path) every frame's column as an animation."""
+  if path.lower().endswith('.gif'):
+    images = [column(frames, t, predicted, truth, crops, cls, reg) for t in range(len(frames))]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=120, loop=0)
+    return
+  shown = np.unique(np.linspace(0, len(frames) - 1, min(SHOWN, len(frames))).round().astype(int))
+  figure = Image.new('RGB', (len(shown) * (TILE + 4), 3 * TILE + 8), 'white')
+  for i, t in enumerate(shown):
+    figure.paste(column(frames, t, predicted, truth, crops, cls, reg), (i * (TILE + 4), 0))
+  figure.save(path)
+
+
+def load_model(s: train.Setup, workdir: str | None) -> nnx.Module:
+  """The run's tracker (its newest checkpoint; with --config, init_from applied)."""
+  model = nnx.merge(s.graphdef, train.init_state(s).params)
+  if workdir:
+    state = nnx.state(model, nnx.Param)
+    state.replace_by_pure_dict(checkpoints.read_params(workdir))
+    nnx.update(model, state)
+  return model
+
+
+@console.command
+def main(argv: list[str]) -> int:
+  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.track', description=__doc__.splitlines()[0])
+  parser.add_argument('--workdir', help='a tracking run: its config.json and newest checkpoint')
+  parser.add_argument('--config', help='a config file (with --config.init_from=...) instead of --workdir')
+  parser.add_argument('--sequence', type=int, default=0, help='index in the eval split')
+  parser.add_argument('--video', help='a video file or a folder of frames, instead of --sequence')
+  parser.add_argument('--box', help="the target's x,y,w,h in the first frame of --video")
+  parser.add_argument('--out', required=True, help='the .png (or .gif) to write')
+  args, overrides = parser.parse_known_args(argv)
+  config = common.one_device_one_example(common.config_of(args.workdir, args.config, overrides))
+  check(config.task.name == 'tracking', f'this run has task.name={config.task.name!r}: track draws tracking runs')
+  check(not config.model.scan, 'track draws attention of unscanned layers: this run has model.scan=True')
+  check((args.video is None) == (args.box is None), "give --video and --box together (the first frame's box)")
+  s = train.setup(config, jax.devices()[:1])
+  model = load_model(s, args.workdir)
+  if args.video:
+    frames = read_video(args.video, s.info.channels)
+    check(len(frames) >= 2, f'--video {args.video} has {len(frames)} frame: tracking needs 2 or more')
+    truth, first = None, parse_box(args.box, *frames.shape[1:3])
+  else:
+    frames, truth = load_sequence(s, args.sequence)
+    first = truth[0]
+  predicted, _, crops, cls, reg = run(model, frames, first, s.info, s.config.data.value_range, config.task.size_rate)
+  draw(args.out, frames, predicted, truth, crops, cls, reg)
+  np.savetxt(os.path.splitext(args.out)[0] + '.txt', predicted, fmt='%.2f', delimiter=',')
+  if truth is not None:
+    metrics = tracking.sequence_metrics(predicted[None], truth[None])
+    print('  '.join(f'{k} {float(v[0]):.4f}' for k, v in metrics.items()))
+  print(f'wrote {args.out} and {os.path.splitext(args.out)[0]}.txt')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv[1:]))
