@@ -1,0 +1,172 @@
+"""Trains configs/tracking/digits.py with each box head and seed, scores them and two baselines on the built-in test
+sequences, and writes the table and the tracking picture of README.md.
+
+python experiments/tracking_digits/run.py                       # 2 heads x 3 seeds + baselines
+python experiments/tracking_digits/run.py --heads corner --seeds 0
+Each run is `python -m main --config configs/tracking/digits.py:HEAD --config.seed=SEED` as it stands, in a workdir
+of its own under --workdir (a finished one is read back, not rerun). Every method is scored by the same code,
+vit_jax_lab.tasks.tracking.sequence_metrics, on the whole test split, tracking from each sequence's first box; the
+ViT's scores equal its run's final evaluation. FPS: frames tracked per second on this CPU after compilation (the
+ViT: all test sequences as one batch under jit; the baselines: one sequence at a time in NumPy).
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from experiments import common  # noqa: E402
+
+HEADS = ('mlp', 'corner')
+SEQUENCE = 3  # The test sequence drawn as the tracking picture.
+
+
+def held_box(frames: np.ndarray, first: np.ndarray, factor: float) -> np.ndarray:
+  """The first box, held still in every frame."""
+  del factor
+  return np.repeat(first[None], len(frames), 0)
+
+
+def template_matching(frames: np.ndarray, first: np.ndarray, factor: float) -> np.ndarray:
+  """Normalised cross-correlation of the first frame's target patch with every placement inside the search region
+  around the previous box (the trackers' square of side factor * sqrt(w * h), cut to the frame); the best placement
+  is the new box (its size stays the first box's)."""
+  frames = frames[..., 0].astype(np.float32) if frames.shape[-1] == 1 else frames.astype(np.float32).mean(-1)
+  height, width = frames.shape[1:]
+  x, y, w, h = (int(round(v)) for v in first)
+  x0, y0 = max(x, 0), max(y, 0)
+  template = frames[0, y0 : min(y + h, height), x0 : min(x + w, width)]
+  th, tw = template.shape
+  t = (template - template.mean()) / (template.std() + 1e-6)
+  out, box = [first], first.astype(np.float64)
+  side = factor * np.sqrt(w * h)
+  for frame in frames[1:]:
+    cx, cy = box[0] + box[2] / 2, box[1] + box[3] / 2
+    left, top = int(max(0, round(cx - side / 2))), int(max(0, round(cy - side / 2)))
+    right, bottom = int(min(width, round(cx + side / 2))), int(min(height, round(cy + side / 2)))
+    if bottom - top < th or right - left < tw:  # The region no longer holds the template: stay.
+      out.append(box.copy())
+      continue
+    windows = np.lib.stride_tricks.sliding_window_view(frame[top:bottom, left:right], (th, tw))
+    mean, std = windows.mean((-2, -1)), windows.std((-2, -1)) + 1e-6
+    score = np.einsum('ijkl,kl->ij', windows, t) / (th * tw) - mean * t.mean()
+    i, j = np.unravel_index(np.argmax(score / std), score.shape)
+    box = np.array([left + j - (x0 - x), top + i - (y0 - y), w, h], np.float64)
+    out.append(box.copy())
+  return np.array(out, np.float32)
+
+
+def train_run(head: str, seed: int, workdir: str, data_dir: str | None) -> float:
+  """Trains one run unless it finished; the seconds its command took."""
+  wall_file = os.path.join(workdir, 'wall_seconds.json')
+  if not os.path.exists(wall_file):
+    command = [sys.executable, '-m', 'main', '--config', f'configs/tracking/digits.py:{head}', '--workdir', workdir]
+    command += [f'--config.seed={seed}'] + ([f'--config.data.data_dir={data_dir}'] if data_dir else [])
+    start = time.time()
+    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    with open(wall_file, 'w') as f:
+      json.dump(time.time() - start, f)
+  with open(wall_file) as f:
+    return json.load(f)
+
+
+def score(predicted: list[np.ndarray], truth: np.ndarray) -> dict[str, float]:
+  """Means over sequences of tasks.tracking.sequence_metrics."""
+  from vit_jax_lab.tasks import tracking
+
+  metrics = tracking.sequence_metrics(np.stack(predicted), truth)
+  return {k: float(np.mean(v)) for k, v in metrics.items()}
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser()
+  parser.add_argument('--heads', default=','.join(HEADS), help='box heads, comma-separated')
+  parser.add_argument('--seeds', default='0,1,2')
+  parser.add_argument('--workdir', default=os.path.join(ROOT, 'runs', 'tracking_digits'))
+  parser.add_argument('--data_dir', default=None, help='TFDS data_dir (default: TFDS default)')
+  args = parser.parse_args()
+  heads, seeds = args.heads.split(','), [int(s) for s in args.seeds.split(',')]
+  unknown = [h for h in heads if h not in HEADS]
+  if unknown:
+    parser.error(f'--heads: {unknown[0]!r} is not one of {", ".join(HEADS)}')
+
+  import jax
+  import jax.numpy as jnp
+  import tensorflow_datasets as tfds
+
+  from vit_jax_lab import train
+  from vit_jax_lab.data import builders
+  from vit_jax_lab.tasks import tracking
+  from vit_jax_lab.tools import common as tool_common, track
+
+  config = common.config_of('configs/tracking/digits.py')
+  builders.register(config.data.name)
+  builder = tfds.builder(config.data.name, data_dir=args.data_dir)
+  builder.download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+  test = tfds.as_numpy(builder.as_dataset(split=config.data.eval_split, batch_size=-1))
+  frames, truth = test['frames'], test['boxes']
+  count, length = frames.shape[:2]
+
+  rows = []
+  for name, method in (('first box held still', held_box), ('template matching (NCC)', template_matching)):
+    start = time.time()
+    predicted = [method(f, b[0], config.data.search_factor) for f, b in zip(frames, truth)]
+    fps = None if method is held_box else count * length / (time.time() - start)  # Holding computes nothing.
+    rows.append((name, [score(predicted, truth)], fps, None))
+    print(f'{name}: success AUC {rows[-1][1][0]["auc"]:.3f}', flush=True)
+
+  low, high = config.data.value_range
+  scaled = jnp.asarray(frames, jnp.float32) / 255.0 * (high - low) + low
+  for head in heads:
+    results, fps_runs, walls = [], [], []
+    for seed in seeds:
+      workdir = os.path.join(args.workdir, f'{head}_seed{seed}')
+      walls.append(train_run(head, seed, workdir, args.data_dir))
+      run_config = tool_common.one_device_one_example(tool_common.config_of(workdir, None, []))
+      s = train.setup(run_config, jax.devices()[:1])
+      model = track.load_model(s, workdir)
+      rate = run_config.task.size_rate
+      fn = jax.jit(lambda f, b, model=model, s=s, rate=rate: tracking.track(model, f, b, s.info, rate)[0])
+      jax.block_until_ready(fn(scaled, jnp.asarray(truth[:, 0])))  # Compiles.
+      start = time.time()
+      predicted = np.asarray(jax.block_until_ready(fn(scaled, jnp.asarray(truth[:, 0]))))
+      fps_runs.append(count * (length - 1) / (time.time() - start))
+      results.append(score(list(predicted), truth))
+      print(f'{head} seed {seed}: success AUC {results[-1]["auc"]:.3f}  {fps_runs[-1]:.0f} FPS', flush=True)
+      if head == 'corner' and seed == seeds[0]:
+        picture = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'track.png')
+        one = track.run(model, frames[SEQUENCE], truth[SEQUENCE, 0], s.info, run_config.data.value_range, rate)
+        track.draw(picture, frames[SEQUENCE], one[0], truth[SEQUENCE], *one[2:])
+    rows.append((f'tracking ViT, {head} head', results, statistics.median(fps_runs), walls))
+
+  def stat(values):
+    return f'{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}' if len(values) > 1 else f'{values[0]:.3f}'
+
+  minutes = sum(sum(r[3]) for r in rows if r[3]) / 60
+  lines = [
+    f'Regenerated by `python experiments/tracking_digits/run.py --heads {",".join(heads)} --seeds '
+    f'{",".join(map(str, seeds))}` ({minutes:.0f} minutes of training runs) on {platform.machine()}, '
+    f'{os.cpu_count()} cores, CPU only: {config.data.name}, {count} test sequences of {length} frames, tracked from '
+    f'the first box; ViT rows: mean ± std over seeds {", ".join(map(str, seeds))}.',
+    '',
+    '| tracker | success AUC | precision (20 px) | norm. precision | AO | SR0.5 | SR0.75 | FPS | training (s) |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+  ]
+  for name, results, fps, walls in rows:
+    cells = [stat([r[k] for r in results]) for k in ('auc', 'precision', 'norm_precision', 'ao', 'sr50', 'sr75')]
+    speed, training = ('—' if fps is None else f'{fps:,.0f}'), (f'{statistics.mean(walls):.0f}' if walls else '—')
+    lines.append(f'| {name} | {" | ".join(cells)} | {speed} | {training} |')
+  common.write_table(__file__, lines)
+
+
+if __name__ == '__main__':
+  main()
