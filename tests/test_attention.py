@@ -263,6 +263,7 @@ def test_every_pattern_runs_in_every_family():
     assert np.all(np.isfinite(vit.ViT(3, (8, 8, 1), variant='mu/2', attention=kind, rngs=nnx.Rngs(0))(images)))
 
 
+@pytest.mark.slow
 def test_attention_map_command_draws_sparse_maps_and_refuses_linear(data_dir, tmp_path, capsys):
   from vit_jax_lab.tools import attention_map
 

@@ -68,6 +68,7 @@ def test_recipe_runs_from_a_release_checkpoint(data_dir, tmp_path, capsys):
   assert lines[-1]['eval/examples'] == 360
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_equals_one_big_batch(smoke_config):
   from test_train import run_steps
 

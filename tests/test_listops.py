@@ -228,6 +228,7 @@ def test_smoke_config_shapes(listops_dir):
     assert listops.evaluate(row[row != 0]) == label
 
 
+@pytest.mark.slow
 def test_smoke_config_trains(listops_dir, tmp_path):  # About 6 s: the fast tier keeps it.
   config = load_config(SMOKE, listops_dir)
   metrics = train.train_and_evaluate(config, str(tmp_path / 'run'))

@@ -96,6 +96,7 @@ def test_patch_embedding_equals_strided_convolution():
   np.testing.assert_allclose(model.embedding(images), conv.reshape(2, 4, 64) + model.embedding.bias[...], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_options_change_the_function():
   images = jax.random.normal(jax.random.key(1), (4, 8, 8, 1))
   kwargs = dict(variant='mu/2', head_zero_init=False, dropout=0.2, drop_path=0.2)

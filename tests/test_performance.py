@@ -61,6 +61,7 @@ def test_bfloat16_and_float16_compute_are_close_to_float32(smoke_config):
   assert {x.dtype for x in jax.tree.leaves(state.opt_state[1][0].mu)} == {jax.numpy.dtype('bfloat16')}
 
 
+@pytest.mark.slow
 def test_float16_overflow_skips_the_step_and_halves_the_loss_scale(smoke_config):
   """A scale of 2**24 overflows float16 gradients: the steps leave the parameters alone and halve the scale
   until the gradients fit, then training goes on (total_steps: the learning rate is not yet 0 then)."""
@@ -86,6 +87,7 @@ def test_float16_overflow_skips_the_step_and_halves_the_loss_scale(smoke_config)
 
 @pytest.mark.parametrize('mesh', [dict(data=4, fsdp=1, model=2), dict(data=2, fsdp=2, model=2)])  # FSDP alone:
 # tests/test_train.py.
+@pytest.mark.slow
 def test_fsdp_and_tensor_parallel_layouts_give_the_same_steps(smoke_config, mesh):
   reference = run_steps(smoke_config(), jax.devices()[:1], num_steps=3)
   config = smoke_config(**{f'mesh__{k}': v for k, v in mesh.items()})
@@ -164,6 +166,7 @@ def test_attention_implementation_is_selectable():
     vit.ViT(10, (16, 16, 3), attention_impl='cudnn', rngs=nnx.Rngs(0), **kw)
 
 
+@pytest.mark.slow
 def test_cpu_steps_compile_their_matmuls_without_ynnpack(smoke_config, monkeypatch):
   """parallel.compiler_options keeps XLA:CPU's matmuls on its Eigen kernels (YNNPACK, the default, ran them
   slower here), for the train and eval steps; an XLA_FLAGS that sets the option itself wins."""

@@ -50,6 +50,7 @@ def test_padding_never_changes_real_tokens():
   assert np.abs(model(SOURCE.at[1, 3].set(5), TARGET_IN) - logits)[1].max() > 1e-3
 
 
+@pytest.mark.slow
 def test_packed_sequences_equal_each_alone():
   model = tiny(posemb='learn')
   a_src, a_tgt = jnp.array([5, 6, 2]), jnp.array([1, 7, 8])
@@ -117,6 +118,7 @@ def test_beam_search_with_one_beam_is_never_worse_than_greedy():
 
 
 @pytest.mark.parametrize('alpha', [0.0, 0.6])
+@pytest.mark.slow
 def test_full_width_beam_search_finds_the_best_of_all_sequences(alpha):
   """Words {3, 4} and EOS, length 4: a beam of 27 holds every live prefix (8 at most) and its 2 x 27 candidates
   every extension, so the search is exhaustive. PAD and BOS are in the vocabulary but never generated."""
@@ -150,6 +152,7 @@ def test_full_width_beam_search_finds_the_best_of_all_sequences(alpha):
     np.testing.assert_allclose(np.asarray(scores[b, :5]), [r[0] for r in ranked[:5]], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_sampling():
   model = tiny()
 
@@ -190,6 +193,7 @@ def test_paper_parameter_counts():
   assert abs(counts['base'] / 65e6 - 1) < 0.05 and abs(counts['big'] / 213e6 - 1) < 0.05
 
 
+@pytest.mark.slow
 def test_image_encoder_and_errors():
   model = seq2seq.Transformer(9, None, (8, 24, 1), 4, variant='tiny', share_embeddings='decoder', rngs=nnx.Rngs(0))
   images = jnp.zeros((2, 8, 24, 1))

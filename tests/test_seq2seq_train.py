@@ -225,6 +225,7 @@ def test_bleu_equals_sacrebleu():
   assert task_lib.bleu(task_lib.bleu_stats(references, references)) == pytest.approx(100.0)
 
 
+@pytest.mark.slow
 def test_scheduled_sampling_mixes_in_the_models_predictions(seq_data_dir):
   config = load('configs/seq2seq/scan.py:simple,smoke', seq_data_dir, model__dropout=0.0)
   task = task_lib.Seq2Seq(scheduled_sampling=0.5, scheduled_sampling_steps=10, label_smoothing=0.0)

@@ -141,6 +141,7 @@ def test_training_pairs_hold_the_target_where_their_box_says(tracking_dir):
     assert np.all(box[2:] > 0) and np.all(box[:2] >= 0) and np.all(box[:2] + box[2:] <= 1 + 1e-6)
 
 
+@pytest.mark.slow
 def test_both_box_heads_give_boxes_and_refuse_bad_options():
   template, search = jnp.zeros((2, 32, 32, 1)), jnp.ones((2, 64, 64, 1))
   for head in ('mlp', 'corner'):
@@ -201,6 +202,7 @@ def test_online_tracking_gives_equal_boxes_on_1_and_8_devices(tracking_dir):
     assert results[0][key] == pytest.approx(results[1][key], abs=1e-5), key
 
 
+@pytest.mark.slow
 def test_train_steps_equal_on_1_and_8_devices(tracking_dir):
   reference, _, _ = run_steps(load_config(SMOKE, tracking_dir), jax.devices()[:1], num_steps=3)
   losses, _, _ = run_steps(load_config(SMOKE, tracking_dir, data__eval_batch_size=8), jax.devices(), num_steps=3)

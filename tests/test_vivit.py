@@ -19,6 +19,7 @@ def clip(shape, seed=0):
 
 @pytest.mark.parametrize('model', vivit.MODELS)
 @pytest.mark.parametrize('embedding', ['tubelet', 'frames'])
+@pytest.mark.slow
 def test_every_model_and_embedding_gives_logits(model, embedding):
   shape = (4, 8, 12, 3)
   net = vivit.ViViT(
