@@ -87,6 +87,15 @@ def score(predicted: list[np.ndarray], truth: np.ndarray) -> dict[str, float]:
   return {k: float(np.mean(v)) for k, v in metrics.items()}
 
 
+def overlap_by_occlusion(predicted: list[np.ndarray], truth: np.ndarray, hidden: np.ndarray) -> tuple[float, ...]:
+  """Mean IoU over frames 1.. whose target is hidden less than half, half or more, and wholly (hidden = 1)."""
+  from vit_jax_lab.tasks import tracking
+
+  iou = np.asarray(tracking.iou_giou(np.stack(predicted)[:, 1:], truth[:, 1:])[0])
+  hidden = hidden[:, 1:]
+  return tuple(float(iou[m].mean()) if m.any() else float('nan') for m in (hidden < 0.5, hidden >= 0.5, hidden >= 1))
+
+
 def main() -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument('--heads', default=','.join(HEADS), help='box heads, comma-separated')
@@ -116,18 +125,19 @@ def main() -> None:
   frames, truth = test['frames'], test['boxes']
   count, length = frames.shape[:2]
 
-  rows = []
+  rows, occlusion, hidden = [], [], test['hidden']
   for name, method in (('first box held still', held_box), ('template matching (NCC)', template_matching)):
     start = time.time()
     predicted = [method(f, b[0], config.data.search_factor) for f, b in zip(frames, truth)]
     fps = None if method is held_box else count * length / (time.time() - start)  # Holding computes nothing.
     rows.append((name, [score(predicted, truth)], fps, None))
+    occlusion.append((name, [overlap_by_occlusion(predicted, truth, hidden)]))
     print(f'{name}: success AUC {rows[-1][1][0]["auc"]:.3f}', flush=True)
 
   low, high = config.data.value_range
   scaled = jnp.asarray(frames, jnp.float32) / 255.0 * (high - low) + low
   for head in heads:
-    results, fps_runs, walls = [], [], []
+    results, fps_runs, walls, by_occlusion = [], [], [], []
     for seed in seeds:
       workdir = os.path.join(args.workdir, f'{head}_seed{seed}')
       walls.append(train_run(head, seed, workdir, args.data_dir))
@@ -141,12 +151,14 @@ def main() -> None:
       predicted = np.asarray(jax.block_until_ready(fn(scaled, jnp.asarray(truth[:, 0]))))
       fps_runs.append(count * (length - 1) / (time.time() - start))
       results.append(score(list(predicted), truth))
+      by_occlusion.append(overlap_by_occlusion(list(predicted), truth, hidden))
       print(f'{head} seed {seed}: success AUC {results[-1]["auc"]:.3f}  {fps_runs[-1]:.0f} FPS', flush=True)
       if head == 'corner' and seed == seeds[0]:
         picture = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'track.png')
         one = track.run(model, frames[SEQUENCE], truth[SEQUENCE, 0], s.info, run_config.data.value_range, rate)
         track.draw(picture, frames[SEQUENCE], one[0], truth[SEQUENCE], *one[2:])
     rows.append((f'tracking ViT, {head} head', results, statistics.median(fps_runs), walls))
+    occlusion.append((f'tracking ViT, {head} head', by_occlusion))
 
   def stat(values):
     return f'{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}' if len(values) > 1 else f'{values[0]:.3f}'
@@ -166,6 +178,22 @@ def main() -> None:
     speed, training = ('—' if fps is None else f'{fps:,.0f}'), (f'{statistics.mean(walls):.0f}' if walls else '—')
     lines.append(f'| {name} | {" | ".join(cells)} | {speed} | {training} |')
   common.write_table(__file__, lines)
+  fractions = [
+    float((hidden[:, 1:] < 0.5).mean()),
+    float((hidden[:, 1:] >= 0.5).mean()),
+    float((hidden[:, 1:] >= 1).mean()),
+  ]
+  lines = [
+    f'AO (mean IoU) by how much of the target distractors hide, over frames 1.. of the {count} test sequences '
+    f'({100 * fractions[0]:.1f}% of frames less than half hidden, {100 * fractions[1]:.1f}% half or more, '
+    f'{100 * fractions[2]:.1f}% wholly); ViT rows: mean over seeds.',
+    '',
+    '| tracker | hidden < 0.5 | hidden ≥ 0.5 | wholly hidden |',
+    '|---|---:|---:|---:|',
+  ]
+  for name, values in occlusion:
+    lines.append(f'| {name} | ' + ' | '.join(f'{statistics.mean(v[k] for v in values):.3f}' for k in range(3)) + ' |')
+  common.write_table(__file__, lines, marker='occlusion')
 
 
 if __name__ == '__main__':
