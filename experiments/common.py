@@ -1,9 +1,29 @@
-"""What the experiment scripts share: step times read back from a run, and the tables they write into READMEs."""
+"""What the experiment scripts share: runs trained once and read back, step times, and the tables they write into
+READMEs."""
 
 import json
 import os
+import subprocess
+import sys
+import time
 
 import numpy as np
+
+
+def train_once(spec: str, workdir: str, seed: int, data_dir: str | None) -> float:
+  """Runs `python -m main --config spec --config.seed=SEED` in `workdir` unless it finished before; the seconds that
+  command took (kept in the workdir, so a table rewritten later reports the run's own time)."""
+  wall_file = os.path.join(workdir, 'wall_seconds.json')
+  if not os.path.exists(wall_file):
+    command = [sys.executable, '-m', 'main', '--config', spec, '--workdir', workdir, f'--config.seed={seed}']
+    command += [f'--config.data.data_dir={data_dir}'] if data_dir else []
+    start = time.time()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run(command, cwd=root, check=True, stdout=subprocess.DEVNULL)
+    with open(wall_file, 'w') as f:
+      json.dump(time.time() - start, f)
+  with open(wall_file) as f:
+    return json.load(f)
 
 
 def step_seconds(workdir: str) -> float:

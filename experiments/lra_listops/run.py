@@ -13,7 +13,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -33,16 +32,7 @@ LRA = {  # Tay et al. 2021, Table 1, ListOps test accuracy (%) at 2k tokens: the
 
 def run(kind: str, seed: int, workdir: str, data_dir: str | None) -> tuple[float, float, float]:
   """(test accuracy %, seconds per step, seconds for the whole command) of one run; a finished run is read back."""
-  wall_file = os.path.join(workdir, 'wall_seconds.json')
-  if not os.path.exists(wall_file):
-    command = [sys.executable, '-m', 'main', '--config', f'configs/lra/listops.py:{kind}', '--workdir', workdir]
-    command += [f'--config.seed={seed}'] + ([f'--config.data.data_dir={data_dir}'] if data_dir else [])
-    start = time.time()
-    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    with open(wall_file, 'w') as f:
-      json.dump(time.time() - start, f)
-  with open(wall_file) as f:
-    wall = json.load(f)
+  wall = common.train_once(f'configs/lra/listops.py:{kind}', workdir, seed, data_dir)
   with open(os.path.join(workdir, 'metrics.jsonl')) as f:
     final = [m for m in map(json.loads, f) if 'eval/accuracy' in m][-1]
   return 100 * final['eval/accuracy'], common.step_seconds(workdir), wall

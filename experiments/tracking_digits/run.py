@@ -11,11 +11,9 @@ ViT: all test sequences as one batch under jit; the baselines: one sequence at a
 """
 
 import argparse
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -63,20 +61,6 @@ def template_matching(frames: np.ndarray, first: np.ndarray, factor: float) -> n
     box = np.array([left + j - (x0 - x), top + i - (y0 - y), w, h], np.float64)
     out.append(box.copy())
   return np.array(out, np.float32)
-
-
-def train_run(head: str, seed: int, workdir: str, data_dir: str | None) -> float:
-  """Trains one run unless it finished; the seconds its command took."""
-  wall_file = os.path.join(workdir, 'wall_seconds.json')
-  if not os.path.exists(wall_file):
-    command = [sys.executable, '-m', 'main', '--config', f'configs/tracking/digits.py:{head}', '--workdir', workdir]
-    command += [f'--config.seed={seed}'] + ([f'--config.data.data_dir={data_dir}'] if data_dir else [])
-    start = time.time()
-    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    with open(wall_file, 'w') as f:
-      json.dump(time.time() - start, f)
-  with open(wall_file) as f:
-    return json.load(f)
 
 
 def score(predicted: list[np.ndarray], truth: np.ndarray) -> dict[str, float]:
@@ -140,7 +124,7 @@ def main() -> None:
     results, fps_runs, walls, by_occlusion = [], [], [], []
     for seed in seeds:
       workdir = os.path.join(args.workdir, f'{head}_seed{seed}')
-      walls.append(train_run(head, seed, workdir, args.data_dir))
+      walls.append(common.train_once(f'configs/tracking/digits.py:{head}', workdir, seed, args.data_dir))
       run_config = tool_common.one_device_one_example(tool_common.config_of(workdir, None, []))
       s = train.setup(run_config, jax.devices()[:1])
       model = track.load_model(s, workdir)
