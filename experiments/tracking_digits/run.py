@@ -127,7 +127,7 @@ def main() -> None:
       walls.append(common.train_once(f'configs/tracking/digits.py:{head}', workdir, seed, args.data_dir))
       run_config = tool_common.one_device_one_example(tool_common.config_of(workdir, None, []))
       s = train.setup(run_config, jax.devices()[:1])
-      model = track.load_model(s, workdir)
+      model = tool_common.load_model(s, workdir)
       rate = run_config.task.size_rate
       fn = jax.jit(lambda f, b, model=model, s=s, rate=rate: tracking.track(model, f, b, s.info, rate)[0])
       jax.block_until_ready(fn(scaled, jnp.asarray(truth[:, 0])))  # Compiles.

@@ -118,6 +118,7 @@ class Tracker(nnx.Module):
       dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path),
     )
     self.template_grid, self.search_grid = (template_size // p,) * 2, (search_size // p,) * 2
+    self.search_start = 2 + self.template_grid[0] * self.template_grid[1]  # Token index of the first search patch.
     self.num_heads = dims['num_heads']
     self.box_head_kind = box_head
     self.embedding = layers.PatchEmbedding(p, channels, d, rngs=rngs)
@@ -174,8 +175,7 @@ class Tracker(nnx.Module):
     for i, block in enumerate(blocks[:layer]):
       x = block(x, train=False, rngs=None, layer=i)
     weights = blocks[layer].attention_weights(x, layer=layer).mean(1)  # (B, tokens, tokens)
-    first = 2 + self.template_grid[0] ** 2
-    cls, reg = (weights[:, row, first:].reshape(-1, *self.search_grid) for row in (0, 1))
+    cls, reg = (weights[:, row, self.search_start :].reshape(-1, *self.search_grid) for row in (0, 1))
     return cls, reg
 
   def __call__(
@@ -183,7 +183,7 @@ class Tracker(nnx.Module):
   ) -> tuple[jax.Array, jax.Array]:
     x = self.features(template, search, train=train, rngs=rngs)
     logit = self.class_head(x[:, 0])[:, 0]
-    reg, search_tokens = x[:, 1], x[:, 2 + self.template_grid[0] ** 2 :]
+    reg, search_tokens = x[:, 1], x[:, self.search_start :]
     if self.box_head_kind == 'mlp':
       y = reg
       for i, dense in enumerate(self.box_mlp):

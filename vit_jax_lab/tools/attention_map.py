@@ -15,10 +15,9 @@ import sys
 
 import jax
 import numpy as np
-from flax import nnx
 from PIL import Image
 
-from vit_jax_lab import checkpoints, console, train
+from vit_jax_lab import console, train
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tools import common
 
@@ -86,11 +85,7 @@ def main(argv: list[str]) -> int:
       f'model.name={config.model.name!r}, model.scan={config.model.scan}'
     )
   s = train.setup(config, jax.devices()[:1])
-  model = nnx.merge(s.graphdef, train.init_state(s).params)  # With --config.init_from applied.
-  if args.workdir:
-    state = nnx.state(model, nnx.Param)
-    state.replace_by_pure_dict(checkpoints.read_params(args.workdir))
-    nnx.update(model, state)
+  model = common.load_model(s, args.workdir)
   if not -len(model.encoder.blocks) <= args.layer < len(model.encoder.blocks):
     raise ConfigError(f'--layer={args.layer}: the model has {len(model.encoder.blocks)} layers')
   image, model_input = _input(s, args)

@@ -1,8 +1,9 @@
 """What the commands share: the config they work from, and the settings of running one example at a time."""
 
 import ml_collections
+from flax import nnx
 
-from vit_jax_lab import config as config_lib, workdir as workdir_lib
+from vit_jax_lab import checkpoints, config as config_lib, train, workdir as workdir_lib
 from vit_jax_lab.errors import ConfigError
 
 
@@ -27,3 +28,14 @@ def one_device_one_example(config: ml_collections.ConfigDict) -> ml_collections.
   config.data.batch_size = config.data.eval_batch_size = 1
   config.data.shards, config.accum_steps = 1, 1
   return config
+
+
+def load_model(s: train.Setup, workdir: str | None) -> nnx.Module:
+  """The model of `s` with the weights of the run in `workdir` (its newest checkpoint), or, without one, as the
+  config starts it (with --config.init_from applied)."""
+  model = nnx.merge(s.graphdef, train.init_state(s).params)
+  if workdir:
+    state = nnx.state(model, nnx.Param)
+    state.replace_by_pure_dict(checkpoints.read_params(workdir))
+    nnx.update(model, state)
+  return model

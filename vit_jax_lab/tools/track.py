@@ -17,10 +17,9 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 from PIL import Image, ImageDraw
 
-from vit_jax_lab import boxes, checkpoints, console, train
+from vit_jax_lab import boxes, console, train
 from vit_jax_lab.errors import ConfigError, check
 from vit_jax_lab.tasks import tracking
 from vit_jax_lab.tools import common
@@ -150,16 +149,6 @@ def draw(path: str, frames, predicted, truth, crops, cls, reg) -> None:
   figure.save(path)
 
 
-def load_model(s: train.Setup, workdir: str | None) -> nnx.Module:
-  """The run's tracker (its newest checkpoint; with --config, init_from applied)."""
-  model = nnx.merge(s.graphdef, train.init_state(s).params)
-  if workdir:
-    state = nnx.state(model, nnx.Param)
-    state.replace_by_pure_dict(checkpoints.read_params(workdir))
-    nnx.update(model, state)
-  return model
-
-
 @console.command
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.track', description=__doc__.splitlines()[0])
@@ -175,7 +164,7 @@ def main(argv: list[str]) -> int:
   check(not config.model.scan, 'track draws attention of unscanned layers: this run has model.scan=True')
   check((args.video is None) == (args.box is None), "give --video and --box together (the first frame's box)")
   s = train.setup(config, jax.devices()[:1])
-  model = load_model(s, args.workdir)
+  model = common.load_model(s, args.workdir)
   if args.video:
     frames = read_video(args.video, s.info.channels)
     check(len(frames) >= 2, f'--video {args.video} has {len(frames)} frame: tracking needs 2 or more')
