@@ -124,6 +124,11 @@ def test_metrics_on_hand_made_sequences():
   norm = np.array([0.5, 0.25, 3.0, 0.0])
   expected = np.mean([(norm <= t).mean() for t in np.linspace(0, 0.5, 51)])
   assert m['norm_precision'] == pytest.approx(expected, abs=1e-6)
+  # GOT-10k's toolkit scores visible frames only: frame 3 (the miss) left out, and a NaN box where absent.
+  truth[0, 3] = np.nan
+  visible = np.array([[True, True, True, False, True]])
+  m = {k: float(v[0]) for k, v in tracking.sequence_metrics(predicted, truth, visible).items()}
+  assert m['ao'] == pytest.approx(np.mean([1 / 3, 1 / 2, 1.0]), abs=1e-6) and m['precision'] == pytest.approx(1.0)
 
 
 def test_training_pairs_hold_the_target_where_their_box_says(tracking_dir):
@@ -296,4 +301,18 @@ def test_init_from_an_image_vit_copies_the_encoder_and_resamples_positions_per_g
       jax.tree.map(np.testing.assert_array_equal, loaded[fresh], initial[fresh])
     assert any('search grid (8, 8)' in note for note in notes)
   with pytest.raises(ConfigError, match='image ViTs'):
-    model.load_pretrained(initial, initial)
+    model.load_pretrained({'encoder': image['encoder']}, initial)
+
+
+def test_init_from_a_tracker_run_copies_every_weight_or_names_the_first_difference():
+  dims = dict(width=32, depth=2, mlp_dim=64, num_heads=2, patch_size=8)
+  model = tracker.Tracker(32, 64, 1, **dims, rngs=nnx.Rngs(0))
+  initial = nnx.state(model, nnx.Param).to_pure_dict()
+  trained = nnx.state(tracker.Tracker(32, 64, 1, **dims, rngs=nnx.Rngs(1)), nnx.Param).to_pure_dict()
+  loaded, notes = model.load_pretrained(trained, initial)
+  jax.tree.map(np.testing.assert_array_equal, loaded, jax.tree.map(np.asarray, trained))
+  assert notes == ['every weight from the tracker run']
+  wider = nnx.state(tracker.Tracker(32, 64, 1, **dims | {'mlp_dim': 96}, rngs=nnx.Rngs(1)), nnx.Param)
+  with pytest.raises(ConfigError, match='differs from the configured tracker .first at encoder') as e:
+    model.load_pretrained(wider.to_pure_dict(), initial)
+  assert '\n' not in str(e.value)

@@ -331,6 +331,8 @@ def make_eval_step(s: Setup):
 def evaluate(s: Setup, eval_step, params) -> dict[str, float]:
   """Task metrics over the whole eval split, from sums over all batches. Outputs a task scores on the host
   (decoded text for BLEU) come under the sums' 'host' key and are turned into more sums there."""
+  if s.task.sequential(s.info):
+    return {f'eval/{k}': v for k, v in s.task.summarize(_sequential_sums(s, params)).items()}
   preprocess = s.task.preprocess(s.config.data, s.info, train=False)
   batches = pipeline.eval_batches(
     s.builder,
@@ -348,6 +350,19 @@ def evaluate(s: Setup, eval_step, params) -> dict[str, float]:
       sums |= s.task.host_sums(multihost_utils.process_allgather(host, tiled=True), s.info)
     totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
   return {f'eval/{k}': v for k, v in s.task.summarize(totals).items()}
+
+
+def _sequential_sums(s: Setup, params) -> dict[str, np.ndarray]:
+  """The task's `sequential_sums` over each process's share of the eval split, added up over processes."""
+  model_params = in_compute_dtype(params, s.config)
+  if jax.process_count() > 1:  # Each process tracks its own sequences: a whole copy, no collective per frame.
+    model_params = multihost_utils.process_allgather(model_params, tiled=True)
+  predict = jax.jit(lambda p, *inputs: nnx.merge(s.graphdef, p)(*in_compute_dtype(inputs, s.config), train=False))
+  examples = pipeline.eval_examples(s.builder, s.config.data, s.task.prepare(s.info, False))
+  sums = s.task.sequential_sums(lambda *inputs: predict(model_params, *inputs), examples)
+  if jax.process_count() > 1:
+    sums = jax.tree.map(lambda x: x.sum(0), multihost_utils.process_allgather(sums))
+  return sums
 
 
 def log(message: str) -> None:

@@ -373,6 +373,12 @@ def eval_batches(
   return _to_global(_concat(streams).prefetch(tf.data.AUTOTUNE), sharding)
 
 
+def eval_examples(builder, data_config, prepare: Prepare) -> Iterator[dict[str, np.ndarray]]:
+  """This process's share of the eval split, one example at a time, as NumPy (for sequential evaluation)."""
+  split = tfds.split_for_jax_process(data_config.eval_split)
+  return _read(builder, split, False, prepare).as_numpy_iterator()
+
+
 def _concat(streams: list[tf.data.Dataset]) -> tf.data.Dataset:
   """Batches of the local shards side by side: rows of shard k follow those of shard k - 1."""
   if len(streams) == 1:

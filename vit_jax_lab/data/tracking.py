@@ -1,13 +1,16 @@
 """Tracking sequences (frames + one box per frame) in tf.data: training pairs of a template crop and a search crop
 sampled as STARK and OSTrack sample them, and whole sequences for online evaluation.
 
-A tracking dataset has 'frames' (T, H, W, C) uint8 and 'boxes' (T, 4) float32 (x, y, w, h) in pixels.
+A tracking dataset has 'frames' and 'boxes' (T, 4) float32 (x, y, w, h) in pixels: frames (T, H, W, C) uint8 of one
+shape (tracking_digits), or (T,) encoded image files of any length and size (tracking_benchmarks), with 'absent'
+(T,) bool, the frames without a visible target.
 """
 
 import dataclasses
 import math
-from typing import Callable
+from typing import Callable, Iterator
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
@@ -20,14 +23,15 @@ class TrackingInfo:
   """What the tracker and the tracking task need to know about the data before anything is built."""
 
   channels: int
-  frames: int  # Frames per sequence.
-  frame_size: tuple[int, int]  # (height, width) of the frames.
+  frames: int | None  # Frames per sequence; None: sequences of any length (real videos, tracked one by one).
+  frame_size: tuple[int, int] | None  # (height, width) of the frames; None: any.
   num_train: int  # Sequences in the train split.
   num_eval: int  # Sequences in the eval split.
   template_size: int  # The crops, as data.template_size, data.search_size, data.template_factor, data.search_factor.
   search_size: int
   template_factor: float
   search_factor: float
+  value_range: tuple[float, float] = (-1.0, 1.0)  # data.value_range: what frames are scaled to.
 
 
 def dataset_info(builder: tfds.core.DatasetBuilder, data_config) -> TrackingInfo:
@@ -37,13 +41,17 @@ def dataset_info(builder: tfds.core.DatasetBuilder, data_config) -> TrackingInfo
     f'data.name={data_config.name!r} has no frames and boxes features (it has {", ".join(features)}): the tracking '
     'task needs a tracking dataset, e.g. data.name="tracking_digits"',
   )
-  frames, height, width, channels = features['frames'].shape
-  check(
-    None not in (frames, height, width),
-    f'data.name={data_config.name!r} has sequences of varying length or frame size {features["frames"].shape}; '
-    'the tracking pipeline batches whole sequences of one shape',
-  )
-  check(frames >= 2, f'data.name={data_config.name!r} has sequences of {frames} frame: tracking needs 2 or more')
+  shape = features['frames'].shape
+  if encoded(builder):  # Real videos: sequences of any length and frame size, frames decoded when read.
+    frames, height, width, channels = None, None, None, 3
+  else:
+    frames, height, width, channels = shape
+    check(
+      None not in (frames, height, width),
+      f'data.name={data_config.name!r} has sequences of varying length or frame size {shape} stored as pixels; '
+      'store them as encoded frames (as tracking_benchmarks does) to track them one by one',
+    )
+    check(frames >= 2, f'data.name={data_config.name!r} has sequences of {frames} frame: tracking needs 2 or more')
 
   def count(split):
     return builder.info.splits[split].num_examples
@@ -52,14 +60,27 @@ def dataset_info(builder: tfds.core.DatasetBuilder, data_config) -> TrackingInfo
   return TrackingInfo(
     channels,
     frames,
-    (height, width),
+    None if height is None else (height, width),
     count(d.train_split),
     count(d.eval_split),
     d.template_size,
     d.search_size,
     d.template_factor,
     d.search_factor,
+    tuple(d.value_range),
   )
+
+
+def encoded(builder: tfds.core.DatasetBuilder) -> bool:
+  """Whether the dataset stores its frames as encoded image files (a string per frame) rather than pixels."""
+  return builder.info.features['frames'].dtype == tf.string
+
+
+def decode(frame: tf.Tensor, channels: int) -> tf.Tensor:
+  """A frame as pixels (H, W, C) uint8: decoded if it is an encoded image file, else as it is."""
+  if frame.dtype != tf.string:
+    return frame
+  return tf.ensure_shape(tf.io.decode_image(frame, channels=channels, expand_animations=False), [None, None, channels])
 
 
 def crop(image: tf.Tensor, region: boxes.Region, size: int) -> tf.Tensor:
@@ -98,38 +119,48 @@ def _away(box: boxes.Box, seed: tf.Tensor, factor: float) -> boxes.Box:
   return x + reach * direction[0], y + reach * direction[1], w, h
 
 
+def scale(frame: tf.Tensor, value_range: tuple[float, float]) -> tf.Tensor:
+  """uint8 pixels -> float32 in `value_range`."""
+  low, high = value_range
+  return tf.cast(frame, tf.float32) / 255.0 * (high - low) + low
+
+
+def decoded_frames(frames, info: TrackingInfo) -> Iterator[np.ndarray]:
+  """The frames (T,) of a sequence stored encoded, decoded one at a time as (H, W, C) float32 in data.value_range:
+  what online evaluation of real videos reads (a whole long video would not fit in memory)."""
+  for frame in frames:
+    yield scale(decode(tf.constant(frame), info.channels), info.value_range).numpy()
+
+
 def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dict, tf.Tensor], dict]:
   """A sequence -> for training, one pair: 'template' (S_t, S_t, C) and 'search' (S_s, S_s, C) crops in
   data.value_range, 'box' the target in the search crop (x, y, w, h in crop units, clipped to the crop) and
   'present' 1 (0 for a negative search crop, away from the target); for evaluation the whole sequence: 'frames'
   (T, H, W, C) in data.value_range and 'boxes' (T, 4) in pixels."""
   d = data_config
-  low, high = d.value_range
-
-  def scale(x):
-    return x / 255.0 * (high - low) + low
 
   def fn(example: dict, seed: tf.Tensor) -> dict:
     frames, sequence_boxes = example['frames'], example['boxes']
     if not train:
-      return {'frames': scale(tf.cast(frames, tf.float32)), 'boxes': sequence_boxes}
+      return {'frames': scale(frames, d.value_range), 'boxes': sequence_boxes}
     template_seed, gap_seed, jitter_seed, negative_seed, away_seed = tf.unstack(
       tf.random.experimental.stateless_split(seed, 5)
     )
-    length = tf.shape(frames)[0]
-    t = tf.random.stateless_uniform([], template_seed, 0, length, tf.int32)
+    # Pairs come from frames where the target is visible; the gap counts those frames.
+    visible = tf.where(~example['absent'])[:, 0]
+    length = tf.shape(visible)[0]
+    i = tf.random.stateless_uniform([], template_seed, 0, length, tf.int32)
     gap = tf.random.stateless_uniform([], gap_seed, -d.max_gap, d.max_gap + 1, tf.int32)
-    s = tf.clip_by_value(t + gap, 0, length - 1)
+    t, s = visible[i], visible[tf.clip_by_value(i + gap, 0, length - 1)]
     template_box, search_box = tuple(tf.unstack(sequence_boxes[t])), tuple(tf.unstack(sequence_boxes[s]))
     # Crops of scaled frames: the pixels outside a frame are 0 in data.value_range, as in online evaluation.
-    template = crop(
-      scale(tf.cast(frames[t], tf.float32)), boxes.region(template_box, d.template_factor), d.template_size
-    )
+    template_frame, search_frame = (scale(decode(frames[k], info.channels), d.value_range) for k in (t, s))
+    template = crop(template_frame, boxes.region(template_box, d.template_factor), d.template_size)
     around = _jittered(search_box, jitter_seed, d.centre_jitter, d.size_jitter)  # The box the crop is cut around.
     present = tf.random.stateless_uniform([], negative_seed) >= d.negative_fraction
     around = tf.cond(present, lambda: around, lambda: _away(search_box, away_seed, d.search_factor))
     region = boxes.region(around, d.search_factor)
-    search = crop(scale(tf.cast(frames[s], tf.float32)), region, d.search_size)
+    search = crop(search_frame, region, d.search_size)
     x1, y1, x2, y2 = (tf.clip_by_value(v, 0.0, 1.0) for v in boxes.to_corners(boxes.to_crop(search_box, region)))
     return {
       'template': template,

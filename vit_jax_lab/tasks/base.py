@@ -7,7 +7,7 @@ loss, and the evaluation metrics. A new objective is a class with these methods,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 import jax
 import numpy as np
@@ -60,6 +60,17 @@ class Task(Protocol):
   def eval_sums(self, model: nnx.Module, batch: Batch) -> dict[str, Any]:
     """Metric sums over the batch's real (mask = 1) examples, inside the compiled eval step; arrays to score
     on the host go under 'host'."""
+
+  def sequential(self, info: Any) -> bool:
+    """Whether evaluation runs an example at a time on the host (`sequential_sums`) instead of `eval_sums`: for
+    examples no fixed-shape batch holds, each step's input depending on the last output (online tracking of
+    videos of any length and size)."""
+    return False
+
+  def sequential_sums(self, predict: Callable, examples: Iterator[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Metric sums over this process's share of the eval split, given one at a time; `predict(*inputs)` is the
+    model, compiled, with the evaluated parameters."""
+    raise NotImplementedError
 
   def host_sums(self, host: dict[str, np.ndarray], info: Any) -> dict[str, np.ndarray]:
     """More sums from the gathered 'host' arrays of `eval_sums` (e.g. BLEU statistics of decoded text)."""

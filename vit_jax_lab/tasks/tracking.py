@@ -4,7 +4,8 @@ scored as the OTB, GOT-10k and TrackingNet toolkits score (`sequence_metrics`)."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +63,9 @@ def crop(image: jax.Array, region: boxes.Region, size: int) -> jax.Array:
   return jnp.where((inside_y[:, None] & inside_x[None, :])[..., None], out, 0.0).astype(image.dtype)
 
 
+_crop = jax.jit(crop, static_argnames='size')
+
+
 def crops(images: jax.Array, region: boxes.Region, size: int) -> jax.Array:
   """`crop` of each image of a batch (B, H, W, C) over its own region (each coordinate a (B,) array)."""
   return jax.vmap(lambda image, r: crop(image, r, size))(images, region)
@@ -96,9 +100,7 @@ def track(
   def step(box, frame):
     region = boxes.region(box, g.search_factor)
     logit, predicted = model(template, crops(frame, region, g.search_size), train=False)
-    cx, cy, w, h = boxes.to_centre(boxes.from_crop(tuple(jnp.unstack(predicted.astype(jnp.float32), axis=-1)), region))
-    w, h = box[2] + size_rate * (w - box[2]), box[3] + size_rate * (h - box[3])
-    new = clip_to_frame(boxes.from_centre((cx, cy, w, h)), height, width)
+    new = follow(box, tuple(jnp.unstack(predicted.astype(jnp.float32), axis=-1)), region, size_rate, height, width)
     return new, (jnp.stack(new, -1), logit.astype(jnp.float32))
 
   _, (predicted, logits) = jax.lax.scan(step, first, jnp.swapaxes(frames[:, 1:], 0, 1))
@@ -106,26 +108,68 @@ def track(
   return predicted, jnp.concatenate([jnp.zeros_like(logits[:1]), logits], 0).T
 
 
-def sequence_metrics(predicted: jax.Array, truth: jax.Array) -> dict[str, jax.Array]:
-  """Per-sequence scores of predicted boxes (B, T, 4) against the truth, over frames 1.. (frame 0 is given), as the
+def follow(
+  box: boxes.Box, predicted: boxes.Box, region: boxes.Region, size_rate: float, height: int, width: int
+) -> boxes.Box:
+  """The next box of online tracking from the previous one and the prediction in the crop of `region`: the
+  predicted centre, the sides moved `size_rate` of the way from the previous ones, kept in the frame."""
+  cx, cy, w, h = boxes.to_centre(boxes.from_crop(predicted, region))
+  w, h = box[2] + size_rate * (w - box[2]), box[3] + size_rate * (h - box[3])
+  return clip_to_frame(boxes.from_centre((cx, cy, w, h)), height, width)
+
+
+def track_frames(
+  predict: Callable[[np.ndarray, np.ndarray], tuple[Any, Any]],
+  frames: Iterator[np.ndarray],
+  first_box: np.ndarray,
+  geometry: tracking.TrackingInfo,
+  size_rate: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray]:
+  """`track` of one sequence of any length and frame size, a frame at a time driven by the host: the same crops
+  (compiled once per frame size), `predict(template (1, S, S, C), search (1, S, S, C))` -> (logit (1,), box (1, 4))
+  compiled once for all sequences. (boxes (T, 4), logits (T,)), as `track` returns for one."""
+  g = geometry
+  first = next(frames)
+  height, width = first.shape[:2]
+  box = tuple(np.asarray(first_box, np.float32))
+  template = _crop(first, tuple(np.float32(v) for v in boxes.region(box, g.template_factor)), g.template_size)[None]
+  out, logits = [np.asarray(box)], [0.0]
+  for frame in frames:
+    region = tuple(np.float32(v) for v in boxes.region(box, g.search_factor))
+    logit, predicted = jax.device_get(predict(template, _crop(frame, region, g.search_size)[None]))
+    box = tuple(np.float32(v) for v in follow(box, tuple(predicted[0]), region, size_rate, height, width))
+    out.append(np.asarray(box))
+    logits.append(float(logit[0]))
+  return np.stack(out), np.asarray(logits, np.float32)
+
+
+def sequence_metrics(predicted: jax.Array, truth: jax.Array, visible: jax.Array | None = None) -> dict[str, jax.Array]:
+  """Per-sequence scores of predicted boxes (B, T, 4) against the truth, over frames 1.. (frame 0 is given) where
+  the target is `visible` (B, T) (all frames if None; GOT-10k's toolkit leaves out frames without it), as the
   toolkits define them: 'auc' OTB's success AUC, the mean over overlap thresholds 0, 0.05, ..., 1 of the fraction
   of frames whose IoU exceeds it; 'precision' OTB's, frames whose centre error is at most 20 pixels;
   'norm_precision' TrackingNet's, the mean over thresholds 0, 0.01, ..., 0.5 of the fraction of frames whose
   centre error in units of the true box's sides is at most it; 'ao' GOT-10k's average overlap (mean IoU); 'sr50'
   and 'sr75' its success rates, frames with IoU above 0.5 and 0.75."""
-  predicted, truth = predicted[:, 1:].astype(jnp.float32), truth[:, 1:].astype(jnp.float32)
+  predicted, truth = predicted[:, 1:].astype(jnp.float32), jnp.nan_to_num(truth[:, 1:].astype(jnp.float32))
+  weight = jnp.ones(truth.shape[:2]) if visible is None else jnp.asarray(visible[:, 1:], jnp.float32)
+  weight = weight / jnp.maximum(weight.sum(1, keepdims=True), 1.0)
+
+  def mean(x):  # Over the scored frames (and the thresholds of a trailing axis).
+    return ((x.mean(-1) if x.ndim == 3 else x) * weight).sum(1)
+
   iou, _ = iou_giou(predicted, truth)
   pcx, pcy, _, _ = boxes.to_centre(jnp.unstack(predicted, axis=-1))
   tcx, tcy, tw, th = boxes.to_centre(jnp.unstack(truth, axis=-1))
   error = jnp.hypot(pcx - tcx, pcy - tcy)
   norm_error = jnp.hypot((pcx - tcx) / jnp.maximum(tw, 1e-6), (pcy - tcy) / jnp.maximum(th, 1e-6))
   return {
-    'auc': (iou[..., None] > SUCCESS_THRESHOLDS).mean((1, 2)),
-    'precision': (error <= PRECISION_PIXELS).mean(1),
-    'norm_precision': (norm_error[..., None] <= NORM_PRECISION_THRESHOLDS).mean((1, 2)),
-    'ao': iou.mean(1),
-    'sr50': (iou > 0.5).mean(1),
-    'sr75': (iou > 0.75).mean(1),
+    'auc': mean(iou[..., None] > SUCCESS_THRESHOLDS),
+    'precision': mean(error <= PRECISION_PIXELS),
+    'norm_precision': mean(norm_error[..., None] <= NORM_PRECISION_THRESHOLDS),
+    'ao': mean(iou),
+    'sr50': mean(iou > 0.5),
+    'sr75': mean(iou > 0.75),
   }
 
 
@@ -161,7 +205,13 @@ class Tracking(Task):
     return dict(template_size=info.template_size, search_size=info.search_size, channels=info.channels)
 
   def prepare(self, info: tracking.TrackingInfo, train: bool) -> Callable:
-    return lambda ds: ds.map(lambda ex: {'frames': ex['frames'], 'boxes': ex['boxes']})
+    import tensorflow as tf
+
+    def select(ex):
+      absent = ex['absent'] if 'absent' in ex else tf.zeros(tf.shape(ex['boxes'])[:1], tf.bool)
+      return {'frames': ex['frames'], 'boxes': ex['boxes'], 'absent': absent}
+
+    return lambda ds: ds.map(select)
 
   def preprocess(self, data_config, info: tracking.TrackingInfo, train: bool) -> Preprocess:
     from vit_jax_lab.data import tracking
@@ -189,8 +239,34 @@ class Tracking(Task):
     """Sums over the real (mask = 1) sequences of their `sequence_metrics`; the trainer divides by `count`."""
     predicted, _ = track(model, batch['frames'], batch['boxes'][:, 0], self.geometry, self.size_rate)
     mask = batch['mask']
-    return {k: (v * mask).sum() for k, v in sequence_metrics(predicted, batch['boxes']).items()} | {'count': mask.sum()}
+    metrics = sequence_metrics(predicted, batch['boxes'], ~batch['absent'] if 'absent' in batch else None)
+    return {k: (v * mask).sum() for k, v in metrics.items()} | {'count': mask.sum()}
+
+  def sequential(self, info: tracking.TrackingInfo) -> bool:
+    return info.frames is None  # Real videos of any length and size: tracked one by one on the host.
+
+  def sequential_sums(self, predict: Callable, examples: Iterator[dict]) -> dict[str, np.ndarray]:
+    """`eval_sums` over sequences stored as encoded frames, each tracked by `track_frames`, and 'frames' tracked
+    in 'seconds' (wall time, decoding and the first compiles included) for `summarize`'s frames per second."""
+    from vit_jax_lab.data import tracking
+
+    sums = {'count': np.float64(0), 'frames': np.float64(0), 'seconds': np.float64(0)}
+    for example in examples:
+      start = time.perf_counter()
+      frames = tracking.decoded_frames(example['frames'], self.geometry)
+      predicted, _ = track_frames(predict, frames, example['boxes'][0], self.geometry, self.size_rate)
+      sums['seconds'] += time.perf_counter() - start
+      sums['frames'] += len(predicted) - 1
+      visible = ~example['absent'][None]
+      metrics = jax.device_get(sequence_metrics(predicted[None], example['boxes'][None], visible))
+      for k, v in metrics.items():
+        sums[k] = sums.get(k, 0) + np.float64(v[0])
+      sums['count'] += 1
+    return sums
 
   def summarize(self, sums: dict[str, Any]) -> dict[str, float]:
-    count = float(sums['count'])
-    return {k: float(v) / count for k, v in sums.items() if k != 'count'} | {'sequences': count}
+    count, timing = float(sums['count']), {}
+    if 'seconds' in sums:  # Online evaluation on the host: its speed over all frames tracked.
+      timing = {'fps': float(sums['frames']) / max(float(sums['seconds']), 1e-9)}
+    means = {k: float(v) / count for k, v in sums.items() if k not in ('count', 'frames', 'seconds')}
+    return means | timing | {'sequences': count}

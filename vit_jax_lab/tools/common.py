@@ -1,5 +1,6 @@
 """What the commands share: the config they work from, and the settings of running one example at a time."""
 
+import jax
 import ml_collections
 from flax import nnx
 
@@ -30,12 +31,16 @@ def one_device_one_example(config: ml_collections.ConfigDict) -> ml_collections.
   return config
 
 
-def load_model(s: train.Setup, workdir: str | None) -> nnx.Module:
-  """The model of `s` with the weights of the run in `workdir` (its newest checkpoint), or, without one, as the
-  config starts it (with --config.init_from applied)."""
-  model = nnx.merge(s.graphdef, train.init_state(s).params)
+def params_of(s: train.Setup, workdir: str | None) -> nnx.State:
+  """The parameters of `s`, placed as training places them: the run's in `workdir` (its newest checkpoint), or,
+  without one, as the config starts them (with --config.init_from applied)."""
+  params = train.init_state(s).params
   if workdir:
-    state = nnx.state(model, nnx.Param)
-    state.replace_by_pure_dict(checkpoints.read_params(workdir))
-    nnx.update(model, state)
-  return model
+    params.replace_by_pure_dict(checkpoints.read_params(workdir))
+    params = jax.device_put(params, s.state_shardings.params)
+  return params
+
+
+def load_model(s: train.Setup, workdir: str | None) -> nnx.Module:
+  """The model of `s` with `params_of(s, workdir)`."""
+  return nnx.merge(s.graphdef, params_of(s, workdir))

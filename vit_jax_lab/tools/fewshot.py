@@ -13,11 +13,10 @@ or, without it, the config's model at its random initialisation.
 import argparse
 import sys
 
-import jax
 import ml_collections
 import numpy as np
 
-from vit_jax_lab import checkpoints, console, fewshot, train
+from vit_jax_lab import console, fewshot, train
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tools import common
 
@@ -26,10 +25,7 @@ def run(argv: list[str]) -> dict[str, dict[int, np.ndarray]]:
   """The command without its printing: dataset -> k -> the test accuracy of every draw."""
   config, workdir = _config(argv)
   s = train.setup(config)
-  params = train.init_state(s).params  # With --config.init_from applied.
-  if workdir is not None:
-    params.replace_by_pure_dict(checkpoints.read_params(workdir))
-    params = jax.device_put(params, s.state_shardings.params)
+  params = common.params_of(s, workdir)
   return fewshot.Evaluator(config, s.mesh, s.graphdef, s.state_shardings.params, s.info).results(params)
 
 

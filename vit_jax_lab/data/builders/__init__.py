@@ -11,6 +11,7 @@ BUILTIN = {
   'listops': 'vit_jax_lab.data.builders.listops',
   'moving_digits': 'vit_jax_lab.data.builders.moving_digits',
   'scan': 'vit_jax_lab.data.builders.scan',
+  'tracking_benchmarks': 'vit_jax_lab.data.builders.tracking_benchmarks',
   'tracking_digits': 'vit_jax_lab.data.builders.tracking_digits',
 }
 
