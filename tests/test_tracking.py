@@ -16,7 +16,7 @@ from test_train import crash_after_logging, read_metrics, run_steps
 from vit_jax_lab import boxes, config as config_lib, train
 from vit_jax_lab.data import tracking as data_tracking
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.models import tracker
+from vit_jax_lab.models import layers, tracker
 from vit_jax_lab.tasks import tracking
 from vit_jax_lab.tools import track
 
@@ -174,6 +174,17 @@ def test_both_box_heads_give_boxes_and_refuse_bad_options():
     tracker.Tracker(
       32, 64, 1, width=32, depth=1, mlp_dim=64, num_heads=2, patch_size=8, attention='local', rngs=nnx.Rngs(0)
     )
+
+
+def test_sincos_position_embeddings_start_each_grid_apart_and_stay_learned():
+  dims = dict(width=32, depth=1, mlp_dim=64, num_heads=2, patch_size=8)
+  model = tracker.Tracker(32, 64, 1, **dims, posemb_init='sincos2d', rngs=nnx.Rngs(0))
+  params = nnx.state(model, nnx.Param).to_pure_dict()
+  np.testing.assert_array_equal(params['template_pos'][0], layers.sincos_2d(4, 4, 32))
+  np.testing.assert_array_equal(params['search_pos'][0], layers.sincos_2d(8, 8, 32))
+  with pytest.raises(ConfigError, match="posemb_init='fixed' is not one of 'normal', 'sincos2d'") as e:
+    tracker.Tracker(32, 64, 1, **dims, posemb_init='fixed', rngs=nnx.Rngs(0))
+  assert '\n' not in str(e.value)
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,18 @@ def get_config(arg: str | None = None):
       f'configs/tracking/digits.py takes BOX_HEAD[,smoke] with BOX_HEAD one of {", ".join(BOX_HEADS)}, got {arg!r}'
     )
   c = config_lib.base_config()
-  c.model = models.config('tracker', width=64, depth=4, mlp_dim=128, num_heads=4, patch_size=8, box_head=box_head)
+  # Position embeddings start as each grid's 2-D sine-cosine: from scratch, the normal start left the regression
+  # token blind to where the target is (MLP head 0.09 success AUC at 3,000 steps; 0.34 with sincos2d, seed 0).
+  c.model = models.config(
+    'tracker',
+    width=64,
+    depth=4,
+    mlp_dim=128,
+    num_heads=4,
+    patch_size=8,
+    box_head=box_head,
+    posemb_init='sincos2d',
+  )
   # Box sizes move a fifth of the way to each prediction: of 1, 0.5, 0.2 and 0, the best success AUC on 60 train
   # sequences (0.500, 0.514, 0.524, 0.513) with a corner-head run, so chosen without the test split.
   c.task = tasks.config('tracking', size_rate=0.2)

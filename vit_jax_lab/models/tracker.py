@@ -60,6 +60,9 @@ class Tracker(nnx.Module):
     box_head: 'mlp' (the regression token through a 3-layer MLP to sigmoid (cx, cy, w, h)) or 'corner' (ViTCRT's
       token-attention corner head, soft-argmax over the search patch grid).
     corner_channels: channels of the corner head's first convolution.
+    posemb_init: how the learned template and search position embeddings start: 'normal' (std 0.02, as the ViT's)
+      or 'sincos2d' (the 2-D sine-cosine embedding of each grid, so positions differ from the first step; init_from
+      an image ViT replaces either).
     dropout: dropout rate after the embedding, in the MLP and on each residual branch.
     attention_dropout: dropout rate on the attention probabilities.
     drop_path: stochastic-depth rate of the last block.
@@ -89,6 +92,7 @@ class Tracker(nnx.Module):
     num_heads: int | None = None,
     box_head: str = 'mlp',
     corner_channels: int = 64,
+    posemb_init: str = 'normal',
     dropout: float = 0.0,
     attention_dropout: float = 0.0,
     drop_path: float = 0.0,
@@ -111,6 +115,7 @@ class Tracker(nnx.Module):
     layers.check_options(
       dict(
         box_head=(box_head, ('mlp', 'corner')),
+        posemb_init=(posemb_init, ('normal', 'sincos2d')),
         attention=(attention, ('full', 'linear')),
         remat=(remat, tuple(layers.REMAT_POLICIES)),
         attention_impl=(attention_impl, layers.ATTENTION_IMPLS),
@@ -125,8 +130,14 @@ class Tracker(nnx.Module):
     normal = nnx.initializers.normal(0.02)
     self.cls = nnx.Param(jnp.zeros((1, 1, d)))
     self.reg = nnx.Param(normal(rngs.params(), (1, 1, d)))
-    self.template_pos = nnx.Param(normal(rngs.params(), (1, self.template_grid[0] ** 2, d)))
-    self.search_pos = nnx.Param(normal(rngs.params(), (1, self.search_grid[0] ** 2, d)))
+    self.template_pos, self.search_pos = (
+      nnx.Param(
+        normal(rngs.params(), (1, grid[0] * grid[1], d))
+        if posemb_init == 'normal'
+        else jnp.asarray(layers.sincos_2d(*grid, d))[None]
+      )
+      for grid in (self.template_grid, self.search_grid)
+    )
     self.dropout = layers.Dropout(dropout)
     pattern = layers.attention_pattern(attention, 1, 0, attention_dropout, grid=None, num_global=2)
     self.encoder = layers.Encoder(
