@@ -194,6 +194,7 @@ def test_training_pairs_from_benchmark_frames_of_any_size(got10k_dir):
     assert np.isfinite(np.asarray(batch['box'])).all()
 
 
+@pytest.mark.slow  # Compiles the whole-sequence `track` per sequence length and size.
 def test_online_evaluation_of_benchmark_sequences_equals_tracking_them_whole(got10k_dir):
   """The host's frame-by-frame tracking (real videos) gives the boxes of the compiled whole-sequence `track`."""
   from vit_jax_lab.tasks import tracking
