@@ -492,6 +492,21 @@ def path_keys(path: tuple) -> list:
   return [getattr(k, 'key', getattr(k, 'name', getattr(k, 'idx', k))) for k in path]
 
 
+def first_mismatch(got: dict, want: dict, names: tuple[str, str] = ('checkpoint', 'model')) -> str | None:
+  """The first difference of names or shapes between two pure parameter trees, as 'a/b/c: <names[0]> (shape),
+  <names[1]> (shape)' (or 'missing'), or None where they agree."""
+
+  def shapes(tree):
+    leaves = jax.tree_util.tree_leaves_with_path(tree)
+    return {'/'.join(map(str, path_keys(path))): tuple(np.shape(x)) for path, x in leaves}
+
+  a, b = shapes(got), shapes(want)
+  for key in sorted(a.keys() | b.keys()):
+    if a.get(key) != b.get(key):
+      return f'{key}: {names[0]} {a.get(key, "missing")}, {names[1]} {b.get(key, "missing")}'
+  return None
+
+
 def unscanned(params: dict) -> dict:
   """A pure parameter dict with every scanned `blocks` (arrays with a leading layer axis) split into
   {0: ..., 1: ...}, the unscanned layout; unscanned input is returned as it is."""

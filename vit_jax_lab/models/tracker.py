@@ -209,11 +209,10 @@ class Tracker(nnx.Module):
     (scipy zoom, as the releases resample); cls, reg and both heads keep their initialisation. Or another
     tracker's weights, all of them (a run scored on another benchmark, or trained further)."""
     if 'template_pos' in source:
-      shapes = [_shapes(layers.unscanned(tree)) for tree in (source, params)]
-      if shapes[0] != shapes[1]:
-        differ = sorted(set(shapes[0].items()) ^ set(shapes[1].items()))[0][0]
+      mismatch = layers.first_mismatch(layers.unscanned(source), layers.unscanned(params), ('run', 'configured'))
+      if mismatch:
         raise ConfigError(
-          f'init_from: this tracker run differs from the configured tracker (first at {differ}): give the '
+          f'init_from: this tracker run differs from the configured tracker (first at {mismatch}): give the '
           'model.* of the run'
         )
       return layers.scanned_like(layers.unscanned(source), params), ['every weight from the tracker run']
@@ -259,9 +258,3 @@ class Tracker(nnx.Module):
       'search_pos': search_pos,
     }
     return layers.scanned_like(out, params), notes
-
-
-def _shapes(tree: dict) -> dict[str, tuple]:
-  """Each leaf's path ('encoder/blocks/0/...', keys as text) -> its shape."""
-  leaves = jax.tree_util.tree_leaves_with_path(tree)
-  return {'/'.join(str(getattr(k, 'key', k)) for k in path): np.shape(v) for path, v in leaves}

@@ -430,6 +430,7 @@ def _params(s, workdir: str | None):
   """Evaluation parameters (nnx.State) of the run's newest checkpoint; with --config, init_from's, loaded as
   training loads them (one of our runs whose parameters fit this model exactly is taken as it is)."""
   from vit_jax_lab import checkpoints, models, train
+  from vit_jax_lab.models import layers
 
   source = s.config.init_from if workdir is None else workdir
   if workdir is not None or not source.endswith('.npz'):
@@ -439,7 +440,7 @@ def _params(s, workdir: str | None):
       raise
     except Exception as e:  # Whatever orbax raises for a damaged checkpoint.
       raise ConfigError(f'{source}: the newest checkpoint does not read ({checkpoints.first_line(e)})') from None
-    mismatch = _mismatch(read, s.abstract_state.params.to_pure_dict())
+    mismatch = layers.first_mismatch(read, s.abstract_state.params.to_pure_dict())
     if mismatch is None:
       params = jax.tree.map(lambda x: x, s.abstract_state.params)
       params.replace_by_pure_dict(jax.tree.map(lambda x, a: np.asarray(x, a.dtype), read, params.to_pure_dict()))
@@ -455,20 +456,6 @@ def _params(s, workdir: str | None):
     'exactly; this one does not: give --workdir of the run instead',
   )
   return train.init_state(s).eval_params()
-
-
-def _mismatch(read: dict, expected: dict) -> str | None:
-  """The first difference of names or shapes between two parameter trees, or None."""
-
-  def shapes(tree):
-    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {jax.tree_util.keystr(path): tuple(np.shape(x)) for path, x in flat}
-
-  got, want = shapes(read), shapes(expected)
-  for key in sorted(got.keys() | want.keys()):
-    if got.get(key) != want.get(key):
-      return f'{key}: checkpoint {got.get(key, "missing")}, model {want.get(key, "missing")}'
-  return None
 
 
 # --- The command --------------------------------------------------------------------------------------------------
