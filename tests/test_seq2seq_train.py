@@ -135,6 +135,7 @@ def test_wmt_recipe_trains_a_sentencepiece_vocabulary_and_reuses_it(seq_data_dir
   np.testing.assert_allclose(config.optim.lr, 512**-0.5 * 4000**-0.5)
 
 
+@pytest.mark.slow  # The fast tier keeps the generic trainer's (tests/test_train.py).
 def test_same_steps_on_1_device_and_8(seq_data_dir):
   config = load('configs/seq2seq/scan.py:simple,smoke', seq_data_dir, data__pack_factor=2)
   losses_1, params_1, _ = run_steps(config, jax.devices()[:1], num_steps=3)

@@ -29,6 +29,7 @@ def test_every_config_trains_and_evaluates_every_video(moving_digits_dir, tmp_pa
   assert metrics['eval/examples'] == 1440 and np.isfinite(metrics['eval/loss'])
 
 
+@pytest.mark.slow  # The fast tier keeps the generic trainer's (tests/test_train.py).
 def test_same_steps_on_1_device_and_8(moving_digits_dir):
   config = video_config(moving_digits_dir, 'factorised_encoder')
   losses_1, params_1, _ = run_steps(config, jax.devices()[:1], num_steps=3)
