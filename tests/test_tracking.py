@@ -135,12 +135,13 @@ def test_training_pairs_hold_the_target_where_their_box_says(tracking_dir):
   config = load_config(SMOKE, tracking_dir, data__negative_fraction=0.5)
   s = train.setup(config, jax.devices()[:1])
   batch = jax.device_get(next(train.train_batches(s)))
-  assert batch['template'].shape == (8, 32, 32, 1) and batch['search'].shape == (8, 64, 64, 1)
+  t, size = config.data.template_size, config.data.search_size
+  assert batch['template'].shape == (8, t, t, 1) and batch['search'].shape == (8, size, size, 1)
   assert set(np.unique(batch['present'])) <= {0.0, 1.0} and 0 < batch['present'].sum() < 8
   for search, box, present in zip(batch['search'], batch['box'], batch['present']):
     if not present:
       continue
-    x, y, w, h = np.round(box * 64).astype(int)
+    x, y, w, h = np.round(box * size).astype(int)
     inside = search[max(y, 0) : y + h, max(x, 0) : x + w]
     assert inside.size and inside.max() > search.mean()  # Digit strokes are the brightest pixels.
     assert np.all(box[2:] > 0) and np.all(box[:2] >= 0) and np.all(box[:2] + box[2:] <= 1 + 1e-6)
