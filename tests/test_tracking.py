@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_datasets as tfds
 from flax import nnx
 from PIL import Image
 
@@ -147,6 +148,47 @@ def test_training_pairs_hold_the_target_where_their_box_says(tracking_dir):
     assert np.all(box[2:] > 0) and np.all(box[:2] >= 0) and np.all(box[:2] + box[2:] <= 1 + 1e-6)
 
 
+def test_distractor_boxes_frame_the_other_digits(tracking_dir):
+  """Each sequence's 2-4 distractor boxes are squares of 8-20 px inside the canvas, the same ones in every frame,
+  moving at most 3 px per axis per frame; the part of the target hidden lies under them."""
+  test = tfds.as_numpy(tfds.builder('tracking_digits/tiny', data_dir=tracking_dir).as_dataset('test', batch_size=-1))
+  for others, target, hidden in zip(test['distractors'], test['boxes'], test['hidden']):
+    real = others[..., 2] > 0
+    count = real[0].sum()
+    assert 2 <= count <= 4 and (real == (np.arange(4) < count)).all()  # A prefix, in every frame.
+    x, y, w, h = np.moveaxis(others[:, :count], -1, 0)
+    assert (w == h).all() and (8 <= w).all() and (w <= 20).all() and (x >= 0).all() and (x + w <= 64).all()
+    assert (np.abs(np.diff(others[:, :count, :2], axis=0)) <= 3).all()
+    for t in range(len(target)):
+      under = np.zeros((64, 64), bool)
+      for ox, oy, ow, oh in others[t, :count].astype(int):
+        under[oy : oy + oh, ox : ox + ow] = True
+      tx, ty, tw, th = target[t].astype(int)
+      assert hidden[t] <= under[ty : ty + th, tx : tx + tw].mean() + 1e-6
+
+
+def test_search_crops_cut_around_the_nearest_distractor(tracking_dir):
+  """`_nearest` skips empty rows; with every crop cut around a distractor, those far from the target are negatives
+  (none other are made here) and the rest hold the target's strokes where their box says."""
+  distractors = tf.constant([[40.0, 40.0, 10.0, 10.0], [12.0, 10.0, 8.0, 8.0], [0.0, 0.0, 0.0, 0.0]])
+  nearest, any_distractor = data_tracking._nearest(distractors, (0.0, 0.0, 2.0, 2.0))
+  assert [float(v) for v in nearest] == [12.0, 10.0, 8.0, 8.0] and bool(any_distractor)
+  _, any_distractor = data_tracking._nearest(tf.zeros((4, 4)), (0.0, 0.0, 2.0, 2.0))
+  assert not bool(any_distractor)
+  config = load_config(SMOKE, tracking_dir, data__distractor_fraction=1.0, data__negative_fraction=0.0)
+  s = train.setup(config, jax.devices()[:1])
+  batches = train.train_batches(s)
+  batch = jax.tree.map(lambda *x: np.concatenate(x), *[jax.device_get(next(batches)) for _ in range(4)])
+  assert 0 < batch['present'].mean() < 1
+  size = config.data.search_size
+  for search, box in zip(batch['search'][batch['present'] > 0], batch['box'][batch['present'] > 0]):
+    x, y, w, h = np.round(box * size).astype(int)
+    assert search[max(y, 0) : y + h, max(x, 0) : x + w].max() > search.mean()
+  config.data.distractor_fraction = 0.0
+  s = train.setup(config, jax.devices()[:1])
+  assert jax.device_get(next(train.train_batches(s)))['present'].all()
+
+
 @pytest.mark.slow
 def test_both_box_heads_give_boxes_and_refuse_bad_options():
   template, search = jnp.zeros((2, 32, 32, 1)), jnp.ones((2, 64, 64, 1))
@@ -194,6 +236,7 @@ def test_sincos_position_embeddings_start_each_grid_apart_and_stay_learned():
     (dict(data__name='digits'), 'no frames and boxes'),
     (dict(data__search_size=60), 'patch'),
     (dict(data__negative_fraction=1.0), 'negative_fraction'),
+    (dict(data__distractor_fraction=1.5), 'distractor_fraction'),
     (dict(data__search_factor=0.0), 'search_factor'),
   ],
 )

@@ -192,6 +192,10 @@ def test_training_pairs_from_benchmark_frames_of_any_size(got10k_dir):
     batch = next(batches)
     assert batch['template'].shape == (8, 16, 16, 3) and batch['search'].shape == (8, 32, 32, 3)
     assert np.isfinite(np.asarray(batch['box'])).all()
+  config.data.distractor_fraction = 0.5  # Benchmarks do not annotate the other objects.
+  with pytest.raises(ConfigError, match="distractor_fraction=0.5 needs the distractors' boxes") as e:
+    train.setup(config)
+  assert '\n' not in str(e.value) and 'set data.distractor_fraction=0' in str(e.value)
 
 
 @pytest.mark.slow  # Compiles the whole-sequence `track` per sequence length and size.

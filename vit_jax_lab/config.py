@@ -102,6 +102,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.search_factor = 4.0  # The search crop covers search_factor * sqrt(w * h) (STARK: 5; OSTrack: 4).
   c.data.max_gap = 10  # Training: the search frame is at most this many frames before or after the template's.
   c.data.negative_fraction = 0.1  # Training: the fraction of search crops cut away from the target (class 0).
+  c.data.distractor_fraction = 0.0  # Training, datasets with 'distractors' (tracking_digits): the fraction of
+  # search crops cut around the distractor nearest the target instead: a positive with the target's box if its
+  # centre is in the crop, else a negative. The tracker learns to pick the template's object rather than the one
+  # in the middle of the crop, and the class token to tell them apart.
   c.data.centre_jitter = 3.0  # Training: the search crop's centre moves by up to +-centre_jitter / 2 times the
   # square root of the target's (jittered) area along each axis (OSTrack: 3).
   c.data.size_jitter = 0.25  # Training: the target's sides, for the search crop only, scale by exp(N(0, this))
@@ -403,6 +407,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for key in ('template_factor', 'search_factor'):
     check(d[key] > 0, f"data.{key}={d[key]} must be positive (the crop side in units of the target's size)")
   check(0 <= d.negative_fraction < 1, f'data.negative_fraction={d.negative_fraction} must be in [0, 1)')
+  check(0 <= d.distractor_fraction <= 1, f'data.distractor_fraction={d.distractor_fraction} must be in [0, 1]')
   for key in ('centre_jitter', 'size_jitter'):
     check(d[key] >= 0, f'data.{key}={d[key]} must be >= 0 (0 turns it off)')
   check(d.shards == -1 or d.shards > 0, f'data.shards={d.shards} must be -1 (one per process) or positive')

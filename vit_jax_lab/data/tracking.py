@@ -3,7 +3,8 @@ sampled as STARK and OSTrack sample them, and whole sequences for online evaluat
 
 A tracking dataset has 'frames' and 'boxes' (T, 4) float32 (x, y, w, h) in pixels: frames (T, H, W, C) uint8 of one
 shape (tracking_digits), or (T,) encoded image files of any length and size (tracking_benchmarks), with 'absent'
-(T,) bool, the frames without a visible target.
+(T,) bool, the frames without a visible target; tracking_digits also has 'distractors' (T, K, 4), the other
+digits' boxes (zeros where fewer), for training crops cut around them (data.distractor_fraction).
 """
 
 import dataclasses
@@ -40,6 +41,11 @@ def dataset_info(builder: tfds.core.DatasetBuilder, data_config) -> TrackingInfo
     'frames' in features and 'boxes' in features,
     f'data.name={data_config.name!r} has no frames and boxes features (it has {", ".join(features)}): the tracking '
     'task needs a tracking dataset, e.g. data.name="tracking_digits"',
+  )
+  check(
+    data_config.distractor_fraction == 0 or 'distractors' in features,
+    f"data.distractor_fraction={data_config.distractor_fraction} needs the distractors' boxes, which "
+    f'data.name={data_config.name!r} does not have; set data.distractor_fraction=0',
   )
   shape = features['frames'].shape
   if encoded(builder):  # Real videos: sequences of any length and frame size, frames decoded when read.
@@ -119,6 +125,16 @@ def _away(box: boxes.Box, seed: tf.Tensor, factor: float) -> boxes.Box:
   return x + reach * direction[0], y + reach * direction[1], w, h
 
 
+def _nearest(distractors: tf.Tensor, box: boxes.Box) -> tuple[boxes.Box, tf.Tensor]:
+  """The box among `distractors` (K, 4) whose centre is nearest `box`'s, ignoring empty ones (zero width), and
+  whether there was any."""
+  real = distractors[:, 2] > 0
+  cx, cy, _, _ = boxes.to_centre(box)
+  dcx, dcy, _, _ = boxes.to_centre(tuple(tf.unstack(distractors, axis=1)))
+  distance = tf.where(real, tf.math.squared_difference(dcx, cx) + tf.math.squared_difference(dcy, cy), float('inf'))
+  return tuple(tf.unstack(distractors[tf.argmin(distance)])), tf.reduce_any(real)
+
+
 def scale(frame: tf.Tensor, value_range: tuple[float, float]) -> tf.Tensor:
   """uint8 pixels -> float32 in `value_range`."""
   low, high = value_range
@@ -135,8 +151,9 @@ def decoded_frames(frames, info: TrackingInfo) -> Iterator[np.ndarray]:
 def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dict, tf.Tensor], dict]:
   """A sequence -> for training, one pair: 'template' (S_t, S_t, C) and 'search' (S_s, S_s, C) crops in
   data.value_range, 'box' the target in the search crop (x, y, w, h in crop units, clipped to the crop) and
-  'present' 1 (0 for a negative search crop, away from the target); for evaluation the whole sequence: 'frames'
-  (T, H, W, C) in data.value_range and 'boxes' (T, 4) in pixels."""
+  'present' 1 (0 for a negative search crop: cut away from the target, or around a distractor with the target's
+  centre outside it); for evaluation the whole sequence: 'frames' (T, H, W, C) in data.value_range and 'boxes'
+  (T, 4) in pixels."""
   d = data_config
 
   def fn(example: dict, seed: tf.Tensor) -> dict:
@@ -158,10 +175,25 @@ def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dic
     template = crop(template_frame, boxes.region(template_box, d.template_factor), d.template_size)
     around = _jittered(search_box, jitter_seed, d.centre_jitter, d.size_jitter)  # The box the crop is cut around.
     present = tf.random.stateless_uniform([], negative_seed) >= d.negative_fraction
+    on_distractor = tf.constant(False)
+    if d.distractor_fraction > 0:
+      which_seed, distractor_jitter_seed = tf.unstack(
+        tf.random.experimental.stateless_split(tf.random.experimental.stateless_fold_in(seed, 5), 2)
+      )
+      nearest, any_distractor = _nearest(example['distractors'][s], search_box)
+      on_distractor = any_distractor & (tf.random.stateless_uniform([], which_seed) < d.distractor_fraction)
+      around = tf.cond(
+        on_distractor,
+        lambda: _jittered(nearest, distractor_jitter_seed, d.centre_jitter, d.size_jitter),
+        lambda: around,
+      )
     around = tf.cond(present, lambda: around, lambda: _away(search_box, away_seed, d.search_factor))
     region = boxes.region(around, d.search_factor)
     search = crop(search_frame, region, d.search_size)
-    x1, y1, x2, y2 = (tf.clip_by_value(v, 0.0, 1.0) for v in boxes.to_corners(boxes.to_crop(search_box, region)))
+    in_crop = boxes.to_crop(search_box, region)
+    cx, cy, _, _ = boxes.to_centre(in_crop)
+    present &= ~on_distractor | ((cx >= 0) & (cx <= 1) & (cy >= 0) & (cy <= 1))  # Its centre in the crop.
+    x1, y1, x2, y2 = (tf.clip_by_value(v, 0.0, 1.0) for v in boxes.to_corners(in_crop))
     return {
       'template': template,
       'search': search,

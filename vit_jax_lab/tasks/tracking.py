@@ -209,7 +209,8 @@ class Tracking(Task):
 
     def select(ex):
       absent = ex['absent'] if 'absent' in ex else tf.zeros(tf.shape(ex['boxes'])[:1], tf.bool)
-      return {'frames': ex['frames'], 'boxes': ex['boxes'], 'absent': absent}
+      others = {'distractors': ex['distractors']} if train and 'distractors' in ex else {}
+      return {'frames': ex['frames'], 'boxes': ex['boxes'], 'absent': absent} | others
 
     return lambda ds: ds.map(select)
 

@@ -9,6 +9,7 @@ import tensorflow_datasets as tfds
 from vit_jax_lab.data.builders import digits
 
 MAX_SPEED = 3.0  # Pixels per frame, per axis.
+MAX_DISTRACTORS = 4
 SCALES = (1.0, 2.5)  # Digit side in multiples of its 8 pixels.
 
 
@@ -70,12 +71,14 @@ def sequence(
   target: np.ndarray, others: list[np.ndarray], above: list[bool], frames: int, size: int, rng: np.random.Generator
 ) -> dict[str, np.ndarray]:
   """Frames (T, size, size, 1) uint8 of `target` among the `others` (drawn above it where `above`), on noise;
-  its boxes (T, 4) float32 (x, y, w, h) and the fraction of it that the digits above hide, per frame."""
+  its boxes (T, 4) float32 (x, y, w, h), the fraction of it that the digits above hide, per frame, and the others'
+  boxes (T, MAX_DISTRACTORS, 4), zeros after the last."""
   walkers = [Walker(target, size, rng)] + [Walker(o, size, rng) for o in others]
   background = rng.uniform(0, 48) + rng.normal(0.0, 12.0, size=(size, size, 1))
   video = np.zeros((frames, size, size, 1), np.uint8)
   boxes = np.zeros((frames, 4), np.float32)
   hidden = np.zeros(frames, np.float32)
+  distractors = np.zeros((frames, MAX_DISTRACTORS, 4), np.float32)
   for t in range(frames):
     canvas = background + rng.normal(0.0, 8.0, size=background.shape)
     for walker, is_above in zip(walkers[1:], above):
@@ -92,9 +95,10 @@ def sequence(
     video[t] = np.clip(canvas, 0, 255).astype(np.uint8)
     boxes[t] = x, y, w, h
     hidden[t] = cover[y : y + h, x : x + w].mean()
+    distractors[t, : len(others)] = [walker.box() for walker in walkers[1:]]
     for walker in walkers:
       walker.step()
-  return {'frames': video, 'boxes': boxes, 'hidden': hidden}
+  return {'frames': video, 'boxes': boxes, 'hidden': hidden, 'distractors': distractors}
 
 
 class TrackingDigits(tfds.core.GeneratorBasedBuilder):
@@ -105,11 +109,15 @@ class TrackingDigits(tfds.core.GeneratorBasedBuilder):
   from the `digits` images of that split only (train sequences from train digits, test from test digits),
   each digit's start, velocity and scale, and which distractors are drawn above the target. Boxes are the
   target's square (x, y, w, h) in pixels, frame by frame, annotated when hidden too; 'hidden' is the fraction
-  of the box covered by distractors above it.
+  of the box covered by distractors above it; 'distractors' the other digits' boxes, zeros where there are fewer
+  than four (training cuts search crops around them).
   """
 
-  VERSION = tfds.core.Version('1.0.0')
-  RELEASE_NOTES = {'1.0.0': 'Sequences from default_rng((split, index)).'}
+  VERSION = tfds.core.Version('1.1.0')
+  RELEASE_NOTES = {
+    '1.0.0': 'Sequences from default_rng((split, index)).',
+    '1.1.0': "The distractors' boxes; frames and boxes as in 1.0.0.",
+  }
   BUILDER_CONFIGS = [
     TrackingDigitsConfig(name='default', description='600 train and 60 test sequences of 48 frames, 64 x 64.'),
     TrackingDigitsConfig(name='tiny', sequences=(8, 4), description='8 train and 4 test sequences, for tests.'),
@@ -123,6 +131,7 @@ class TrackingDigits(tfds.core.GeneratorBasedBuilder):
           'frames': tfds.features.Tensor(shape=(c.frames, c.size, c.size, 1), dtype=np.uint8, encoding='zlib'),
           'boxes': tfds.features.Tensor(shape=(c.frames, 4), dtype=np.float32),
           'hidden': tfds.features.Tensor(shape=(c.frames,), dtype=np.float32),
+          'distractors': tfds.features.Tensor(shape=(c.frames, MAX_DISTRACTORS, 4), dtype=np.float32),
           'digit': tfds.features.ClassLabel(num_classes=10),
         }
       ),
@@ -141,7 +150,7 @@ class TrackingDigits(tfds.core.GeneratorBasedBuilder):
     for j in range(c.sequences[test]):
       rng = np.random.default_rng((int(test), j))
       target = int(rng.integers(len(pool)))
-      count = int(rng.integers(2, 5))
+      count = int(rng.integers(2, MAX_DISTRACTORS + 1))
       same = np.flatnonzero((labels == labels[target]) & (np.arange(len(pool)) != target))
       others = [int(rng.choice(same)) if rng.random() < 0.5 else int(rng.integers(len(pool))) for _ in range(count)]
       above = [bool(rng.random() < 0.5) for _ in range(count)]
