@@ -132,6 +132,13 @@ def test_metrics_on_hand_made_sequences():
   assert m['ao'] == pytest.approx(np.mean([1 / 3, 1 / 2, 1.0]), abs=1e-6) and m['precision'] == pytest.approx(1.0)
 
 
+def assert_strokes_inside(search: np.ndarray, box: np.ndarray) -> None:
+  """The search crop's pixels under `box` (crop units) hold digit strokes, its brightest pixels."""
+  x, y, w, h = np.round(box * search.shape[0]).astype(int)
+  inside = search[max(y, 0) : y + h, max(x, 0) : x + w]
+  assert inside.size and inside.max() > search.mean()
+
+
 def test_training_pairs_hold_the_target_where_their_box_says(tracking_dir):
   config = load_config(SMOKE, tracking_dir, data__negative_fraction=0.5)
   s = train.setup(config, jax.devices()[:1])
@@ -142,9 +149,7 @@ def test_training_pairs_hold_the_target_where_their_box_says(tracking_dir):
   for search, box, present in zip(batch['search'], batch['box'], batch['present']):
     if not present:
       continue
-    x, y, w, h = np.round(box * size).astype(int)
-    inside = search[max(y, 0) : y + h, max(x, 0) : x + w]
-    assert inside.size and inside.max() > search.mean()  # Digit strokes are the brightest pixels.
+    assert_strokes_inside(search, box)
     assert np.all(box[2:] > 0) and np.all(box[:2] >= 0) and np.all(box[:2] + box[2:] <= 1 + 1e-6)
 
 
@@ -180,10 +185,8 @@ def test_search_crops_cut_around_the_nearest_distractor(tracking_dir):
   batches = train.train_batches(s)
   batch = jax.tree.map(lambda *x: np.concatenate(x), *[jax.device_get(next(batches)) for _ in range(4)])
   assert 0 < batch['present'].mean() < 1
-  size = config.data.search_size
   for search, box in zip(batch['search'][batch['present'] > 0], batch['box'][batch['present'] > 0]):
-    x, y, w, h = np.round(box * size).astype(int)
-    assert search[max(y, 0) : y + h, max(x, 0) : x + w].max() > search.mean()
+    assert_strokes_inside(search, box)
   config.data.distractor_fraction = 0.0
   s = train.setup(config, jax.devices()[:1])
   assert jax.device_get(next(train.train_batches(s)))['present'].all()
