@@ -41,9 +41,9 @@ def get_config(arg: str | None = None):
   c.data.name = 'tracking_digits'
   c.data.batch_size = 64
   c.data.eval_batch_size = 60
-  # A small search region keeps most distractors out of it (the tracker lost its target mostly by jumping to a
-  # neighbouring digit): corner head, seed 0, 3,000 steps, success AUC 0.53 at search factor 3, 0.56 at 2.5, 0.58
-  # at 2 (MLP head: 0.34, 0.43, 0.53). The target is half the crop's side.
+  # A small search region keeps most distractors out of it (the tracker loses its target by moving onto a
+  # neighbouring digit, visible or drawn over it): corner head, seed 0, 3,000 steps, success AUC 0.53 at search
+  # factor 3, 0.56 at 2.5, 0.58 at 2 (MLP head: 0.34, 0.43, 0.53). The target is half the crop's side.
   c.data.search_factor = 2.0
   # The target at one scale in both crops, 45 tokens instead of 80: twice the steps per second, and at 3,000 steps
   # 0.60 against 0.58 for a 32 px template at factor 2 and a 64 px search crop (corner head, seed 0).
