@@ -64,7 +64,7 @@ def environment():
 def test_a_signal_saves_the_current_step_and_the_rerun_equals_an_uninterrupted_run(data_dir, tmp_path, sig):
   """A real process gets the signal mid-run: it finishes the step, saves it, says so in one line and exits 75;
   the same command then finishes exactly as a run that was never stopped."""
-  steps = ['--config.total_steps=400', '--config.checkpoint_every=200', '--config.eval_every=400']
+  steps = ['--config.total_steps=120', '--config.checkpoint_every=60', '--config.eval_every=120']
   whole, stopped = str(tmp_path / 'whole'), str(tmp_path / 'stopped')
   assert (
     subprocess.run(command(whole, data_dir, *steps), cwd=ROOT, env=environment(), capture_output=True).returncode == 0
@@ -82,7 +82,7 @@ def test_a_signal_saves_the_current_step_and_the_rerun_equals_an_uninterrupted_r
   message = err.decode().strip()
   assert message.count('\n') == 0 and message.startswith(f'stopped by {sig.name} at step '), message
   step = int(message.split(' at step ')[1].split(':')[0])
-  assert 0 < step < 400 and os.path.isdir(os.path.join(stopped, 'checkpoints', str(step)))
+  assert 0 < step < 120 and os.path.isdir(os.path.join(stopped, 'checkpoints', str(step)))
   assert not os.path.exists(os.path.join(stopped, 'lock'))
   rerun = subprocess.run(command(stopped, data_dir, *steps), cwd=ROOT, env=environment(), capture_output=True)
   assert rerun.returncode == 0 and f'resumed from step {step}' in rerun.stdout.decode()
