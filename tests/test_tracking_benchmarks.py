@@ -3,7 +3,9 @@ here: what each layout's sequences become, training and online evaluation on seq
 size, a GOT-10k-trained run scored on another benchmark, and one-line errors for broken folders."""
 
 import os
+import zipfile
 
+import jax
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -49,14 +51,22 @@ def write_sequence(
 
 
 def got10k(root: str) -> dict[str, np.ndarray]:
-  """GOT-10k/{train,val}: 8 train sequences of 12-26 frames (a smoke batch) and 2 val ones, of three frame sizes."""
+  """GOT-10k/{train,val,test}: 8 train sequences of 12-26 frames (a smoke batch), 2 val and 2 test ones, of three
+  frame sizes; the test ones give their first box alone, as GOT-10k's test split does."""
   boxes = {}
-  for split, count in (('train', 8), ('val', 2)):
+  for split, count in (('train', 8), ('val', 2), ('test', 2)):
     names = [f'GOT-10k_{split.title()}_{i:06d}' for i in range(1, count + 1)]
     for i, name in enumerate(names):
       d = os.path.join(root, 'GOT-10k', split, name)
       size = [(36, 44), (40, 40), (48, 36)][i % 3]
-      boxes[name] = write_sequence(d, 12 + 2 * i, size, i + 100 * (split == 'val'), os.path.join(d, 'groundtruth.txt'))
+      box_file = os.path.join(d, 'groundtruth.txt')
+      boxes[name] = write_sequence(d, 12 + 2 * i, size, i + 100 * ['train', 'val', 'test'].index(split), box_file)
+      if split == 'test':
+        with open(box_file) as f:
+          first = f.readline()
+        with open(box_file, 'w') as f:
+          f.write(first)
+        continue
       with open(os.path.join(d, 'absence.label'), 'w') as f:
         f.write('\n'.join('1' if t == 5 and split == 'train' else '0' for t in range(len(boxes[name]))) + '\n')
     with open(os.path.join(root, 'GOT-10k', split, 'list.txt'), 'w') as f:
@@ -88,6 +98,57 @@ def test_got10k_sequences_keep_their_frames_boxes_and_absence(got10k_dir):
     with open(os.path.join(manual, 'train', name, '00000003.png'), 'rb') as f:
       assert ex['frames'][2] == f.read()  # Stored as the files are, in frame order.
   assert len(read_split(got10k_dir, 'got10k', 'val')) == 2
+  for ex in read_split(got10k_dir, 'got10k', 'test'):  # The first box alone: the others are the server's.
+    name = ex['name'].decode()
+    with open(os.path.join(manual, 'test', name, 'groundtruth.txt')) as f:
+      np.testing.assert_array_equal(ex['boxes'][0], [float(v) for v in f.read().split(',')])
+    assert np.isnan(ex['boxes'][1:]).all() and ex['absent'].tolist() == [False] + [True] * (len(ex['frames']) - 1)
+
+
+@pytest.mark.parametrize('key', ['train_split', 'eval_split'])
+def test_the_withheld_got10k_test_split_is_neither_trained_on_nor_scored(got10k_dir, key):
+  with pytest.raises(ConfigError, match=f"data.{key}='test'.*first box alone") as e:
+    train.setup(load_config(SMOKE, data_dir=got10k_dir, **{f'data__{key}': 'test'}))
+  assert '\n' not in str(e.value) and 'python -m vit_jax_lab.tools.results' in str(e.value)
+
+
+def test_results_are_written_as_the_got10k_server_and_the_toolkits_read_them(got10k_dir, tmp_path):
+  """The test split's files for the server (a folder per sequence, zipped), and the val split's boxes in the OTB
+  layout equal to the online tracking that scores it."""
+  from vit_jax_lab.tasks import tracking
+  from vit_jax_lab.tools import common, results
+
+  spec = ['--config', SMOKE, f'--config.data.data_dir={got10k_dir}']
+  out = str(tmp_path / 'got10k_test')
+  written, count = results.run([*spec, '--split', 'test', '--out', out])
+  assert written == [out, out + '.zip'] and count == 2
+  with zipfile.ZipFile(out + '.zip') as z:
+    names = sorted(n for n in z.namelist() if n.endswith('.txt'))
+  assert names == sorted(
+    f'GOT-10k_Test_00000{i}/GOT-10k_Test_00000{i}_{k}.txt' for i in (1, 2) for k in ('001', 'time')
+  )
+  for ex in read_split(got10k_dir, 'got10k', 'test'):
+    name = ex['name'].decode()
+    boxes = np.loadtxt(os.path.join(out, name, f'{name}_001.txt'), delimiter=',')
+    seconds = np.loadtxt(os.path.join(out, name, f'{name}_time.txt'), delimiter=',')
+    assert boxes.shape == (len(ex['frames']), 4) and seconds.shape == (len(ex['frames']),)
+    np.testing.assert_array_equal(boxes[0], ex['boxes'][0])
+    assert np.isfinite(boxes).all() and (boxes[:, 2:] > 0).all() and (seconds > 0).all()
+
+  written, count = results.run([*spec, '--layout', 'otb', '--out', str(tmp_path / 'val')])
+  s = train.setup(common.one_device_one_example(load_config(SMOKE, data_dir=got10k_dir)), jax.devices()[:1])
+  model = common.load_model(s, None)
+  for ex in read_split(got10k_dir, 'got10k', 'val'):
+    name = ex['name'].decode()
+    expected, _ = tracking.track_frames(
+      model, data_tracking.decoded_frames(ex['frames'], s.info), ex['boxes'][0], s.info
+    )
+    got = np.loadtxt(tmp_path / 'val' / f'{name}.txt', delimiter=',')
+    np.testing.assert_allclose(got, expected, atol=1e-3)
+    assert (tmp_path / 'val' / 'times' / f'{name}_time.txt').exists()
+  with pytest.raises(ConfigError, match='already holds files') as e:  # Nothing written is overwritten.
+    results.run([*spec, '--out', out])
+  assert '\n' not in str(e.value)
 
 
 def test_lasot_otb_and_uav_layouts_become_their_sequences(tmp_path):

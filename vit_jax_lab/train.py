@@ -10,7 +10,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import flax
 import jax
@@ -352,14 +352,20 @@ def evaluate(s: Setup, eval_step, params) -> dict[str, float]:
   return {f'eval/{k}': v for k, v in s.task.summarize(totals).items()}
 
 
-def _sequential_sums(s: Setup, params) -> dict[str, np.ndarray]:
-  """The task's `sequential_sums` over each process's share of the eval split, added up over processes."""
+def host_predict(s: Setup, params) -> Callable[..., Any]:
+  """The model as one compiled function of its inputs, on this process's whole copy of `params` in the compute
+  dtype: what sequential evaluation and the tracking tools call a frame at a time on the host."""
   model_params = in_compute_dtype(params, s.config)
   if jax.process_count() > 1:  # Each process tracks its own sequences: a whole copy, no collective per frame.
     model_params = multihost_utils.process_allgather(model_params, tiled=True)
   predict = jax.jit(lambda p, *inputs: nnx.merge(s.graphdef, p)(*in_compute_dtype(inputs, s.config), train=False))
+  return lambda *inputs: predict(model_params, *inputs)
+
+
+def _sequential_sums(s: Setup, params) -> dict[str, np.ndarray]:
+  """The task's `sequential_sums` over each process's share of the eval split, added up over processes."""
   examples = pipeline.eval_examples(s.builder, s.config.data, s.task.prepare(s.info, False))
-  sums = s.task.sequential_sums(lambda *inputs: predict(model_params, *inputs), examples)
+  sums = s.task.sequential_sums(host_predict(s, params), examples)
   if jax.process_count() > 1:
     sums = jax.tree.map(lambda x: x.sum(0), multihost_utils.process_allgather(sums))
   return sums

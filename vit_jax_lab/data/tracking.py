@@ -47,6 +47,15 @@ def dataset_info(builder: tfds.core.DatasetBuilder, data_config) -> TrackingInfo
     f"data.distractor_fraction={data_config.distractor_fraction} needs the distractors' boxes, which "
     f'data.name={data_config.name!r} does not have; set data.distractor_fraction=0',
   )
+  withheld = getattr(builder.builder_config, 'withheld', ())
+  for key in ('train_split', 'eval_split'):
+    split = data_config[key]
+    check(
+      split.split('[')[0] not in withheld,
+      f'data.{key}={split!r}: {data_config.name} gives the first box alone there (its server scores the rest), so it '
+      'is neither trained on nor scored here; use another split (e.g. val), and write its results for the server '
+      'with python -m vit_jax_lab.tools.results',
+    )
   shape = features['frames'].shape
   if encoded(builder):  # Real videos: sequences of any length and frame size, frames decoded when read.
     frames, height, width, channels = None, None, None, 3
@@ -142,10 +151,11 @@ def scale(frame: tf.Tensor, value_range: tuple[float, float]) -> tf.Tensor:
 
 
 def decoded_frames(frames, info: TrackingInfo) -> Iterator[np.ndarray]:
-  """The frames (T,) of a sequence stored encoded, decoded one at a time as (H, W, C) float32 in data.value_range:
-  what online evaluation of real videos reads (a whole long video would not fit in memory)."""
+  """The frames of a sequence, encoded files (T,) or pixels (T, H, W, C), one at a time as (H, W, C) float32 in
+  data.value_range: what online evaluation of real videos reads (a whole long video would not fit in memory)."""
   for frame in frames:
-    yield scale(decode(tf.constant(frame), info.channels), info.value_range).numpy()
+    pixels = decode(tf.constant(frame), info.channels) if isinstance(frame, bytes) else frame
+    yield scale(pixels, info.value_range).numpy()
 
 
 def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dict, tf.Tensor], dict]:

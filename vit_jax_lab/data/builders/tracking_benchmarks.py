@@ -2,9 +2,10 @@
 (no network): `data.name='tracking_benchmarks/got10k'` (or lasot, otb100, uav123) with the benchmark unpacked in
 DATA_DIR/downloads/manual/<FOLDER> (FOLDERS below), prepared once into DATA_DIR like every built-in dataset.
 
-  got10k  GOT-10k/{train,val}/<sequence>/00000001.jpg ... + groundtruth.txt (+ absence.label); list.txt, when a
-          split has one, orders its sequences. The test split's boxes are withheld (scored by the GOT-10k server),
-          so it is not prepared.
+  got10k  GOT-10k/{train,val,test}/<sequence>/00000001.jpg ... + groundtruth.txt (+ absence.label); list.txt, when
+          a split has one, orders its sequences. The test split's groundtruth.txt holds the first box only (the
+          server scores the rest): its later boxes are NaN and absent, it is neither trained on nor scored here
+          (BenchmarkConfig.withheld), and `python -m vit_jax_lab.tools.results` writes its files for the server.
   lasot   LaSOT/<class>/<class>-<n>/img/00000001.jpg ... + groundtruth.txt (+ full_occlusion.txt, out_of_view.txt).
           With LaSOT/testing_set.txt (the toolkit's list of 280 sequences): `test` those, `train` the others;
           without it every sequence is `test` (the test-set download).
@@ -35,6 +36,7 @@ from vit_jax_lab.errors import check
 
 FOLDERS = {'got10k': 'GOT-10k', 'lasot': 'LaSOT', 'otb100': 'OTB100', 'uav123': 'UAV123'}
 TRIMMED = {'David': (300, 770), 'Football1': (1, 74), 'Freeman3': (1, 460), 'Freeman4': (1, 283), 'Diving': (1, 215)}
+WITHHELD = {'got10k': ('test',)}  # Splits whose boxes after the first only the benchmark's server has.
 GAPS = {'bird1_2': 775, 'bird1_3': 1573, 'uav1_3': 2473}  # UAV123 parts whose first frame is not the last before.
 
 
@@ -49,9 +51,12 @@ class Sequence(NamedTuple):
 class BenchmarkConfig(tfds.core.BuilderConfig):
   """Attributes:
   folder: the benchmark's folder inside the manual folder.
+  withheld: splits whose boxes after the first are withheld (a server scores them): tracked, never trained on or
+    scored.
   """
 
   folder: str = ''
+  withheld: tuple[str, ...] = ()
 
 
 def read_boxes(path: str) -> np.ndarray:
@@ -98,9 +103,15 @@ def frames_in(folder: str) -> list[str]:
   return [os.path.join(folder, n) for n in names]
 
 
-def sequence(name: str, frames: list[str], box_file: str, flag_files: tuple[str, ...] = ()) -> Sequence:
-  """A sequence from its frames, its box file and the 0/1 files that flag frames without a visible target."""
+def sequence(
+  name: str, frames: list[str], box_file: str, flag_files: tuple[str, ...] = (), first_only: bool = False
+) -> Sequence:
+  """A sequence from its frames, its box file and the 0/1 files that flag frames without a visible target;
+  `first_only`: the box file holds the first frame's box alone, the others are NaN (absent)."""
   boxes = read_boxes(box_file)
+  if first_only:
+    check(len(boxes) == 1, f"{box_file}: {len(boxes)} boxes: a withheld split gives the first frame's box alone")
+    boxes = np.concatenate([boxes, np.full((len(frames) - 1, 4), np.nan, np.float32)])
   check(len(frames) == len(boxes), f'{box_file}: {len(boxes)} boxes for {len(frames)} frames: one box per frame')
   absent = ~np.isfinite(boxes).all(1) | (boxes[:, 2] <= 0) | (boxes[:, 3] <= 0)
   for path in flag_files:
@@ -111,7 +122,7 @@ def sequence(name: str, frames: list[str], box_file: str, flag_files: tuple[str,
 
 def got10k(root: str) -> dict[str, list[Sequence]]:
   splits = {}
-  for split in ('train', 'val'):
+  for split in ('train', 'val', 'test'):
     folder = os.path.join(root, split)
     if not os.path.isdir(folder):
       continue
@@ -124,7 +135,8 @@ def got10k(root: str) -> dict[str, list[Sequence]]:
     out = []
     for name in names:
       d = os.path.join(folder, name)
-      out.append(sequence(name, frames_in(d), os.path.join(d, 'groundtruth.txt'), (os.path.join(d, 'absence.label'),)))
+      flags = (os.path.join(d, 'absence.label'),)
+      out.append(sequence(name, frames_in(d), os.path.join(d, 'groundtruth.txt'), flags, split == 'test'))
     splits[split] = out
   return splits
 
@@ -187,9 +199,15 @@ READERS = {'got10k': got10k, 'lasot': lasot, 'otb100': otb100, 'uav123': uav123}
 class TrackingBenchmarks(tfds.core.GeneratorBasedBuilder):
   """GOT-10k, LaSOT, OTB100 and UAV123 from their unpacked folders: one example per sequence."""
 
-  VERSION = tfds.core.Version('1.0.0')
-  RELEASE_NOTES = {'1.0.0': 'Sequences as encoded frames, boxes and absent flags.'}
-  BUILDER_CONFIGS = [BenchmarkConfig(name=k, folder=v, description=f'{v} (manual folder)') for k, v in FOLDERS.items()]
+  VERSION = tfds.core.Version('1.1.0')
+  RELEASE_NOTES = {
+    '1.0.0': 'Sequences as encoded frames, boxes and absent flags.',
+    '1.1.0': "GOT-10k's test split, its first boxes alone.",
+  }
+  BUILDER_CONFIGS = [
+    BenchmarkConfig(name=k, folder=v, description=f'{v} (manual folder)', withheld=WITHHELD.get(k, ()))
+    for k, v in FOLDERS.items()
+  ]
   MANUAL_DOWNLOAD_INSTRUCTIONS = 'Unpack the benchmark into DATA_DIR/downloads/manual/ as ' + ', '.join(
     FOLDERS.values()
   )
