@@ -3,6 +3,7 @@ here: what each layout's sequences become, training and online evaluation on seq
 size, a GOT-10k-trained run scored on another benchmark, and one-line errors for broken folders."""
 
 import os
+import shutil
 import zipfile
 
 import jax
@@ -149,6 +150,9 @@ def test_results_are_written_as_the_got10k_server_and_the_toolkits_read_them(got
   with pytest.raises(ConfigError, match='already holds files') as e:  # Nothing written is overwritten.
     results.run([*spec, '--out', out])
   assert '\n' not in str(e.value)
+  shutil.rmtree(out)
+  with pytest.raises(ConfigError, match='got10k_test.zip exists already'):
+    results.run([*spec, '--split', 'test', '--out', out])
 
 
 def test_lasot_otb_and_uav_layouts_become_their_sequences(tmp_path):

@@ -73,6 +73,10 @@ def run(argv: list[str]) -> tuple[list[str], int]:
   splits = s.builder.info.splits
   check(split in splits, f'--split {split}: {config.data.name} has the splits {", ".join(splits)}')
   layout = args.layout or ('got10k' if config.data.name.endswith('got10k') else 'otb')
+  check(
+    layout != 'got10k' or not os.path.exists(args.out + '.zip'),
+    f'--out {args.out}: {args.out}.zip exists already: give a new folder (nothing there is overwritten)',
+  )
   g = s.info
   predict = train.host_predict(s, common.params_of(s, args.workdir))
   jax.block_until_ready(  # Compiled before any frame is timed.
