@@ -113,6 +113,7 @@ def test_the_withheld_got10k_test_split_is_neither_trained_on_nor_scored(got10k_
   assert '\n' not in str(e.value) and 'python -m vit_jax_lab.tools.results' in str(e.value)
 
 
+@pytest.mark.slow  # Tracks four sequences a frame at a time, twice, compiling the crops per frame size.
 def test_results_are_written_as_the_got10k_server_and_the_toolkits_read_them(got10k_dir, tmp_path):
   """The test split's files for the server (a folder per sequence, zipped), and the val split's boxes in the OTB
   layout equal to the online tracking that scores it."""
