@@ -148,11 +148,12 @@ def test_results_are_written_as_the_got10k_server_and_the_toolkits_read_them(got
     got = np.loadtxt(tmp_path / 'val' / f'{name}.txt', delimiter=',')
     np.testing.assert_allclose(got, expected, atol=1e-3)
     assert (tmp_path / 'val' / 'times' / f'{name}_time.txt').exists()
-  with pytest.raises(ConfigError, match='already holds files') as e:  # Nothing written is overwritten.
+  # Nothing written is overwritten: neither the folder nor, once it is gone, its zip.
+  with pytest.raises(ConfigError, match='got10k_test exists: name a new folder') as e:
     results.run([*spec, '--out', out])
   assert '\n' not in str(e.value)
   shutil.rmtree(out)
-  with pytest.raises(ConfigError, match='got10k_test.zip exists already'):
+  with pytest.raises(ConfigError, match='got10k_test.zip exists: name a new folder'):
     results.run([*spec, '--split', 'test', '--out', out])
 
 

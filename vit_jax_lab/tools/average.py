@@ -19,6 +19,7 @@ import jax
 
 from vit_jax_lab import checkpoints, console, parallel, reporting, train, workdir as workdir_lib
 from vit_jax_lab.errors import check
+from vit_jax_lab.tools import common
 
 # What a run's workdir holds besides its config that the run reads back (a trained vocabulary): copied along.
 _NOT_COPIED = ('lock', 'metrics.jsonl', 'config.json')
@@ -28,7 +29,7 @@ def average(workdir: str, last: int, out: str, *, data_dir: str | None = None, e
   """Writes the average of the newest `last` checkpoints of `workdir` to the new workdir `out`; returns the
   eval metrics of the average (empty when not `evaluate`)."""
   check(last >= 1, f'--last {last}: average at least 1 checkpoint')
-  check(not os.path.exists(out), f'--out {out} exists: name a new folder (nothing is overwritten)')
+  common.check_new(out)
   config = workdir_lib.load_run(workdir)
   if data_dir is not None:
     config.data.data_dir = data_dir

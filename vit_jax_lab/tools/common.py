@@ -1,11 +1,13 @@
 """What the commands share: the config they work from, and the settings of running one example at a time."""
 
+import os
+
 import jax
 import ml_collections
 from flax import nnx
 
 from vit_jax_lab import checkpoints, config as config_lib, train, workdir as workdir_lib
-from vit_jax_lab.errors import ConfigError
+from vit_jax_lab.errors import ConfigError, check
 
 
 def config_of(workdir: str | None, spec: str | None, overrides: list[str]) -> ml_collections.ConfigDict:
@@ -44,3 +46,8 @@ def params_of(s: train.Setup, workdir: str | None) -> nnx.State:
 def load_model(s: train.Setup, workdir: str | None) -> nnx.Module:
   """The model of `s` with `params_of(s, workdir)`."""
   return nnx.merge(s.graphdef, params_of(s, workdir))
+
+
+def check_new(path: str) -> None:
+  """A command's --out must not exist: what is already saved there is never overwritten."""
+  check(not os.path.exists(path), f'--out {path} exists: name a new folder (nothing is overwritten)')

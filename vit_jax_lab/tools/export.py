@@ -217,7 +217,7 @@ def main(argv: list[str]) -> int:
     platforms and set(platforms) <= set(PLATFORMS),
     f'--platforms={args.platforms!r}: give a comma-separated list of {", ".join(PLATFORMS)}',
   )
-  check(not os.path.exists(args.out), f'--out {args.out} exists: name a new folder for the SavedModel')
+  common.check_new(args.out)
   check(
     args.workdir is None or not overrides,
     f'unknown arguments {" ".join(overrides)}: --config.KEY=VALUE goes with --config',

@@ -62,10 +62,8 @@ def run(argv: list[str]) -> tuple[list[str], int]:
   parser.add_argument('--layout', choices=LAYOUTS, help='got10k: a folder per sequence, zipped; otb: a file each')
   parser.add_argument('--out', required=True, help='a new folder for the result files')
   args, overrides = parser.parse_known_args(argv)
-  check(
-    not (os.path.isdir(args.out) and os.listdir(args.out)),
-    f'--out {args.out} already holds files: give a new folder (nothing there is overwritten)',
-  )
+  common.check_new(args.out)
+  common.check_new(args.out + '.zip')
   config = common.one_device_one_example(common.config_of(args.workdir, args.config, overrides))
   check(config.task.name == 'tracking', f'this run has task.name={config.task.name!r}: results tracks tracking runs')
   s = train.setup(config, jax.devices()[:1])
@@ -73,10 +71,6 @@ def run(argv: list[str]) -> tuple[list[str], int]:
   splits = s.builder.info.splits
   check(split in splits, f'--split {split}: {config.data.name} has the splits {", ".join(splits)}')
   layout = args.layout or ('got10k' if config.data.name.endswith('got10k') else 'otb')
-  check(
-    layout != 'got10k' or not os.path.exists(args.out + '.zip'),
-    f'--out {args.out}: {args.out}.zip exists already: give a new folder (nothing there is overwritten)',
-  )
   g = s.info
   predict = train.host_predict(s, common.params_of(s, args.workdir))
   jax.block_until_ready(  # Compiled before any frame is timed.
