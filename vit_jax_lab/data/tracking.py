@@ -185,7 +185,6 @@ def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dic
     template = crop(template_frame, boxes.region(template_box, d.template_factor), d.template_size)
     around = _jittered(search_box, jitter_seed, d.centre_jitter, d.size_jitter)  # The box the crop is cut around.
     present = tf.random.stateless_uniform([], negative_seed) >= d.negative_fraction
-    on_distractor = tf.constant(False)
     if d.distractor_fraction > 0:
       which_seed, distractor_jitter_seed = tf.unstack(
         tf.random.experimental.stateless_split(tf.random.experimental.stateless_fold_in(seed, 5), 2)
@@ -201,8 +200,9 @@ def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dic
     region = boxes.region(around, d.search_factor)
     search = crop(search_frame, region, d.search_size)
     in_crop = boxes.to_crop(search_box, region)
-    cx, cy, _, _ = boxes.to_centre(in_crop)
-    present &= ~on_distractor | ((cx >= 0) & (cx <= 1) & (cy >= 0) & (cy <= 1))  # Its centre in the crop.
+    if d.distractor_fraction > 0:  # A crop around a distractor holds the target if the target's centre is in it.
+      cx, cy, _, _ = boxes.to_centre(in_crop)
+      present &= ~on_distractor | ((cx >= 0) & (cx <= 1) & (cy >= 0) & (cy <= 1))
     x1, y1, x2, y2 = (tf.clip_by_value(v, 0.0, 1.0) for v in boxes.to_corners(in_crop))
     return {
       'template': template,
