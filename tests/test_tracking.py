@@ -150,7 +150,16 @@ def test_training_pairs_hold_the_target_where_their_box_says(tracking_dir):
     if not present:
       continue
     assert_strokes_inside(search, box)
-    assert np.all(box[2:] > 0) and np.all(box[:2] >= 0) and np.all(box[:2] + box[2:] <= 1 + 1e-6)
+    assert np.all(box[2:] > 0) and np.all((box[:2] + box[2:] / 2 >= 0) & (box[:2] + box[2:] / 2 <= 1))
+  # Crops cut off-centre: where the target leaves the crop, its box is still the whole target, past [0, 1].
+  config.data.centre_jitter, config.data.negative_fraction = 4.0, 0.0
+  s = train.setup(config, jax.devices()[:1])
+  batches = train.train_batches(s)
+  box = np.concatenate([jax.device_get(next(batches))['box'] for _ in range(4)])
+  outside = (box[:, :2] < 0) | (box[:, :2] + box[:, 2:] > 1)
+  assert outside.any()
+  side = box[:, 2:] * config.data.search_size  # The target's sides, whether it leaves the crop or not.
+  np.testing.assert_allclose(side[:, 0], side[:, 1], rtol=1e-4)  # tracking_digits' boxes are squares.
 
 
 def test_distractor_boxes_frame_the_other_digits(tracking_dir):
@@ -192,6 +201,19 @@ def test_search_crops_cut_around_the_nearest_distractor(tracking_dir):
   assert jax.device_get(next(train.train_batches(s)))['present'].all()
 
 
+def test_corner_soft_argmax_reaches_past_the_crop_edge_only_with_a_margin():
+  """A heat map all on one cell reads out that cell's centre: the outermost cell of the grid is half a cell inside
+  the crop; with a margin of 1 the map's outermost cell is half a cell outside."""
+  n = 6
+  for margin, (first, last) in ((0, (0.5 / n, 1 - 0.5 / n)), (1, (-0.5 / n, 1 + 0.5 / n))):
+    side = n + 2 * margin
+    probs = jnp.zeros((2, side, side, 1)).at[0, 0, 0, 0].set(1.0).at[1, -1, 0, 0].set(1.0)
+    x, y = tracker.soft_argmax(probs, (n, n), margin)
+    np.testing.assert_allclose(np.concatenate([x[:, 0], y[:, 0]]), [first, first, first, last], rtol=1e-6)
+  uniform = jnp.full((1, n + 2, n + 2, 1), 1 / (n + 2) ** 2)
+  np.testing.assert_allclose(tracker.soft_argmax(uniform, (n, n), 1), [[[0.5]], [[0.5]]], rtol=1e-6)
+
+
 @pytest.mark.slow
 def test_both_box_heads_give_boxes_and_refuse_bad_options():
   template, search = jnp.zeros((2, 32, 32, 1)), jnp.ones((2, 64, 64, 1))
@@ -219,6 +241,10 @@ def test_both_box_heads_give_boxes_and_refuse_bad_options():
   with pytest.raises(ConfigError, match='attention'):
     tracker.Tracker(
       32, 64, 1, width=32, depth=1, mlp_dim=64, num_heads=2, patch_size=8, attention='local', rngs=nnx.Rngs(0)
+    )
+  with pytest.raises(ConfigError, match='corner_margin=-1 must be >= 0'):
+    tracker.Tracker(
+      32, 64, 1, width=32, depth=1, mlp_dim=64, num_heads=2, patch_size=8, corner_margin=-1, rngs=nnx.Rngs(0)
     )
 
 

@@ -160,7 +160,8 @@ def decoded_frames(frames, info: TrackingInfo) -> Iterator[np.ndarray]:
 
 def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dict, tf.Tensor], dict]:
   """A sequence -> for training, one pair: 'template' (S_t, S_t, C) and 'search' (S_s, S_s, C) crops in
-  data.value_range, 'box' the target in the search crop (x, y, w, h in crop units, clipped to the crop) and
+  data.value_range, 'box' the target in the search crop (x, y, w, h in crop units; past [0, 1] where the target
+  leaves the crop: the tracker learns its whole box, not the part inside, which would pull its answers inward) and
   'present' 1 (0 for a negative search crop: cut away from the target, or around a distractor with the target's
   centre outside it); for evaluation the whole sequence: 'frames' (T, H, W, C) in data.value_range and 'boxes'
   (T, 4) in pixels."""
@@ -203,11 +204,10 @@ def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dic
     if d.distractor_fraction > 0:  # A crop around a distractor holds the target if the target's centre is in it.
       cx, cy, _, _ = boxes.to_centre(in_crop)
       present &= ~on_distractor | ((cx >= 0) & (cx <= 1) & (cy >= 0) & (cy <= 1))
-    x1, y1, x2, y2 = (tf.clip_by_value(v, 0.0, 1.0) for v in boxes.to_corners(in_crop))
     return {
       'template': template,
       'search': search,
-      'box': tf.stack(boxes.from_corners((x1, y1, x2, y2))),
+      'box': tf.stack(in_crop),
       'present': tf.cast(present, tf.float32),
     }
 

@@ -15,12 +15,23 @@ import vit_jax_lab.models.vit as vit
 from vit_jax_lab.errors import ConfigError
 
 
+def soft_argmax(probs: jax.Array, grid: tuple[int, int], margin: int) -> tuple[jax.Array, jax.Array]:
+  """The expected (x, y) (each (B, K), crop units) of heat maps (B, gh + 2 margin, gw + 2 margin, K) over the cell
+  centres of a `grid` over the crop, the `margin` cells on each side lying outside [0, 1]."""
+  ys, xs = ((jnp.arange(n + 2 * margin) - margin + 0.5) / n for n in grid)
+  px, py = probs.sum(1), probs.sum(2)  # (B, gw, K), (B, gh, K): marginals over rows and columns.
+  return jnp.einsum('bwk,w->bk', px, xs), jnp.einsum('bhk,h->bk', py, ys)
+
+
 class CornerHead(nnx.Module):
   """ViTCRT's token-attention box head: the regression token's dot product with every search patch feature
   weights those features; a small conv net turns the weighted grid into top-left and bottom-right heat maps,
-  read out by soft-argmax."""
+  read out by soft-argmax. The maps extend `margin` cells past the grid on every side (zero features padded in,
+  filled by the convolutions), so a corner at or past the crop's edge stays reachable: over cell centres alone a
+  soft-argmax stops half a cell inside."""
 
-  def __init__(self, width: int, channels: int, *, rngs: nnx.Rngs):
+  def __init__(self, width: int, channels: int, margin: int = 0, *, rngs: nnx.Rngs):
+    self.margin = margin
     self.convs = nnx.List(
       [nnx.Conv(a, b, (3, 3), rngs=rngs) for a, b in ((width, channels), (channels, channels // 2))]
     )
@@ -28,17 +39,17 @@ class CornerHead(nnx.Module):
     self.corners = nnx.Conv(channels // 2, 2, (1, 1), rngs=rngs)
 
   def __call__(self, reg: jax.Array, search: jax.Array, grid: tuple[int, int]) -> tuple[jax.Array, jax.Array]:
-    """(box (B, 4) as (x, y, w, h) in search-crop units, corner heat maps (B, gh, gw, 2) as probabilities)."""
+    """(box (B, 4) as (x, y, w, h) in search-crop units, corner heat maps (B, gh + 2 margin, gw + 2 margin, 2) as
+    probabilities)."""
     weights = jnp.einsum('bd,bnd->bn', reg, search) / jnp.sqrt(search.shape[-1])
     x = (search * jax.nn.sigmoid(weights)[..., None]).reshape(search.shape[0], *grid, -1)
+    m = self.margin
+    x = jnp.pad(x, ((0, 0), (m, m), (m, m), (0, 0)))
     for conv, norm in zip(self.convs, self.norms):
       x = jax.nn.gelu(norm(conv(x)))
     logits = self.corners(x)  # (B, gh, gw, 2)
     probs = jax.nn.softmax(logits.reshape(logits.shape[0], -1, 2), axis=1).reshape(logits.shape)
-    # Soft-argmax over cell centres, in crop units.
-    ys, xs = ((jnp.arange(n) + 0.5) / n for n in grid)
-    px, py = probs.sum(1), probs.sum(2)  # (B, gw, 2), (B, gh, 2): marginals over rows and columns.
-    xc, yc = jnp.einsum('bwk,w->bk', px, xs), jnp.einsum('bhk,h->bk', py, ys)
+    xc, yc = soft_argmax(probs, grid, m)
     # Corners in either order make a box (sides >= 0), so GIoU stays defined from the first step.
     x1, x2, y1, y2 = xc.min(-1), xc.max(-1), yc.min(-1), yc.max(-1)
     return jnp.stack([x1, y1, x2 - x1, y2 - y1], -1), probs
@@ -60,6 +71,8 @@ class Tracker(nnx.Module):
     box_head: 'mlp' (the regression token through a 3-layer MLP to sigmoid (cx, cy, w, h)) or 'corner' (ViTCRT's
       token-attention corner head, soft-argmax over the search patch grid).
     corner_channels: channels of the corner head's first convolution.
+    corner_margin: cells the corner heat maps extend past the search grid on each side, so corners at the crop's
+      edge or beyond can be predicted (0: cell centres only, the outermost half a cell inside the crop).
     posemb_init: how the learned template and search position embeddings start: 'normal' (std 0.02, as the ViT's)
       or 'sincos2d' (the 2-D sine-cosine embedding of each grid, so positions differ from the first step; init_from
       an image ViT replaces either).
@@ -92,6 +105,7 @@ class Tracker(nnx.Module):
     num_heads: int | None = None,
     box_head: str = 'mlp',
     corner_channels: int = 64,
+    corner_margin: int = 1,
     posemb_init: str = 'normal',
     dropout: float = 0.0,
     attention_dropout: float = 0.0,
@@ -122,6 +136,8 @@ class Tracker(nnx.Module):
       ),
       dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path),
     )
+    if corner_margin < 0:
+      raise ConfigError(f'model.corner_margin={corner_margin} must be >= 0 (cells past the search grid)')
     self.template_grid, self.search_grid = (template_size // p,) * 2, (search_size // p,) * 2
     self.search_start = 2 + self.template_grid[0] * self.template_grid[1]  # Token index of the first search patch.
     self.num_heads = dims['num_heads']
@@ -161,7 +177,7 @@ class Tracker(nnx.Module):
     if box_head == 'mlp':
       self.box_mlp = nnx.List([nnx.Linear(d, d, rngs=rngs), nnx.Linear(d, d, rngs=rngs), nnx.Linear(d, 4, rngs=rngs)])
     else:
-      self.corner_head = CornerHead(d, corner_channels, rngs=rngs)
+      self.corner_head = CornerHead(d, corner_channels, corner_margin, rngs=rngs)
 
   def tokens(
     self, template: jax.Array, search: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None
