@@ -27,7 +27,9 @@ def get_config(arg: str | None = None):
       f'configs/tracking/got10k.py takes [BENCHMARK][,smoke] with BENCHMARK one of {", ".join(BENCHMARKS)}, got {arg!r}'
     )
   c = config_lib.base_config()
-  c.model = models.config('tracker', variant='B/16', box_head='corner', corner_channels=256, drop_path=0.1)
+  c.model = models.config(
+    'tracker', variant='B/16', box_head='corner', corner_channels=256, corner_margin=1, drop_path=0.1
+  )
   c.task = tasks.config('tracking')
   c.init_from = 'pretrained/imagenet21k/ViT-B_16.npz'  # A release; tools.evaluate gives a tracker run instead.
   c.data.name = f'tracking_benchmarks/{benchmark}'

@@ -47,7 +47,7 @@ class CornerHead(nnx.Module):
     x = jnp.pad(x, ((0, 0), (m, m), (m, m), (0, 0)))
     for conv, norm in zip(self.convs, self.norms):
       x = jax.nn.gelu(norm(conv(x)))
-    logits = self.corners(x)  # (B, gh, gw, 2)
+    logits = self.corners(x)  # (B, gh + 2 m, gw + 2 m, 2)
     probs = jax.nn.softmax(logits.reshape(logits.shape[0], -1, 2), axis=1).reshape(logits.shape)
     xc, yc = soft_argmax(probs, grid, m)
     # Corners in either order make a box (sides >= 0), so GIoU stays defined from the first step.
@@ -72,7 +72,8 @@ class Tracker(nnx.Module):
       token-attention corner head, soft-argmax over the search patch grid).
     corner_channels: channels of the corner head's first convolution.
     corner_margin: cells the corner heat maps extend past the search grid on each side, so corners at the crop's
-      edge or beyond can be predicted (0: cell centres only, the outermost half a cell inside the crop).
+      edge or beyond can be predicted (0: cell centres only, the outermost half a cell inside the crop; the default
+      only so that runs from before it load as they were trained).
     posemb_init: how the learned template and search position embeddings start: 'normal' (std 0.02, as the ViT's)
       or 'sincos2d' (the 2-D sine-cosine embedding of each grid, so positions differ from the first step; init_from
       an image ViT replaces either).
@@ -105,7 +106,7 @@ class Tracker(nnx.Module):
     num_heads: int | None = None,
     box_head: str = 'mlp',
     corner_channels: int = 64,
-    corner_margin: int = 1,
+    corner_margin: int = 0,
     posemb_init: str = 'normal',
     dropout: float = 0.0,
     attention_dropout: float = 0.0,
