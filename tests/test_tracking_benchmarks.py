@@ -155,6 +155,7 @@ def test_results_are_written_as_the_got10k_server_and_the_toolkits_read_them(got
   shutil.rmtree(out)
   with pytest.raises(ConfigError, match='got10k_test.zip exists: name a new folder'):
     results.run([*spec, '--split', 'test', '--out', out])
+  assert results.run([*spec, '--layout', 'otb', '--out', out]) == ([out], 2)  # The otb layout writes no zip.
 
 
 def test_lasot_otb_and_uav_layouts_become_their_sequences(tmp_path):

@@ -63,14 +63,15 @@ def run(argv: list[str]) -> tuple[list[str], int]:
   parser.add_argument('--out', required=True, help='a new folder for the result files')
   args, overrides = parser.parse_known_args(argv)
   common.check_new(args.out)
-  common.check_new(args.out + '.zip')
   config = common.one_device_one_example(common.config_of(args.workdir, args.config, overrides))
   check(config.task.name == 'tracking', f'this run has task.name={config.task.name!r}: results tracks tracking runs')
+  layout = args.layout or ('got10k' if config.data.name.endswith('got10k') else 'otb')
+  if layout == 'got10k':
+    common.check_new(args.out + '.zip')
   s = train.setup(config, jax.devices()[:1])
   split = args.split or config.data.eval_split
   splits = s.builder.info.splits
   check(split in splits, f'--split {split}: {config.data.name} has the splits {", ".join(splits)}')
-  layout = args.layout or ('got10k' if config.data.name.endswith('got10k') else 'otb')
   g = s.info
   predict = train.host_predict(s, common.params_of(s, args.workdir))
   jax.block_until_ready(  # Compiled before any frame is timed.
