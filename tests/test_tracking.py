@@ -248,13 +248,23 @@ def test_both_box_heads_give_boxes_and_refuse_bad_options():
     )
 
 
-def test_sincos_position_embeddings_start_each_grid_apart_and_stay_learned():
+def test_sincos_position_embeddings_start_each_grid_apart_and_beside_the_search_grid():
   dims = dict(width=32, depth=1, mlp_dim=64, num_heads=2, patch_size=8)
   model = tracker.Tracker(32, 64, 1, **dims, posemb_init='sincos2d', rngs=nnx.Rngs(0))
   params = nnx.state(model, nnx.Param).to_pure_dict()
   np.testing.assert_array_equal(params['template_pos'][0], layers.sincos_2d(4, 4, 32))
   np.testing.assert_array_equal(params['search_pos'][0], layers.sincos_2d(8, 8, 32))
-  with pytest.raises(ConfigError, match="posemb_init='fixed' is not one of 'normal', 'sincos2d'") as e:
+  # 'sincos2d_beside': the template's 4 x 4 grid as columns 8-11 of a 4 x 12 grid, no embedding a search patch's.
+  beside = tracker.Tracker(32, 64, 1, **dims, posemb_init='sincos2d_beside', rngs=nnx.Rngs(0))
+  params = nnx.state(beside, nnx.Param).to_pure_dict()
+  wide = layers.sincos_2d(4, 12, 32).reshape(4, 12, 32)
+  np.testing.assert_array_equal(params['template_pos'][0].reshape(4, 4, 32), wide[:, 8:])
+  np.testing.assert_array_equal(params['search_pos'][0], layers.sincos_2d(8, 8, 32))
+  gaps = np.abs(params['template_pos'][0][:, None] - params['search_pos'][0][None]).sum(-1)
+  assert gaps.min() > 0.5 and not np.allclose(params['template_pos'][0], layers.sincos_2d(4, 4, 32))
+  with pytest.raises(
+    ConfigError, match="posemb_init='fixed' is not one of 'normal', 'sincos2d', 'sincos2d_beside'"
+  ) as e:
     tracker.Tracker(32, 64, 1, **dims, posemb_init='fixed', rngs=nnx.Rngs(0))
   assert '\n' not in str(e.value)
 

@@ -74,9 +74,11 @@ class Tracker(nnx.Module):
     corner_margin: cells the corner heat maps extend past the search grid on each side, so corners at the crop's
       edge or beyond can be predicted (0: cell centres only, the outermost half a cell inside the crop; the default
       only so that runs from before it load as they were trained).
-    posemb_init: how the learned template and search position embeddings start: 'normal' (std 0.02, as the ViT's)
-      or 'sincos2d' (the 2-D sine-cosine embedding of each grid, so positions differ from the first step; init_from
-      an image ViT replaces either).
+    posemb_init: how the learned template and search position embeddings start: 'normal' (std 0.02, as the ViT's),
+      'sincos2d' (the 2-D sine-cosine embedding of each grid, so positions differ from the first step; the template
+      patches start as the search grid's top-left ones) or 'sincos2d_beside' (the same, the template's grid placed
+      to the right of the search grid's, so no template patch starts as a search patch); init_from an image ViT
+      replaces any of them.
     dropout: dropout rate after the embedding, in the MLP and on each residual branch.
     attention_dropout: dropout rate on the attention probabilities.
     drop_path: stochastic-depth rate of the last block.
@@ -130,7 +132,7 @@ class Tracker(nnx.Module):
     layers.check_options(
       dict(
         box_head=(box_head, ('mlp', 'corner')),
-        posemb_init=(posemb_init, ('normal', 'sincos2d')),
+        posemb_init=(posemb_init, ('normal', 'sincos2d', 'sincos2d_beside')),
         attention=(attention, ('full', 'linear')),
         remat=(remat, tuple(layers.REMAT_POLICIES)),
         attention_impl=(attention_impl, layers.ATTENTION_IMPLS),
@@ -147,14 +149,15 @@ class Tracker(nnx.Module):
     normal = nnx.initializers.normal(0.02)
     self.cls = nnx.Param(jnp.zeros((1, 1, d)))
     self.reg = nnx.Param(normal(rngs.params(), (1, 1, d)))
-    self.template_pos, self.search_pos = (
-      nnx.Param(
-        normal(rngs.params(), (1, grid[0] * grid[1], d))
-        if posemb_init == 'normal'
-        else jnp.asarray(layers.sincos_2d(*grid, d))[None]
-      )
-      for grid in (self.template_grid, self.search_grid)
-    )
+    grids = (self.template_grid, self.search_grid)
+    if posemb_init == 'normal':
+      template_pos, search_pos = (normal(rngs.params(), (1, h * w, d)) for h, w in grids)
+    else:
+      template_pos, search_pos = (layers.sincos_2d(h, w, d)[None] for h, w in grids)
+    if posemb_init == 'sincos2d_beside':  # The template's columns continue the search grid's.
+      (th, tw), sw = self.template_grid, self.search_grid[1]
+      template_pos = layers.sincos_2d(th, sw + tw, d).reshape(th, sw + tw, d)[None, :, sw:].reshape(1, th * tw, d)
+    self.template_pos, self.search_pos = nnx.Param(jnp.asarray(template_pos)), nnx.Param(jnp.asarray(search_pos))
     self.dropout = layers.Dropout(dropout)
     pattern = layers.attention_pattern(attention, 1, 0, attention_dropout, grid=None, num_global=2)
     self.encoder = layers.Encoder(
