@@ -149,14 +149,15 @@ class Tracker(nnx.Module):
     normal = nnx.initializers.normal(0.02)
     self.cls = nnx.Param(jnp.zeros((1, 1, d)))
     self.reg = nnx.Param(normal(rngs.params(), (1, 1, d)))
-    grids = (self.template_grid, self.search_grid)
+    (th, tw), (sh, sw) = self.template_grid, self.search_grid
     if posemb_init == 'normal':
-      template_pos, search_pos = (normal(rngs.params(), (1, h * w, d)) for h, w in grids)
-    else:
-      template_pos, search_pos = (layers.sincos_2d(h, w, d)[None] for h, w in grids)
-    if posemb_init == 'sincos2d_beside':  # The template's columns continue the search grid's.
-      (th, tw), sw = self.template_grid, self.search_grid[1]
-      template_pos = layers.sincos_2d(th, sw + tw, d).reshape(th, sw + tw, d)[None, :, sw:].reshape(1, th * tw, d)
+      template_pos, search_pos = (
+        normal(rngs.params(), (1, h * w, d)) for h, w in (self.template_grid, self.search_grid)
+      )
+    else:  # The template's grid starts `left` columns right of the search grid's first.
+      left = sw if posemb_init == 'sincos2d_beside' else 0
+      template_pos = layers.sincos_2d(th, left + tw, d).reshape(th, left + tw, d)[:, left:].reshape(1, th * tw, d)
+      search_pos = layers.sincos_2d(sh, sw, d)[None]
     self.template_pos, self.search_pos = nnx.Param(jnp.asarray(template_pos)), nnx.Param(jnp.asarray(search_pos))
     self.dropout = layers.Dropout(dropout)
     pattern = layers.attention_pattern(attention, 1, 0, attention_dropout, grid=None, num_global=2)
