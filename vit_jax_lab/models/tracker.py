@@ -151,9 +151,7 @@ class Tracker(nnx.Module):
     self.reg = nnx.Param(normal(rngs.params(), (1, 1, d)))
     (th, tw), (sh, sw) = self.template_grid, self.search_grid
     if posemb_init == 'normal':
-      template_pos, search_pos = (
-        normal(rngs.params(), (1, h * w, d)) for h, w in (self.template_grid, self.search_grid)
-      )
+      template_pos, search_pos = (normal(rngs.params(), (1, h * w, d)) for h, w in ((th, tw), (sh, sw)))
     else:  # The template's grid starts `left` columns right of the search grid's first.
       left = sw if posemb_init == 'sincos2d_beside' else 0
       template_pos = layers.sincos_2d(th, left + tw, d).reshape(th, left + tw, d)[:, left:].reshape(1, th * tw, d)
