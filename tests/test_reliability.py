@@ -59,35 +59,52 @@ def environment():
   return os.environ | {'JAX_PLATFORMS': 'cpu', 'JAX_COMPILATION_CACHE_DIR': jax.config.jax_compilation_cache_dir}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_saves_the_current_step_and_the_rerun_equals_an_uninterrupted_run(data_dir, tmp_path, sig):
-  """A real process gets the signal mid-run: it finishes the step, saves it, says so in one line and exits 75;
-  the same command then finishes exactly as a run that was never stopped."""
-  steps = ['--config.total_steps=120', '--config.checkpoint_every=60', '--config.eval_every=120']
-  whole, stopped = str(tmp_path / 'whole'), str(tmp_path / 'stopped')
-  assert (
-    subprocess.run(command(whole, data_dir, *steps), cwd=ROOT, env=environment(), capture_output=True).returncode == 0
-  )
+SIGNAL_STEPS = ('--config.total_steps=120', '--config.checkpoint_every=60', '--config.eval_every=120')
+
+
+def stop_by_signal(workdir, data_dir, sig) -> int:
+  """Starts a run, sends it `sig` once it has logged a step, checks that it stopped as a preempted run must (the
+  step saved, one line, exit status 75, the workdir's lock gone), and returns the step."""
   process = subprocess.Popen(
-    command(stopped, data_dir, *steps), cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    command(workdir, data_dir, *SIGNAL_STEPS),
+    cwd=ROOT,
+    env=environment(),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
   )
-  metrics = os.path.join(stopped, 'metrics.jsonl')
+  metrics = os.path.join(workdir, 'metrics.jsonl')
   deadline = time.time() + 120
   while not (os.path.exists(metrics) and os.path.getsize(metrics) > 0) and time.time() < deadline:
     time.sleep(0.05)
   process.send_signal(sig)
-  out, err = process.communicate(timeout=120)
+  _, err = process.communicate(timeout=120)
   assert process.returncode == errors.Preempted.exit_status, err
   message = err.decode().strip()
   assert message.count('\n') == 0 and message.startswith(f'stopped by {sig.name} at step '), message
   step = int(message.split(' at step ')[1].split(':')[0])
-  assert 0 < step < 120 and os.path.isdir(os.path.join(stopped, 'checkpoints', str(step)))
-  assert not os.path.exists(os.path.join(stopped, 'lock'))
-  rerun = subprocess.run(command(stopped, data_dir, *steps), cwd=ROOT, env=environment(), capture_output=True)
+  assert 0 < step < 120 and os.path.isdir(os.path.join(workdir, 'checkpoints', str(step)))
+  assert not os.path.exists(os.path.join(workdir, 'lock'))
+  return step
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_current_step_and_the_rerun_equals_an_uninterrupted_run(data_dir, tmp_path):
+  """A real process gets the signal mid-run: it finishes the step, saves it, says so in one line and exits 75;
+  the same command then finishes exactly as a run that was never stopped."""
+  whole, stopped = str(tmp_path / 'whole'), str(tmp_path / 'stopped')
+  run = subprocess.run(command(whole, data_dir, *SIGNAL_STEPS), cwd=ROOT, env=environment(), capture_output=True)
+  assert run.returncode == 0, run.stderr
+  step = stop_by_signal(stopped, data_dir, signal.SIGTERM)
+  rerun = subprocess.run(command(stopped, data_dir, *SIGNAL_STEPS), cwd=ROOT, env=environment(), capture_output=True)
   assert rerun.returncode == 0 and f'resumed from step {step}' in rerun.stdout.decode()
   whole_eval, stopped_eval = read_metrics(whole)[-1], read_metrics(stopped)[-1]
   assert whole_eval == stopped_eval and 'eval/accuracy' in whole_eval
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_as_sigterm_does(data_dir, tmp_path):
+  """SIGINT takes the same path as SIGTERM (the rerun after it is the SIGTERM test's)."""
+  stop_by_signal(str(tmp_path / 'stopped'), data_dir, signal.SIGINT)
 
 
 @pytest.mark.slow
@@ -318,6 +335,38 @@ def test_config_mistakes_print_one_line_before_tensorflow_loads(tmp_path):
   assert errors_printed == ['error: optim.lr=inf is not a finite number']
   imported = [line.split('|')[-1].strip() for line in result.stderr.splitlines() if line.startswith('import time:')]
   assert 'jax' in imported and not [name for name in imported if name.split('.')[0] == 'tensorflow']
+
+
+def test_an_abandoned_checkpoint_read_collected_late_prints_nothing():
+  """After a damaged checkpoint is set aside, orbax's abandoned reads can be collected at any later point: their
+  'never awaited' warnings and their futures' 'exception was never retrieved' are dropped; another coroutine's or
+  another failure's still shown."""
+  script = (
+    'import asyncio, gc, os\n'
+    'from vit_jax_lab import console\n'
+    'console.quiet_libraries()\n'
+    'async def _read_array_index_and_device_put(): pass\n'
+    'async def elsewhere(): pass\n'
+    'coroutine = {coroutine}()\n'
+    'del coroutine\n'
+    "exec(compile('async def read(): raise ValueError(1)', os.path.join({where!r}, 'read.py'), 'exec'))\n"
+    'async def abandon():\n'
+    '  future = asyncio.gather(read())\n'
+    '  await asyncio.sleep(0.01)\n'
+    'asyncio.run(abandon())\n'
+    'gc.collect()\n'
+  )
+  orbax, other = os.path.join(os.sep, 'site', 'orbax'), os.path.join(os.sep, 'site', 'other')
+  for coroutine, where, shown in (('_read_array_index_and_device_put', orbax, ''), ('elsewhere', other, 'both')):
+    run = subprocess.run(
+      [sys.executable, '-c', script.format(coroutine=coroutine, where=where)],
+      cwd=ROOT,
+      env=environment(),
+      capture_output=True,
+      text=True,
+    )
+    printed = ('was never awaited' in run.stderr, 'exception was never retrieved' in run.stderr)
+    assert run.returncode == 0 and printed == ((True, True) if shown else (False, False)), run.stderr
 
 
 @pytest.mark.slow

@@ -7,10 +7,13 @@ INFO lines). Commands call `quiet_libraries()` first; VIT_JAX_LAB_VERBOSE=1 in t
 import contextlib
 import functools
 import io
+import logging
 import os
 import sys
 import tempfile
 import threading
+import traceback
+import warnings
 from typing import Callable, Iterator
 
 from vit_jax_lab import errors
@@ -73,13 +76,29 @@ class _WithoutDeadLoopTracebacks(io.TextIOBase):
     return self.stream.fileno()
 
 
+def _in_orbax(filename: str) -> bool:
+  return f'{os.sep}orbax{os.sep}' in filename
+
+
 def _unraisable_unless_abandoned_read(unraisable) -> None:
   """sys.unraisablehook that drops orbax's abandoned reads (coroutines collected after a failed restore, which
   is reported in one line) and reports everything else as Python does."""
   code = getattr(unraisable.object, 'cr_code', None)
-  if code is not None and f'{os.sep}orbax{os.sep}' in code.co_filename:
+  if code is not None and _in_orbax(code.co_filename):
     return
   sys.__unraisablehook__(unraisable)
+
+
+def _unless_abandoned_read(record: logging.LogRecord) -> bool:
+  """A filter for asyncio's logger: drops 'exception was never retrieved' for a failure raised in orbax (the
+  abandoned reads' futures, collected after the failed restore is reported)."""
+  error = record.exc_info[1] if record.exc_info else None
+  while error is not None:
+    frames = traceback.extract_tb(error.__traceback__)
+    if any(_in_orbax(frame.filename) for frame in frames):
+      return False
+    error = error.__cause__ or error.__context__
+  return True
 
 
 def quiet_libraries() -> None:
@@ -92,13 +111,17 @@ def quiet_libraries() -> None:
     held['replay'] = False
     import tensorflow as tf  # noqa: F401
   import tensorflow_datasets as tfds
-  from absl import logging
+  from absl import logging as absl_logging
 
-  logging.set_verbosity(logging.FATAL)
+  absl_logging.set_verbosity(absl_logging.FATAL)
   tfds.disable_progress_bar()
   if not isinstance(sys.stderr, _WithoutDeadLoopTracebacks):
     sys.stderr = _WithoutDeadLoopTracebacks(sys.stderr)
   sys.unraisablehook = _unraisable_unless_abandoned_read
+  # The same abandoned reads, collected later than the failed restore's gc.collect (a loaded machine, a trace),
+  # warn that they were never awaited or that their futures' exceptions were never retrieved.
+  warnings.filterwarnings('ignore', "coroutine '_read_array_index_and_device_put' was never awaited", RuntimeWarning)
+  logging.getLogger('asyncio').addFilter(_unless_abandoned_read)
 
 
 def command(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
