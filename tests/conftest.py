@@ -5,6 +5,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 # The suite's models are tiny, so compiling dominates its time: XLA's backend skips its LLVM optimisations
 # (the same computations, compiled about 40% faster). Set in the environment, so processes the tests start
@@ -88,3 +89,11 @@ def start_processes(commands: list[list[str]], env: dict) -> list[subprocess.Pop
     subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for command in commands
   ]
+
+
+def wait_for_first_log(workdir: str, timeout: float) -> None:
+  """Returns once the run in `workdir` has written its first metrics line (it is past compiling and training),
+  or after `timeout` seconds."""
+  metrics, deadline = os.path.join(workdir, 'metrics.jsonl'), time.time() + timeout
+  while not (os.path.exists(metrics) and os.path.getsize(metrics) > 0) and time.time() < deadline:
+    time.sleep(0.05)

@@ -4,13 +4,12 @@ import json
 import os
 import signal
 import sys
-import time
 
 import jax
 import numpy as np
 import pytest
 
-from conftest import local_address, start_processes
+from conftest import local_address, start_processes, wait_for_first_log
 from vit_jax_lab import train
 
 
@@ -69,10 +68,7 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step(data_dir, tmp_path):
   workdir = str(tmp_path / 'multi')
   steps = ('--config.total_steps=300', '--config.checkpoint_every=100', '--config.eval_every=300')
   procs = start_two_processes(workdir, data_dir, *steps)
-  metrics = os.path.join(workdir, 'metrics.jsonl')
-  deadline = time.time() + 200
-  while not (os.path.exists(metrics) and os.path.getsize(metrics) > 0) and time.time() < deadline:
-    time.sleep(0.05)
+  wait_for_first_log(workdir, timeout=200)
   procs[1].send_signal(signal.SIGTERM)
   outputs = [p.communicate(timeout=300)[0] for p in procs]
   assert [p.returncode for p in procs] == [75, 75], outputs[0][-3000:] + outputs[1][-3000:]
