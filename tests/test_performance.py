@@ -2,13 +2,16 @@
 FSDP and tensor-parallel layouts against the plain float32 data-parallel step."""
 
 import jax
+import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
+from jax.extend import core as jax_core
 
 from test_train import run_steps
 from vit_jax_lab import optim, parallel, train
-from vit_jax_lab.models import layers, release, vit, vivit
+from vit_jax_lab.models import layers, release, seq2seq, text_classifier, tracker, vit, vivit
 from vit_jax_lab.tools import bench
 
 
@@ -146,6 +149,69 @@ def test_scanned_vivit_initialises_from_an_image_vit():
   nnx.update(video, params)
   images = jax.random.normal(jax.random.key(5), (2, 16, 16, 3))
   np.testing.assert_allclose(video(np.repeat(images[:, None], 4, axis=1)), image(images), rtol=1e-5, atol=2e-6)
+
+
+def dot_dtypes(jaxpr) -> set[str]:
+  """The operand dtypes of every matrix product in `jaxpr` and the jaxprs nested in it (jit, scan, remat, ...)."""
+  found = set()
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'dot_general':
+      found |= {str(v.aval.dtype) for v in eqn.invars}
+    for sub in jax_core.jaxprs_in_params(eqn.params):
+      found |= dot_dtypes(sub)
+  return found
+
+
+def images(*shape):
+  return jnp.zeros(shape, jnp.bfloat16)
+
+
+def tokens(*shape):
+  return jnp.zeros(shape, jnp.int32)
+
+
+BF16_MODELS = {  # (model, inputs): fixed position embeddings (constants, not parameters), blocked attention's own
+  # arrays, token embeddings. Linear attention is left out: it sums over the keys in float32 by design.
+  'vit sincos2d': lambda r: (
+    vit.ViT(10, (16, 16, 3), variant='mu/4', posemb='sincos2d', rngs=r),
+    [images(2, 16, 16, 3)],
+  ),
+  'vit local': lambda r: (
+    vit.ViT(10, (16, 16, 3), variant='mu/4', attention='local', attention_window=2, rngs=r),
+    [images(2, 16, 16, 3)],
+  ),
+  'vivit sincos': lambda r: (
+    vivit.ViViT(10, (4, 16, 16, 3), variant='mu/4x2', posemb='sincos', rngs=r),
+    [images(2, 4, 16, 16, 3)],
+  ),
+  'transformer sincos': lambda r: (
+    seq2seq.Transformer(20, 20, None, 64, variant='tiny', rngs=r),
+    [tokens(2, 8), tokens(2, 8)],
+  ),
+  'text_classifier sincos': lambda r: (
+    text_classifier.TextClassifier(10, 20, 16, variant='tiny', posemb='sincos', rngs=r),
+    [tokens(2, 16)],
+  ),
+  'tracker sincos2d': lambda r: (
+    tracker.Tracker(32, 64, 3, variant='mu/8', posemb_init='sincos2d', rngs=r),
+    [images(2, 32, 32, 3), images(2, 64, 64, 3)],
+  ),
+}
+
+
+@pytest.mark.parametrize('name', BF16_MODELS)
+def test_bfloat16_compute_runs_every_matmul_in_bfloat16(name):
+  """compute_dtype=bfloat16 casts the parameters and inputs: no float32 constant (a fixed position embedding, a
+  mask, an embedding's fixed dtype) may promote the activations back to float32, forward or backward."""
+  model, inputs = BF16_MODELS[name](nnx.Rngs(0))
+  graphdef, params = nnx.split(model)
+
+  def loss(params):
+    outputs = nnx.merge(graphdef, params)(*inputs, train=True, rngs=nnx.Rngs(0))
+    return sum(jnp.sum(y.astype(jnp.float32)) for y in jax.tree.leaves(outputs))
+
+  params = train.in_compute_dtype(params, ml_collections.ConfigDict({'compute_dtype': 'bfloat16'}))
+  assert dot_dtypes(jax.make_jaxpr(jax.grad(loss))(params).jaxpr) == {'bfloat16'}
 
 
 def test_attention_implementation_is_selectable():

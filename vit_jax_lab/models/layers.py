@@ -74,6 +74,16 @@ def attention_pattern(
 TENSOR_PARALLEL = {'qkv': 'outputs', 'fc1': 'outputs', 'out': 'inputs', 'fc2': 'inputs'}
 
 
+class Embed(nnx.Embed):
+  """`nnx.Embed` that computes in its table's dtype when called: nnx.Embed fixes its dtype when built (float32), so
+  under `compute_dtype=bfloat16` its table, cast to bf16, would still give float32 tokens and every layer after them
+  would run in float32."""
+
+  def __init__(self, num_embeddings: int, features: int, **kwargs: Any):
+    super().__init__(num_embeddings, features, **kwargs)
+    self.dtype = None
+
+
 class PatchEmbedding(nnx.Module):
   """Non-overlapping p x p patches -> tokens: a strided convolution, computed as one matmul."""
 
@@ -116,7 +126,7 @@ def add_positions(
   """Tokens (B, N, D) -> [class token] + tokens, plus position embeddings: `fixed` ones (N, D) are added
   to the N tokens only; `learned` ones (1, N [+ 1], D) cover the class token too, as vision_transformer."""
   if fixed is not None:
-    x = x + fixed
+    x = x + fixed.astype(x.dtype)  # A float32 constant would promote bf16 tokens, and every layer after them.
   if cls is not None:
     x = jnp.concatenate([jnp.broadcast_to(cls[...], (x.shape[0], 1, x.shape[-1])), x], axis=1)
   if learned is not None:

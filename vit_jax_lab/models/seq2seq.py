@@ -253,7 +253,7 @@ class Transformer(nnx.Module):
       layers.attention_pattern, attention, attention_window, attention_random_blocks, attention_dropout
     )
     embed_init = nnx.initializers.normal(d**-0.5)  # Scaled by sqrt(d) at the input: unit-variance tokens.
-    self.target_embedding = nnx.Embed(vocab_size, d, embedding_init=embed_init, rngs=rngs)
+    self.target_embedding = layers.Embed(vocab_size, d, embedding_init=embed_init, rngs=rngs)
     if images:
       height, wide, channels = input_shape
       layers.check_patch(patch_size, (height, wide))
@@ -261,7 +261,7 @@ class Transformer(nnx.Module):
       self.patch_embedding = layers.PatchEmbedding(patch_size, channels, d, rngs=rngs)
       self.image_posemb = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (1, self.grid[0] * self.grid[1], d)))
     elif share_embeddings != 'all':
-      self.input_embedding = nnx.Embed(input_vocab_size, d, embedding_init=embed_init, rngs=rngs)
+      self.input_embedding = layers.Embed(input_vocab_size, d, embedding_init=embed_init, rngs=rngs)
     if posemb == 'learn':
       self.input_posemb = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (max_len, d)))
       self.target_posemb = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (max_len, d)))
@@ -277,7 +277,7 @@ class Transformer(nnx.Module):
   def _embed(
     self,
     tokens: jax.Array,
-    embedding: nnx.Embed,
+    embedding: layers.Embed,
     positions: jax.Array | None,
     learned: nnx.Param | None,
     length: int | None = None,
@@ -288,7 +288,7 @@ class Transformer(nnx.Module):
     if positions is None:
       positions = jnp.arange(tokens.shape[1])[None]
     table = learned[...] if learned is not None else layers.sincos_1d(length or tokens.shape[1], x.shape[-1])
-    return x + jnp.take(table, positions, axis=0)
+    return x + jnp.take(table, positions, axis=0).astype(x.dtype)
 
   def encode(
     self,

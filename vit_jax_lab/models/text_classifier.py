@@ -102,7 +102,7 @@ class TextClassifier(nnx.Module):
       attention, attention_window, attention_random_blocks, attention_dropout, grid=None, num_global=int(pool == 'tok')
     )
     self.max_len, self.pool, self.posemb_type = max_len, pool, posemb
-    self.embedding = nnx.Embed(vocab_size, d, embedding_init=nnx.initializers.normal(1.0), rngs=rngs)
+    self.embedding = layers.Embed(vocab_size, d, embedding_init=nnx.initializers.normal(1.0), rngs=rngs)
     if pool == 'tok':
       self.cls = nnx.Param(jnp.zeros((1, 1, d)))
     if posemb == 'learn':
@@ -137,7 +137,7 @@ class TextClassifier(nnx.Module):
     if n > self.max_len:
       raise ValueError(f'{n} tokens are more than the model was built for (max_len={self.max_len})')
     x = self.embedding(tokens)
-    fixed = layers.sincos_1d(n, x.shape[-1]).astype(x.dtype) if self.posemb_type == 'sincos' else None
+    fixed = layers.sincos_1d(n, x.shape[-1]) if self.posemb_type == 'sincos' else None
     x = layers.add_positions(x, fixed=fixed, cls=self.cls if self.pool == 'tok' else None)
     if self.posemb_type == 'learn':
       x = x + self.pos_embedding[:, : x.shape[1]]
