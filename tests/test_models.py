@@ -1,5 +1,7 @@
 """ViT shapes, variants and options."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -152,6 +154,23 @@ def test_explicit_attention_equals_fused_attention():
   np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
   context = jax.random.normal(jax.random.key(2), (2, 7, 32))
   assert attn(x, context).shape == (2, 5, 32) and attn.weights(x, context).shape == (2, 4, 5, 7)
+
+
+def test_padded_attention_equals_unpadded_attention():
+  """What cuDNN attention runs (layers.padded_attention), through XLA here: the padded keys get no weight, in the
+  outputs and their gradients; self- and cross-attention lengths."""
+  q = jax.random.normal(jax.random.key(0), (2, 13, 3, 8))
+  kv = jax.random.normal(jax.random.key(1), (2, 2, 21, 3, 8))
+
+  def loss(attend, q, k, v):
+    return jnp.sum(jnp.sin(attend(q, k, v)))
+
+  for k, v in [(q, q), tuple(kv)]:
+    padded = functools.partial(layers.padded_attention, multiple=16, implementation='xla')
+    plain = functools.partial(jax.nn.dot_product_attention, implementation='xla')
+    np.testing.assert_allclose(padded(q, k, v), plain(q, k, v), rtol=1e-5, atol=1e-6)
+    got, want = (jax.grad(loss, argnums=(1, 2, 3))(f, q, k, v) for f in (padded, plain))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, want)
 
 
 def test_attention_maps_one_per_block():

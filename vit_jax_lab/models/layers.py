@@ -171,6 +171,32 @@ def heads_major(x: jax.Array) -> jax.Array:
   return x.swapaxes(1, 2)
 
 
+CUDNN_MULTIPLE = 64  # cuDNN attention pads unmasked sequences to a multiple of this many tokens (padded_attention).
+
+
+def padded_attention(q: jax.Array, k: jax.Array, v: jax.Array, multiple: int, implementation: str | None) -> jax.Array:
+  """Unmasked `jax.nn.dot_product_attention` of heads (batch, tokens, heads, head_dim) on queries and keys padded to
+  a multiple of `multiple` tokens, their true lengths passed along. cuDNN's training kernels refuse an odd length
+  (ViT's 197 tokens) and ran faster padded: on an H100, ViT-B/16's attention forward and backward at batch 256 took
+  1.17 ms on 197 tokens padded to 256 against 1.33 ms on 196 unpadded."""
+  b, n, m = q.shape[0], q.shape[1], k.shape[1]
+  if n % multiple == 0 and m % multiple == 0:
+    return jax.nn.dot_product_attention(q, k, v, implementation=implementation)
+
+  def pad(x):
+    return jnp.pad(x, ((0, 0), (0, -x.shape[1] % multiple), (0, 0), (0, 0)))
+
+  out = jax.nn.dot_product_attention(
+    pad(q),
+    pad(k),
+    pad(v),
+    query_seq_lengths=jnp.full((b,), n, jnp.int32),
+    key_value_seq_lengths=jnp.full((b,), m, jnp.int32),
+    implementation=implementation,
+  )
+  return out[:, :n]
+
+
 class Attention(nnx.Module):
   """Multi-head dot-product attention with one fused query/key/value projection.
 
@@ -262,6 +288,8 @@ class Attention(nnx.Module):
     if (train and self.dropout.rate > 0.0) or explicit:
       probs = self.dropout(self._probabilities(q, k, mask), train=train, rngs=rngs)
       return heads_major(jnp.einsum('bhqk,bhkd->bhqd', probs, heads_major(v)))
+    if self.implementation == 'cudnn' and mask is None:
+      return padded_attention(q, k, v, CUDNN_MULTIPLE, 'cudnn')
     return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=self.implementation)
 
   def __call__(
