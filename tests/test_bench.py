@@ -95,3 +95,20 @@ def test_bad_arguments_are_one_line_errors(argv, message, capsys):
   assert bench.main(argv) == 2
   err = capsys.readouterr().err
   assert err.startswith('error: ') and message in err and err.count('\n') == 1
+
+
+def test_without_xla_counts_the_step_flops_are_its_matmuls(smoke_config, monkeypatch):
+  """XLA:GPU counts nothing before compiling: there the step's FLOPs are its matmuls, forward and backward, a
+  little below XLA's count on CPU, which adds the elementwise work; scanned layers count as many times as they run."""
+  import jax
+
+  counts = {}
+  for scan in (False, True):
+    config = smoke_config(model__scan=scan)
+    s, batch = bench.synthetic_setup(config, '16,16,3,10')
+    counts['xla', scan] = bench.step_flops(s, config, batch)
+    with monkeypatch.context() as m:
+      m.setattr(jax.stages.Lowered, 'cost_analysis', lambda self: None)
+      counts['matmuls', scan] = bench.step_flops(s, config, batch)
+  assert 0.8 * counts['xla', False] < counts['matmuls', False] < counts['xla', False]
+  assert counts['matmuls', True] == counts['matmuls', False] and counts['xla', True] == counts['xla', False]

@@ -15,10 +15,11 @@ def param_count(tree: Any) -> int:
 def matmul_macs(fn: Callable, *args: Any) -> int:
   """Multiply-adds of every matmul and convolution `fn` runs (attention's included), the convention of
   published GMAC figures. Elementwise work (norms, activations, softmax) is not counted."""
-  return _jaxpr_macs(jax.make_jaxpr(fn)(*args).jaxpr)
+  return jaxpr_macs(jax.make_jaxpr(fn)(*args).jaxpr)
 
 
-def _jaxpr_macs(jaxpr) -> int:
+def jaxpr_macs(jaxpr) -> int:
+  """`matmul_macs` of a jaxpr (e.g. a jitted function's, from its `.trace(...)`)."""
   total = 0
   for eqn in jaxpr.eqns:
     name = eqn.primitive.name
@@ -32,7 +33,7 @@ def _jaxpr_macs(jaxpr) -> int:
       total += math.prod(out) * kernel[spec[1]] * math.prod(kernel[i] for i in spec[2:])
     repeats = eqn.params.get('length', 1) if name == 'scan' else 1
     for sub in jax_core.jaxprs_in_params(eqn.params):
-      total += repeats * _jaxpr_macs(sub)
+      total += repeats * jaxpr_macs(sub)
   return total
 
 

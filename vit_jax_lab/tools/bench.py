@@ -9,9 +9,9 @@ one batch kept on the devices (so the input pipeline does not count), `--steps` 
 steps. `--synthetic H,W,C,CLASSES` (seq2seq: LENGTH,VOCAB) replaces the dataset by random inputs of that
 shape; otherwise the config's train pipeline is timed on its own too, to show whether data or compute
 bounds a step. FLOPs are XLA's cost analysis of the whole step as lowered for the mesh (`step_flops`;
-remat's recomputation included); MFU divides the achieved FLOP/s by the devices' peak: a table of
-accelerators (bf16 dense), or on CPU the float32 matmul throughput measured here. Memory is the compiled
-step's, per device.
+remat's recomputation included; on GPUs, the step's matmuls counted from its jaxpr); MFU divides the
+achieved FLOP/s by the devices' peak: a table of accelerators (bf16 dense), or on CPU the float32 matmul
+throughput measured here. Memory is the compiled step's, per device.
 """
 
 import argparse
@@ -153,15 +153,23 @@ def synthetic_setup(config, shape: str):
 def step_flops(s, config, batch) -> float:
   """XLA's FLOP count of one whole train step: the cost analysis of the step as lowered for all devices,
   before partitioning, so work replicated on every device (the optimizer update) counts once. XLA counts
-  a loop's body once, so a scanned model is counted through its unscanned twin."""
-  from vit_jax_lab import checkpoints, train
+  a loop's body once and nothing inside cuDNN's fused attention (a custom call), so such a model is counted
+  through its twin with unscanned layers and XLA's attention: the same arithmetic. On a GPU, where XLA counts
+  nothing before compiling, the count is the step's matmuls alone (`cost.matmul_macs`, forward and backward)."""
+  from vit_jax_lab import checkpoints, cost, train
 
-  if config.model.get('scan'):
-    twin = config.copy_and_resolve_references()
-    twin.model.scan = False
-    s = train.setup(twin, list(s.mesh.devices.flat), data=(s.builder, s.info))
-  lowered = train.make_train_step(s).lower(checkpoints.abstract(s.abstract_state, s.state_shardings), batch)
-  return float(lowered.cost_analysis()['flops'])
+  twin = {'scan': False} if config.model.get('scan') else {}
+  twin |= {'attention_impl': 'xla'} if config.model.get('attention_impl') == 'cudnn' else {}
+  if twin:
+    config = config.copy_and_resolve_references()
+    config.model.update(twin)
+    s = train.setup(config, list(s.mesh.devices.flat), data=(s.builder, s.info))
+  step, state = train.make_train_step(s), checkpoints.abstract(s.abstract_state, s.state_shardings)
+  costs = step.lower(state, batch).cost_analysis()
+  if costs:
+    return float(costs['flops'])
+  # XLA:GPU counts no lowered module, and its count of a compiled one leaves out the cuBLAS calls.
+  return 2.0 * cost.jaxpr_macs(step.trace(state, batch).jaxpr.jaxpr)
 
 
 def measure(config, args) -> dict[str, Any]:
