@@ -2,6 +2,9 @@
 
 python experiments/attention_scaling/run.py                    # every row (about 25 minutes on 2 CPU cores)
 python experiments/attention_scaling/run.py --sizes 256,1024   # a quick look; prints, writes nothing
+python experiments/attention_scaling/run.py --what layer       # the layer table alone
+On an NVIDIA GPU the same command writes the GPU table: bf16 compute, and full attention also through cuDNN's
+fused (flash) kernel, the baseline an O(n) pattern has to beat there.
 
 Two measurements per pattern and token count n: one ViT-Ti self-attention layer (width 192, 3 heads; forward and
 backward), and a whole ViT-Ti/16 train step (batch 1, AdamW) on a square image of n patches (256 px: 256 patches,
@@ -10,6 +13,7 @@ backward), and a whole ViT-Ti/16 train step (batch 1, AdamW) on a square image o
 one whose compiled peak memory exceeds what the machine has free is reported as out of memory and not run, and
 one the kernel kills for memory is reported so too. Times are medians over --repeats (2) calls after one warm-up
 call; the slope is the least-squares slope of log time against log n for n >= 1,024. Run nothing else meanwhile.
+On a GPU the cells share one process: an allocation that fails raises there instead of killing it.
 """
 
 import argparse
@@ -36,14 +40,21 @@ from vit_jax_lab import config as config_lib, train  # noqa: E402
 from vit_jax_lab.models import attention, layers  # noqa: E402
 from vit_jax_lab.tools import bench  # noqa: E402
 
-KINDS = ('full', 'local', 'sparse', 'linear')
+GPU = jax.default_backend() == 'gpu'
+KINDS = ('full', 'cudnn', 'local', 'sparse', 'linear') if GPU else ('full', 'local', 'sparse', 'linear')
+DTYPE = jnp.bfloat16 if GPU else jnp.float32  # cuDNN's fused attention takes bf16 or fp16 only.
+IMPLS = {'full': 'xla', 'cudnn': 'cudnn'} if GPU else {}  # jax.nn.dot_product_attention's `implementation`.
 SIZES = (256, 1024, 4096, 16384, 65536)
 WINDOW, RANDOM_BLOCKS = 4, 2
 README = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'README.md')
 
 
 def free_bytes() -> int:
-  """Memory available to a new allocation now (Linux MemAvailable), less 2 GiB of headroom."""
+  """Memory available to a new allocation now (Linux MemAvailable, or the GPU allocator's), less 2 GiB of
+  headroom."""
+  if GPU:
+    stats = jax.devices()[0].memory_stats()
+    return stats['bytes_limit'] - stats['bytes_in_use'] - 2 * 2**30
   with open('/proc/meminfo') as f:
     fields = dict(line.split(':') for line in f)
   return int(fields['MemAvailable'].split()[0]) * 1024 - 2 * 2**30
@@ -70,14 +81,18 @@ def measure(compiled, call, repeats: int) -> dict:
 
 
 def layer_row(kind: str, n: int, repeats: int) -> dict:
-  side = math.isqrt(n)
-  pattern = attention.Pattern(kind, window=WINDOW, random_blocks=RANDOM_BLOCKS, grid=(side, side))
-  graphdef, params = nnx.split(layers.Attention(192, 3, pattern=pattern, rngs=nnx.Rngs(0)))
+  side, impl = math.isqrt(n), IMPLS.get(kind)
+  pattern = attention.Pattern(
+    kind.replace('cudnn', 'full'), window=WINDOW, random_blocks=RANDOM_BLOCKS, grid=(side, side)
+  )
+  layer = layers.Attention(192, 3, implementation=impl, pattern=pattern, rngs=nnx.Rngs(0))
+  graphdef, params = nnx.split(layer)
+  params = jax.tree.map(lambda a: a.astype(DTYPE), params)
 
   def forward_backward(params, x):
     return jax.grad(lambda p, x: jnp.sum(nnx.merge(graphdef, p)(x) ** 2), argnums=(0, 1))(params, x)
 
-  x = jax.random.normal(jax.random.key(0), (1, n, 192))
+  x = jax.random.normal(jax.random.key(0), (1, n, 192), DTYPE)
   compiled = jax.jit(forward_backward).lower(params, x).compile()
   return measure(compiled, lambda: compiled(params, x), repeats)
 
@@ -85,7 +100,9 @@ def layer_row(kind: str, n: int, repeats: int) -> dict:
 def step_row(kind: str, n: int, repeats: int) -> dict:
   side = 16 * math.isqrt(n)
   config = config_lib.load('configs/vit/digits.py')
-  config.model.update(variant='Ti/16', pool='gap', posemb='learn', dropout=0.0, attention=kind)
+  config.model.update(variant='Ti/16', pool='gap', posemb='learn', dropout=0.0, attention=kind.replace('cudnn', 'full'))
+  config.model.attention_impl = IMPLS.get(kind)
+  config.compute_dtype = jnp.dtype(DTYPE).name
   config.model.update(attention_window=WINDOW, attention_random_blocks=RANDOM_BLOCKS)
   config.model.update(**{k: None for k in ('width', 'depth', 'mlp_dim', 'num_heads', 'patch_size')})
   config.data.batch_size = config.data.eval_batch_size = 1
@@ -111,8 +128,17 @@ def slope(rows: dict[int, dict]) -> float | None:
 
 
 def run_cell(what: str, kind: str, n: int, repeats: int) -> dict:
-  """One configuration measured in a process of its own: {'seconds', 'gib'}, {'oom_gib'} (its compiled peak does
-  not fit), or {'killed': True} (the kernel ended it for memory)."""
+  """One configuration measured in a process of its own (on a GPU, in this one): {'seconds', 'gib'}, {'oom_gib'}
+  (its compiled peak does not fit), or {'killed': True} (the kernel ended it, or the GPU refused an allocation)."""
+  if GPU:
+    try:
+      return {'layer': layer_row, 'step': step_row}[what](kind, n, repeats)
+    except jax.errors.JaxRuntimeError as e:
+      if 'RESOURCE_EXHAUSTED' not in str(e):
+        raise
+      return {'killed': True}
+    finally:
+      jax.clear_caches()
   command = [sys.executable, os.path.abspath(__file__), '--cell', f'{what},{kind},{n}', '--repeats', str(repeats)]
   done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
   if done.returncode in (-9, 137):
@@ -132,8 +158,9 @@ def cell(r: dict) -> str:
 
 def render(results: dict, sizes: tuple[int, ...]) -> str:
   lines = []
-  for what, title in (('layer', 'One self-attention layer, forward + backward'), ('step', 'ViT-Ti/16 train step')):
-    lines += [f'**{title}** (time / compiled peak memory)', '']
+  titles = {'layer': 'One self-attention layer, forward + backward', 'step': 'ViT-Ti/16 train step'}
+  for what in results:
+    lines += [f'**{titles[what]}** (time / compiled peak memory)', '']
     lines.append('| attention | ' + ' | '.join(f'n = {n:,}' for n in sizes) + ' | slope |')
     lines.append('|---' * (len(sizes) + 2) + '|')
     for kind in KINDS:
@@ -142,11 +169,11 @@ def render(results: dict, sizes: tuple[int, ...]) -> str:
       lines.append(
         f'| {kind} | ' + ' | '.join(cell(rows[n]) for n in sizes) + f' | {"-" if s is None else f"{s:.2f}"} |'
       )
-    full = results[what]['full']
+    full = results[what]['cudnn' if GPU else 'full']
     largest = [n for n in sizes if n >= 16384]
     for n in largest:
       ratios = []
-      for kind in KINDS[1:]:
+      for kind in KINDS[2:] if GPU else KINDS[1:]:
         r = results[what][kind][n]
         if 'seconds' not in r:
           ratios.append(f'{kind} out of memory')
@@ -155,7 +182,8 @@ def render(results: dict, sizes: tuple[int, ...]) -> str:
         else:
           ratios.append(f'{kind} runs, full does not')
       lines.append('')
-      lines.append(f'At n = {n:,}, faster than full: ' + ', '.join(ratios) + '.')
+      baseline = 'full (cuDNN)' if GPU else 'full'
+      lines.append(f'At n = {n:,}, faster than {baseline}: ' + ', '.join(ratios) + '.')
     lines.append('')
   return '\n'.join(lines)
 
@@ -164,6 +192,7 @@ def main() -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument('--sizes', default=','.join(map(str, SIZES)))
   parser.add_argument('--repeats', type=int, default=2)
+  parser.add_argument('--what', default='layer,step', help='which tables: layer, step or both')
   parser.add_argument('--cell', help='WHAT,KIND,N: measure one configuration and print it as JSON (used by main)')
   args = parser.parse_args()
   if args.cell:
@@ -171,7 +200,7 @@ def main() -> None:
     print(json.dumps({'layer': layer_row, 'step': step_row}[what](kind, int(n), args.repeats)))
     return
   sizes = tuple(int(n) for n in args.sizes.split(','))
-  results = {'layer': {k: {} for k in KINDS}, 'step': {k: {} for k in KINDS}}
+  results = {what: {k: {} for k in KINDS} for what in args.what.split(',')}
   start = time.time()
   for what in results:
     for kind in KINDS:
@@ -183,8 +212,10 @@ def main() -> None:
   if sizes != SIZES:
     return
   machine = f'{platform.processor() or platform.machine()}, {os.cpu_count()} cores, one JAX device'
+  machine = f'one {jax.devices()[0].device_kind}, bf16' if GPU else machine
   minutes = (time.time() - start) / 60
-  common.write_table(__file__, [table, '', f'Measured on {machine}, jax {jax.__version__}, in {minutes:.0f} minutes.'])
+  lines = [table, '', f'Measured on {machine}, jax {jax.__version__}, in {minutes:.0f} minutes.']
+  common.write_table(__file__, lines, marker='gpu' if GPU else 'table')
 
 
 if __name__ == '__main__':

@@ -2,6 +2,7 @@
 
 python experiments/throughput/run.py            # every row (about 20 minutes on 2 CPU cores)
 python experiments/throughput/run.py compile    # only the compile-time and memory rows
+python experiments/throughput/run.py gpu        # the accelerator table: bf16, cuDNN attention (one NVIDIA GPU)
 Each row is `python -m vit_jax_lab.tools.bench` on the config and overrides shown, with random inputs of the
 shape shown (--synthetic; Transformer-base: 128 source and 128 target tokens, a 37,000-token vocabulary),
 so no dataset is read. Run nothing else on the machine meanwhile.
@@ -80,6 +81,29 @@ COMPILE_ROWS = [  # Compile time and compiled memory, no steps.
   ]
 ]
 
+BF16 = ['--config.compute_dtype=bfloat16']
+CUDNN = [*BF16, '--config.model.attention_impl=cudnn']
+GPU_ROWS = [  # ViT at 224 px (ImageNet's shape) on one NVIDIA GPU.
+  *(
+    (
+      f'ViT-{v} bf16 cuDNN',
+      'configs/vit/digits.py',
+      [*VIT, *CUDNN, f'--config.model.variant={v}', f'--config.data.batch_size={b}'],
+      '224,224,3,1000',
+    )
+    for v, b in [('Ti/16', 256), ('S/16', 256), ('B/16', 256), ('B/16', 512), ('L/16', 128)]
+  ),
+  *(
+    (
+      f'ViT-B/16 {name}',
+      'configs/vit/digits.py',
+      [*VIT, *options, '--config.model.variant=B/16', '--config.data.batch_size=256'],
+      '224,224,3,1000',
+    )
+    for name, options in [('bf16 XLA attention', [*BF16, '--config.model.attention_impl=xla']), ('float32', [])]
+  ),
+]
+
 
 def measure(rows, steps: int) -> list[dict]:
   results = []
@@ -93,6 +117,9 @@ def measure(rows, steps: int) -> list[dict]:
 
 
 def main() -> None:
+  if sys.argv[1:] == ['gpu']:
+    common.write_table(__file__, [bench.table(measure(GPU_ROWS, steps=20))], marker='gpu')
+    return
   if sys.argv[1:] != ['compile']:
     common.write_table(__file__, [bench.table(measure(STEP_ROWS, steps=10))], marker='steps')
   common.write_table(__file__, [bench.table(measure(COMPILE_ROWS, steps=0))], marker='compile')
