@@ -66,6 +66,7 @@ def test_override_reaches_the_model(data_dir):
     (['--config.accum_steps=3'], 'data.batch_size=128 must be divisible by accum_steps=3 x 8 batch shards'),
     (['--config.init_from=/no/such.npz'], "init_from='/no/such.npz' does not exist"),
     (['--config.model.dropout=1.0'], 'model.dropout=1.0 must be in [0, 1)'),
+    (['--config.model.attention_impl=cudnn'], "model.attention_impl='cudnn' takes bf16 or fp16 only"),
     (['--batch_size=3'], "unrecognised argument '--batch_size=3'"),
   ],
 )

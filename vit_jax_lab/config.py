@@ -334,6 +334,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
     f"compute_dtype={config.compute_dtype!r} is not one of 'float32', 'bfloat16', 'float16'",
   )
   check(
+    config.model.get('attention_impl') != 'cudnn' or config.compute_dtype != 'float32',
+    "model.attention_impl='cudnn' takes bf16 or fp16 only; add --config.compute_dtype=bfloat16 "
+    "or use model.attention_impl='xla'",
+  )
+  check(
     config.loss_scale_init >= 1 and config.loss_scale_period > 0,
     f'loss_scale_init={config.loss_scale_init} must be >= 1 and loss_scale_period={config.loss_scale_period} '
     'a positive integer',
