@@ -155,7 +155,7 @@ def step_flops(s, config, batch) -> float:
   before partitioning, so work replicated on every device (the optimizer update) counts once. XLA counts
   a loop's body once and nothing inside cuDNN's fused attention (a custom call), so such a model is counted
   through its twin with unscanned layers and XLA's attention: the same arithmetic. On a GPU, where XLA counts
-  nothing before compiling, the count is the step's matmuls alone (`cost.matmul_macs`, forward and backward)."""
+  nothing before compiling, the count is the step's matmuls alone (`cost.jaxpr_macs`, forward and backward)."""
   from vit_jax_lab import checkpoints, cost, train
 
   twin = {'scan': False} if config.model.get('scan') else {}
@@ -164,12 +164,12 @@ def step_flops(s, config, batch) -> float:
     config = config.copy_and_resolve_references()
     config.model.update(twin)
     s = train.setup(config, list(s.mesh.devices.flat), data=(s.builder, s.info))
-  step, state = train.make_train_step(s), checkpoints.abstract(s.abstract_state, s.state_shardings)
-  costs = step.lower(state, batch).cost_analysis()
+  traced = train.make_train_step(s).trace(checkpoints.abstract(s.abstract_state, s.state_shardings), batch)
+  costs = traced.lower().cost_analysis()
   if costs:
     return float(costs['flops'])
   # XLA:GPU counts no lowered module, and its count of a compiled one leaves out the cuBLAS calls.
-  return 2.0 * cost.jaxpr_macs(step.trace(state, batch).jaxpr.jaxpr)
+  return 2.0 * cost.jaxpr_macs(traced.jaxpr.jaxpr)
 
 
 def measure(config, args) -> dict[str, Any]:
