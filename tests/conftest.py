@@ -11,19 +11,20 @@ import time
 # (the same computations, compiled about 40% faster). Set in the environment, so processes the tests start
 # inherit it.
 os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
-
-import jax  # noqa: E402
-
-jax.config.update('jax_num_cpu_devices', 8)  # Before anything touches the backend.
-# One cache per test run, shared by pytest-xdist's workers (they set PYTEST_XDIST_TESTRUNUID alike).
+# One compilation cache per test run, shared by pytest-xdist's workers (they set PYTEST_XDIST_TESTRUNUID alike)
+# and, through the environment, by the runs the tests start, every compilation kept however short: a smoke run
+# in a child process took 8.8 s instead of 12.7 s with the cache's default (only compilations over a second).
 _run = os.environ.get('PYTEST_XDIST_TESTRUNUID')
-_cache = (
+os.environ['JAX_COMPILATION_CACHE_DIR'] = (
   os.path.join(tempfile.gettempdir(), f'vit_jax_lab_cache_{_run}')
   if _run
   else tempfile.mkdtemp(prefix='vit_jax_lab_cache_')
 )
-jax.config.update('jax_compilation_cache_dir', _cache)
-jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'
+
+import jax  # noqa: E402
+
+jax.config.update('jax_num_cpu_devices', 8)  # Before anything touches the backend.
 
 import pytest  # noqa: E402
 import tensorflow_datasets as tfds  # noqa: E402

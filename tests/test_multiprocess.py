@@ -5,7 +5,6 @@ import os
 import signal
 import sys
 
-import jax
 import numpy as np
 import pytest
 
@@ -21,11 +20,7 @@ def losses(workdir):
 
 def start_two_processes(workdir, data_dir, *overrides):
   """Two local processes of 4 CPU devices each, one run."""
-  env = os.environ | {
-    'JAX_NUM_CPU_DEVICES': '4',
-    'JAX_PLATFORMS': 'cpu',
-    'JAX_COMPILATION_CACHE_DIR': jax.config.jax_compilation_cache_dir,
-  }
+  env = os.environ | {'JAX_NUM_CPU_DEVICES': '4', 'JAX_PLATFORMS': 'cpu'}
   command = [sys.executable, '-m', 'main', '--config', 'configs/vit/digits.py:smoke', '--workdir', workdir]
   command += [f'--config.data.data_dir={data_dir}', '--config.data.shards=2', *overrides]
   command += [f'--config.distributed.coordinator_address={local_address()}', '--config.distributed.num_processes=2']
