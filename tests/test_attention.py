@@ -254,7 +254,7 @@ def test_linear_attention_refuses_packed_sequences_and_attention_maps():
 @pytest.mark.slow
 def test_every_pattern_runs_in_every_family():
   images, video = jnp.ones((2, 8, 8, 1)), jnp.ones((2, 4, 8, 8, 1))
-  apply = nnx.jit(lambda model, x: model(x))  # Compiled: eager, the blocked patterns' many small ops took 30 s.
+  apply = nnx.jit(lambda model, x: model(x))  # Compiled: eager, the blocked patterns' many small ops took 20 s.
   for kind in ['local', 'sparse', 'linear']:
     for family in ('spatiotemporal', 'factorised_encoder'):
       model = vivit.ViViT(
