@@ -46,6 +46,24 @@ def test_box_conversions_and_giou_by_hand():
   np.testing.assert_allclose(giou, [1 / 3, -3 / 8, 0.0], rtol=1e-6)  # Empty boxes: 0, not NaN.
 
 
+def test_cell_shares_by_hand():
+  shares = tracking.cell_shares(
+    jnp.array(
+      [
+        [0.0, 0.0, 0.5, 0.5],  # Exactly the top-left cell of a 2 x 2 grid.
+        [0.25, 0.25, 0.5, 0.5],  # A quarter in each cell.
+        [0.5, 0.0, 1.0, 0.5],  # Half past the crop's right edge: the inside part is the top-right cell.
+        [1.5, 1.5, 0.2, 0.2],  # Outside the crop.
+      ]
+    ),
+    (2, 2),
+  )
+  np.testing.assert_allclose(shares, [[1, 0, 0, 0], [0.25] * 4, [0, 1, 0, 0], [0] * 4], atol=1e-6)
+  # On 2 x 3 cells, [0, 0.75] x [0.25, 0.75] covers 1/3, 1/3 and 1/12 of the columns and 1/4 of each row.
+  shares = tracking.cell_shares(jnp.array([[0.0, 0.25, 0.75, 0.5]]), (2, 3))
+  np.testing.assert_allclose(shares, [[2 / 9, 2 / 9, 1 / 18] * 2], rtol=1e-5)
+
+
 def test_crops_in_tensorflow_and_jax_sample_the_same_pixels():
   rng = np.random.default_rng(0)
   image = rng.uniform(0, 255, (23, 31, 3)).astype(np.float32)
@@ -248,6 +266,38 @@ def test_both_box_heads_give_boxes_and_refuse_bad_options():
     )
 
 
+def test_attention_weight_adds_the_regression_tokens_cross_entropy_to_the_loss():
+  """The supervised attention is the one the last block uses (`search_attention` draws the same map, the boxes are
+  `__call__`'s); the loss grows by attention_weight times its cross-entropy from the target's cell shares, over
+  positive pairs only."""
+  dims = dict(width=32, depth=2, mlp_dim=64, num_heads=2, patch_size=8)
+  model = tracker.Tracker(16, 32, 1, **dims, rngs=nnx.Rngs(0))
+  keys = jax.random.split(jax.random.key(1), 2)
+  batch = {
+    'template': jax.random.normal(keys[0], (3, 16, 16, 1)),
+    'search': jax.random.normal(keys[1], (3, 32, 32, 1)),
+    'box': jnp.array([[0.0, 0.0, 0.5, 0.5], [0.25, 0.5, 0.5, 0.5], [0.1, 0.1, 0.3, 0.3]]),
+    'present': jnp.array([1.0, 1.0, 0.0]),
+  }
+  logit, box, attention = model.with_attention(batch['template'], batch['search'])
+  plain_logit, plain_box = model(batch['template'], batch['search'])
+  np.testing.assert_allclose(logit, plain_logit, rtol=1e-6)
+  np.testing.assert_allclose(box, plain_box, rtol=1e-6)
+  _, reg = model.search_attention(batch['template'], batch['search'])
+  np.testing.assert_allclose(attention.mean(1).reshape(reg.shape), reg, rtol=1e-6)
+  looked = attention.mean(1) / attention.mean(1).sum(-1, keepdims=True)
+  by_hand = -(tracking.cell_shares(batch['box'], (4, 4)) * jnp.log(looked)).sum(-1)[:2].mean()
+  rng = jax.random.key(2)
+  plain, plain_metrics = tracking.Tracking().loss(model, batch, rng, jnp.int32(0))
+  weighted, metrics = tracking.Tracking(attention_weight=2.0).loss(model, batch, rng, jnp.int32(0))
+  assert 'attention_ce' not in plain_metrics
+  np.testing.assert_allclose(metrics['attention_ce'], by_hand, rtol=1e-5)
+  np.testing.assert_allclose(weighted - plain, 2.0 * by_hand, rtol=1e-5)
+  scanned = tracker.Tracker(16, 32, 1, **dims, scan=True, rngs=nnx.Rngs(0))
+  with pytest.raises(ConfigError, match='model.scan=False'):
+    scanned.with_attention(batch['template'], batch['search'])
+
+
 def test_sincos_position_embeddings_start_each_grid_apart_and_beside_the_search_grid():
   dims = dict(width=32, depth=1, mlp_dim=64, num_heads=2, patch_size=8)
   model = tracker.Tracker(32, 64, 1, **dims, posemb_init='sincos2d', rngs=nnx.Rngs(0))
@@ -277,6 +327,8 @@ def test_sincos_position_embeddings_start_each_grid_apart_and_beside_the_search_
     (dict(data__negative_fraction=1.0), 'negative_fraction'),
     (dict(data__distractor_fraction=1.5), 'distractor_fraction'),
     (dict(data__search_factor=0.0), 'search_factor'),
+    (dict(task__attention_weight=-1.0), 'attention_weight=-1.0 must be >= 0'),
+    (dict(task__attention_weight=1.0, model__scan=True), 'set model.scan=False or task.attention_weight=0'),
   ],
 )
 def test_bad_tracking_configs_stop_in_one_line(tracking_dir, data_dir, overrides, message):

@@ -339,6 +339,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
     "or use model.attention_impl='xla'",
   )
   check(
+    not (config.task.get('attention_weight') and config.model.get('scan')),
+    f"task.attention_weight={config.task.get('attention_weight')} supervises the last block's attention, which "
+    'scanned blocks do not give: set model.scan=False or task.attention_weight=0',
+  )
+  check(
     config.loss_scale_init >= 1 and config.loss_scale_period > 0,
     f'loss_scale_init={config.loss_scale_init} must be >= 1 and loss_scale_period={config.loss_scale_period} '
     'a positive integer',

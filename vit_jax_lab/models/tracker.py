@@ -197,21 +197,44 @@ class Tracker(nnx.Module):
     """The encoder's output tokens, in the order of `tokens`."""
     return self.encoder(self.tokens(template, search, train=train, rngs=rngs), train=train, rngs=rngs)
 
+  def _entering(
+    self, template: jax.Array, search: jax.Array, layer: int, *, train: bool = False, rngs: nnx.Rngs | None = None
+  ) -> tuple[jax.Array, list, int]:
+    """(the tokens entering block `layer`, the blocks, the layer's index from 0), the blocks applied one by one
+    without rematerialisation. Unscanned layers only."""
+    if self.encoder.scan:
+      raise ConfigError("the tracker's attention maps need model.scan=False (scanned blocks give no attention)")
+    x, blocks = self.tokens(template, search, train=train, rngs=rngs), list(self.encoder.blocks)
+    layer = layer % len(blocks)
+    for i, block in enumerate(blocks[:layer]):
+      x = block(x, train=train, rngs=rngs, layer=i)
+    return x, blocks, layer
+
   def search_attention(self, template: jax.Array, search: jax.Array, layer: int = -1) -> tuple[jax.Array, jax.Array]:
     """The class and regression tokens' attention over the search patches in block `layer`, heads averaged:
     two (B, gh, gw) maps (what the tracking-ViT paper draws). Unscanned layers only."""
-    x, blocks = self.tokens(template, search), list(self.encoder.blocks)
-    layer = layer % len(blocks)
-    for i, block in enumerate(blocks[:layer]):
-      x = block(x, train=False, rngs=None, layer=i)
+    x, blocks, layer = self._entering(template, search, layer)
     weights = blocks[layer].attention_weights(x, layer=layer).mean(1)  # (B, tokens, tokens)
     cls, reg = (weights[:, row, self.search_start :].reshape(-1, *self.search_grid) for row in (0, 1))
     return cls, reg
 
+  def with_attention(
+    self, template: jax.Array, search: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None
+  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`__call__`'s (logit, box) and the regression token's attention over the search patches in the last block
+    (B, heads, gh * gw), which task.attention_weight supervises. Unscanned layers only."""
+    x, blocks, last = self._entering(template, search, -1, train=train, rngs=rngs)
+    attention = blocks[last].attention_weights(x, layer=last)[:, :, 1, self.search_start :]
+    x = self.encoder.norm(blocks[last](x, train=train, rngs=rngs, layer=last))
+    return *self.heads(x), attention
+
   def __call__(
     self, template: jax.Array, search: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None
   ) -> tuple[jax.Array, jax.Array]:
-    x = self.features(template, search, train=train, rngs=rngs)
+    return self.heads(self.features(template, search, train=train, rngs=rngs))
+
+  def heads(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(class logit (B,), box (B, 4) as (x, y, w, h) in search-crop units) from the encoder's output tokens."""
     logit = self.class_head(x[:, 0])[:, 0]
     reg, search_tokens = x[:, 1], x[:, self.search_start :]
     if self.box_head_kind == 'mlp':

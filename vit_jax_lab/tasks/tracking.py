@@ -39,6 +39,19 @@ def iou_giou(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
   return iou, giou
 
 
+def cell_shares(box: jax.Array, grid: tuple[int, int]) -> jax.Array:
+  """Each cell's share of the part of boxes (B, 4) as (x, y, w, h) in crop units that lies inside the crop, over a
+  `grid` (gh, gw) of equal cells: (B, gh * gw) summing to 1, row by row (0 everywhere for a box outside)."""
+
+  def overlap(start, extent, n):  # (B, n): the box's length inside each of n cells along one axis.
+    edges = jnp.arange(n + 1) / n
+    return jnp.clip(jnp.minimum(edges[1:], (start + extent)[:, None]) - jnp.maximum(edges[:-1], start[:, None]), 0)
+
+  x, y, w, h = jnp.unstack(box.astype(jnp.float32), axis=-1)
+  area = (overlap(y, h, grid[0])[:, :, None] * overlap(x, w, grid[1])[:, None, :]).reshape(box.shape[0], -1)
+  return area / jnp.maximum(area.sum(-1, keepdims=True), 1e-12)
+
+
 def crop(image: jax.Array, region: boxes.Region, size: int) -> jax.Array:
   """`data.tracking.crop` in JAX: a (size, size, C) bilinear crop of `image` (H, W, C) over the square `region`,
   each crop pixel sampled at its centre, as tf.image.crop_and_resize samples (0 where a sample falls outside)."""
@@ -178,19 +191,31 @@ class Tracking(Task):
   l1_weight: weight of the L1 distance between predicted and true box corners (crop units; STARK/OSTrack: 5).
   giou_weight: weight of 1 - generalised IoU (STARK/OSTrack: 2).
   class_weight: weight of the class token's binary cross-entropy (target present or not).
+  attention_weight: weight of the cross-entropy from each search patch's share of the target box (`cell_shares`) to
+    the regression token's attention over the search patches in the last block, heads averaged and renormalised
+    (positive pairs; 0: off). It teaches the token where to look, which the MLP box head must learn through that
+    attention alone; needs model.scan=False.
   size_rate: online tracking: how far each frame's box size moves from the previous one to the predicted one (1:
     the prediction; 0: the first box's size held; SiamRPN's scale learning rate).
   """
 
   def __init__(
-    self, *, l1_weight: float = 5.0, giou_weight: float = 2.0, class_weight: float = 1.0, size_rate: float = 1.0
+    self,
+    *,
+    l1_weight: float = 5.0,
+    giou_weight: float = 2.0,
+    class_weight: float = 1.0,
+    attention_weight: float = 0.0,
+    size_rate: float = 1.0,
   ):
-    for key, value in dict(l1_weight=l1_weight, giou_weight=giou_weight, class_weight=class_weight).items():
+    weights = dict(l1_weight=l1_weight, giou_weight=giou_weight, class_weight=class_weight)
+    for key, value in (weights | dict(attention_weight=attention_weight)).items():
       if value < 0:
         raise ConfigError(f'task.{key}={value} must be >= 0')
     if not 0.0 <= size_rate <= 1.0:
       raise ConfigError(f"task.size_rate={size_rate} must be in [0, 1] (1: the predicted size, 0: the first box's)")
     self.l1_weight, self.giou_weight, self.class_weight = l1_weight, giou_weight, class_weight
+    self.attention_weight = attention_weight
     self.size_rate = size_rate
     self.geometry: tracking.TrackingInfo | None = None  # Set by dataset_info; online evaluation crops by it.
 
@@ -221,10 +246,20 @@ class Tracking(Task):
 
   def loss(self, model: nnx.Module, batch: Batch, rng: jax.Array, step: jax.Array) -> tuple[jax.Array, dict]:
     del step  # No schedule of its own.
-    logit, box = model(batch['template'], batch['search'], train=True, rngs=nnx.Rngs(dropout=rng))
-    logit, box = logit.astype(jnp.float32), box.astype(jnp.float32)
+    inputs, rngs = (batch['template'], batch['search']), nnx.Rngs(dropout=rng)
+    metrics = {}
     present = batch['present']
     positives = jnp.maximum(present.sum(), 1.0)
+    if self.attention_weight:
+      logit, box, attention = model.with_attention(*inputs, train=True, rngs=rngs)
+      looked = attention.astype(jnp.float32).mean(1)
+      looked = looked / jnp.maximum(looked.sum(-1, keepdims=True), 1e-12)
+      shares = cell_shares(batch['box'], model.search_grid)
+      cross_entropy = -(shares * jnp.log(jnp.maximum(looked, 1e-12))).sum(-1)
+      metrics['attention_ce'] = (cross_entropy * present).sum() / positives
+    else:
+      logit, box = model(*inputs, train=True, rngs=rngs)
+    logit, box = logit.astype(jnp.float32), box.astype(jnp.float32)
     l1 = jnp.abs(
       jnp.stack(boxes.to_corners(jnp.unstack(box, axis=-1)), -1)
       - jnp.stack(boxes.to_corners(jnp.unstack(batch['box'], axis=-1)), -1)
@@ -233,8 +268,10 @@ class Tracking(Task):
     l1, giou_loss, iou = ((x * present).sum() / positives for x in (l1, 1.0 - giou, iou))
     bce = optax.sigmoid_binary_cross_entropy(logit, present).mean()
     loss = self.l1_weight * l1 + self.giou_weight * giou_loss + self.class_weight * bce
+    loss += self.attention_weight * metrics.get('attention_ce', 0.0)
     accuracy = ((logit > 0) == (present > 0)).mean()
-    return loss, {'loss': loss, 'l1': l1, 'giou_loss': giou_loss, 'bce': bce, 'iou': iou, 'class_accuracy': accuracy}
+    metrics |= {'loss': loss, 'l1': l1, 'giou_loss': giou_loss, 'bce': bce, 'iou': iou, 'class_accuracy': accuracy}
+    return loss, metrics
 
   def eval_sums(self, model: nnx.Module, batch: Batch) -> dict[str, jax.Array]:
     """Sums over the real (mask = 1) sequences of their `sequence_metrics`; the trainer divides by `count`."""
