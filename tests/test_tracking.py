@@ -329,6 +329,7 @@ def test_sincos_position_embeddings_start_each_grid_apart_and_beside_the_search_
     (dict(data__search_factor=0.0), 'search_factor'),
     (dict(task__attention_weight=-1.0), 'attention_weight=-1.0 must be >= 0'),
     (dict(task__attention_weight=1.0, model__scan=True), 'set model.scan=False or task.attention_weight=0'),
+    (dict(task__attention_weight=1.0, model__attention='linear'), "set model.attention='full' or task.attention_"),
   ],
 )
 def test_bad_tracking_configs_stop_in_one_line(tracking_dir, data_dir, overrides, message):

@@ -338,10 +338,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
     "model.attention_impl='cudnn' takes bf16 or fp16 only; add --config.compute_dtype=bfloat16 "
     "or use model.attention_impl='xla'",
   )
+  supervised = config.task.get('attention_weight')
   check(
-    not (config.task.get('attention_weight') and config.model.get('scan')),
-    f"task.attention_weight={config.task.get('attention_weight')} supervises the last block's attention, which "
-    'scanned blocks do not give: set model.scan=False or task.attention_weight=0',
+    not (supervised and config.model.get('scan')),
+    f"task.attention_weight={supervised} supervises the last block's attention, which scanned blocks do not give: "
+    'set model.scan=False or task.attention_weight=0',
+  )
+  check(
+    not (supervised and config.model.get('attention') == 'linear'),
+    f"task.attention_weight={supervised} supervises the last block's attention, which linear attention does not "
+    "form: set model.attention='full' or task.attention_weight=0",
   )
   check(
     config.loss_scale_init >= 1 and config.loss_scale_period > 0,

@@ -208,8 +208,10 @@ class Tracking(Task):
     attention_weight: float = 0.0,
     size_rate: float = 1.0,
   ):
-    weights = dict(l1_weight=l1_weight, giou_weight=giou_weight, class_weight=class_weight)
-    for key, value in (weights | dict(attention_weight=attention_weight)).items():
+    weights = dict(
+      l1_weight=l1_weight, giou_weight=giou_weight, class_weight=class_weight, attention_weight=attention_weight
+    )
+    for key, value in weights.items():
       if value < 0:
         raise ConfigError(f'task.{key}={value} must be >= 0')
     if not 0.0 <= size_rate <= 1.0:
