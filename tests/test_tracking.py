@@ -279,17 +279,28 @@ def test_attention_weight_adds_the_regression_tokens_cross_entropy_to_the_loss()
     'box': jnp.array([[0.0, 0.0, 0.5, 0.5], [0.25, 0.5, 0.5, 0.5], [0.1, 0.1, 0.3, 0.3]]),
     'present': jnp.array([1.0, 1.0, 0.0]),
   }
-  logit, box, attention = model.with_attention(batch['template'], batch['search'])
-  plain_logit, plain_box = model(batch['template'], batch['search'])
-  np.testing.assert_allclose(logit, plain_logit, rtol=1e-6)
-  np.testing.assert_allclose(box, plain_box, rtol=1e-6)
-  _, reg = model.search_attention(batch['template'], batch['search'])
-  np.testing.assert_allclose(attention.mean(1).reshape(reg.shape), reg, rtol=1e-6)
+
+  @nnx.jit  # One compile instead of six eager passes (8.5 s eager).
+  def outputs(model, batch):
+    rng = jax.random.key(2)
+    plain, plain_metrics = tracking.Tracking().loss(model, batch, rng, jnp.int32(0))
+    weighted, metrics = tracking.Tracking(attention_weight=2.0).loss(model, batch, rng, jnp.int32(0))
+    return dict(
+      with_attention=model.with_attention(batch['template'], batch['search']),
+      call=model(batch['template'], batch['search']),
+      drawn=model.search_attention(batch['template'], batch['search'])[1],
+      plain=(plain, plain_metrics),
+      weighted=(weighted, metrics),
+    )
+
+  out = outputs(model, batch)
+  logit, box, attention = out['with_attention']
+  np.testing.assert_allclose(logit, out['call'][0], rtol=1e-6)
+  np.testing.assert_allclose(box, out['call'][1], rtol=1e-6)
+  np.testing.assert_allclose(attention.mean(1).reshape(out['drawn'].shape), out['drawn'], rtol=1e-6)
   looked = attention.mean(1) / attention.mean(1).sum(-1, keepdims=True)
   by_hand = -(tracking.cell_shares(batch['box'], (4, 4)) * jnp.log(looked)).sum(-1)[:2].mean()
-  rng = jax.random.key(2)
-  plain, plain_metrics = tracking.Tracking().loss(model, batch, rng, jnp.int32(0))
-  weighted, metrics = tracking.Tracking(attention_weight=2.0).loss(model, batch, rng, jnp.int32(0))
+  (plain, plain_metrics), (weighted, metrics) = out['plain'], out['weighted']
   assert 'attention_ce' not in plain_metrics
   np.testing.assert_allclose(metrics['attention_ce'], by_hand, rtol=1e-5)
   np.testing.assert_allclose(weighted - plain, 2.0 * by_hand, rtol=1e-5)
