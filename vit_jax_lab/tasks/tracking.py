@@ -252,13 +252,17 @@ class Tracking(Task):
     metrics = {}
     present = batch['present']
     positives = jnp.maximum(present.sum(), 1.0)
+
+    def over_positives(x):  # The mean over the pairs whose search crop holds the target.
+      return (x * present).sum() / positives
+
     if self.attention_weight:
       logit, box, attention = model.with_attention(*inputs, train=True, rngs=rngs)
       looked = attention.astype(jnp.float32).mean(1)
       looked = looked / jnp.maximum(looked.sum(-1, keepdims=True), 1e-12)
       shares = cell_shares(batch['box'], model.search_grid)
       cross_entropy = -(shares * jnp.log(jnp.maximum(looked, 1e-12))).sum(-1)
-      metrics['attention_ce'] = (cross_entropy * present).sum() / positives
+      metrics['attention_ce'] = over_positives(cross_entropy)
     else:
       logit, box = model(*inputs, train=True, rngs=rngs)
     logit, box = logit.astype(jnp.float32), box.astype(jnp.float32)
@@ -267,7 +271,7 @@ class Tracking(Task):
       - jnp.stack(boxes.to_corners(jnp.unstack(batch['box'], axis=-1)), -1)
     ).sum(-1)
     iou, giou = iou_giou(box, batch['box'])
-    l1, giou_loss, iou = ((x * present).sum() / positives for x in (l1, 1.0 - giou, iou))
+    l1, giou_loss, iou = (over_positives(x) for x in (l1, 1.0 - giou, iou))
     bce = optax.sigmoid_binary_cross_entropy(logit, present).mean()
     loss = self.l1_weight * l1 + self.giou_weight * giou_loss + self.class_weight * bce
     loss += self.attention_weight * metrics.get('attention_ce', 0.0)
