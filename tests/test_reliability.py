@@ -338,35 +338,29 @@ def test_an_abandoned_checkpoint_read_collected_late_prints_nothing():
   """After a damaged checkpoint is set aside, orbax's abandoned reads can be collected at any later point: their
   'never awaited' warnings and their futures' 'exception was never retrieved' are dropped; another coroutine's or
   another failure's still shown."""
-  script = (
-    'import asyncio, gc, os\n'
-    'from vit_jax_lab import console\n'
-    'console.quiet_libraries()\n'
-    'async def _read_array_index_and_device_put(): pass\n'
-    'async def elsewhere(): pass\n'
-    'coroutine = {coroutine}()\n'
-    'del coroutine\n'
-    "exec(compile('async def read(): raise ValueError(1)', os.path.join({where!r}, 'read.py'), 'exec'))\n"
-    'async def abandon():\n'
-    '  future = asyncio.gather(read())\n'
-    '  await asyncio.sleep(0.01)\n'
-    'asyncio.run(abandon())\n'
-    'gc.collect()\n'
-  )
   orbax, other = os.path.join(os.sep, 'site', 'orbax'), os.path.join(os.sep, 'site', 'other')
-  for coroutine, where, expected in (
-    ('_read_array_index_and_device_put', orbax, (False, False)),
-    ('elsewhere', other, (True, True)),
-  ):
-    run = subprocess.run(
-      [sys.executable, '-c', script.format(coroutine=coroutine, where=where)],
-      cwd=ROOT,
-      env=environment(),
-      capture_output=True,
-      text=True,
-    )
-    printed = ('was never awaited' in run.stderr, 'exception was never retrieved' in run.stderr)
-    assert run.returncode == 0 and printed == expected, run.stderr
+  script = ['import asyncio, gc, os, sys', 'from vit_jax_lab import console', 'console.quiet_libraries()']
+  # Both cases in one process (one TensorFlow import), each after a marker line on stderr.
+  for case, (coroutine, where) in enumerate((('_read_array_index_and_device_put', orbax), ('elsewhere', other))):
+    script += [
+      f'print("case {case}", file=sys.stderr, flush=True)',
+      f'async def {coroutine}(): pass',
+      f'coroutine = {coroutine}()',
+      'del coroutine',
+      f"exec(compile('async def read(): raise ValueError(1)', os.path.join({where!r}, 'read.py'), 'exec'))",
+      'async def abandon():\n  future = asyncio.gather(read())\n  await asyncio.sleep(0.01)',
+      'asyncio.run(abandon())',
+      'gc.collect()',
+    ]
+  run = subprocess.run(
+    [sys.executable, '-c', '\n'.join(script)], cwd=ROOT, env=environment(), capture_output=True, text=True
+  )
+  assert run.returncode == 0, run.stderr
+  cases = run.stderr.split('case 1\n')
+  assert len(cases) == 2, run.stderr
+  for stderr, expected in zip(cases, ((False, False), (True, True))):
+    printed = ('was never awaited' in stderr, 'exception was never retrieved' in stderr)
+    assert printed == expected, run.stderr
 
 
 @pytest.mark.slow
