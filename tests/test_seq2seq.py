@@ -244,11 +244,13 @@ def reference_beam_search(log_probs, length: int, k: int, alpha: float, form: st
 
 
 def table_log_probs(table: np.ndarray, example: int):
+  allowed = np.asarray(decode._allowed(jax.nn.log_softmax(jnp.asarray(table[example]))))  # Once, not per prefix.
+
   def fn(seq):
     prefix = 0
     for token in [decode.BOS] + seq:
       prefix = (prefix * 31 + token) % BUCKETS
-    return np.asarray(decode._allowed(jax.nn.log_softmax(jnp.asarray(table[example, prefix, len(seq)]))))
+    return allowed[prefix, len(seq)]
 
   return fn
 
