@@ -408,10 +408,3 @@ def test_bad_values_are_one_line(override, message, data_dir, tmp_path, capsys):
   assert err.startswith('error: ') and err.count('\n') == 1, err
   assert message in err
   assert not os.path.exists(workdir)
-
-
-def test_augmenting_videos_is_refused(moving_digits_dir, tmp_path, capsys):
-  argv = ['--config', os.path.join(ROOT, 'configs/vivit/moving_digits.py:factorised_encoder')]
-  argv += ['--workdir', str(tmp_path / 'run'), f'--config.data.data_dir={moving_digits_dir}']
-  assert main.main([*argv, '--config.data.randaugment_layers=2']) == 2
-  assert 'these augment images, and data.name=' in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """The built-in moving_digits videos and the video input path: clips, shared crops, multi-view evaluation."""
 
 import collections
+import os
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +10,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+import main
+from conftest import ROOT
 from vit_jax_lab import config as config_lib, parallel
 from vit_jax_lab.config import ConfigError
 from vit_jax_lab.data import images as image_data, labels as label_data, pipeline, videos
@@ -391,3 +394,11 @@ def test_resize_size_below_image_size_is_a_config_error():
   with pytest.raises(ConfigError, match='data.resize_size=12 must be >= data.image_size=16'):
     config_lib.validate(make_config(image_size=16, resize_size=12))
   config_lib.validate(make_config(image_size=16, resize_size=16, eval_crops=1, eval_clips=4, frame_stride=2))
+
+
+def test_augmenting_videos_is_refused(moving_digits_dir, tmp_path, capsys):
+  """Here, beside the other tests of moving_digits, so one pytest-xdist worker builds it."""
+  argv = ['--config', os.path.join(ROOT, 'configs/vivit/moving_digits.py:factorised_encoder')]
+  argv += ['--workdir', str(tmp_path / 'run'), f'--config.data.data_dir={moving_digits_dir}']
+  assert main.main([*argv, '--config.data.randaugment_layers=2']) == 2
+  assert 'these augment images, and data.name=' in capsys.readouterr().err
