@@ -1,6 +1,7 @@
 """8 simulated CPU devices, a persistent compilation cache in a temp dir, the built-in data built once."""
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,15 +16,14 @@ os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
 # instead of 3, and the fast tier ran in 2:54 instead of 3:47.
 if 'xla_cpu_use_fusion_emitters' not in os.environ.get('XLA_FLAGS', ''):
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_cpu_use_fusion_emitters=false').strip()
-# One compilation cache per test run, shared by pytest-xdist's workers (they set PYTEST_XDIST_TESTRUNUID alike)
-# and, through the environment, by the runs the tests start, every compilation kept however short: a smoke run
-# in a child process took 8.8 s instead of 12.7 s with the cache's default (only compilations over a second).
-_run = os.environ.get('PYTEST_XDIST_TESTRUNUID')
-os.environ['JAX_COMPILATION_CACHE_DIR'] = (
-  os.path.join(tempfile.gettempdir(), f'vit_jax_lab_cache_{_run}')
-  if _run
-  else tempfile.mkdtemp(prefix='vit_jax_lab_cache_')
-)
+# One compilation cache per test run, made by the process pytest starts and inherited through the environment by
+# pytest-xdist's workers and the runs the tests start, every compilation kept however short (a smoke run in a
+# child process took 8.8 s instead of 12.7 s with the cache's default, only compilations over a second); that
+# process removes it at the end (pytest_unconfigure).
+_OWN_CACHE = 'VIT_JAX_LAB_TEST_CACHE' not in os.environ
+if _OWN_CACHE:
+  os.environ['VIT_JAX_LAB_TEST_CACHE'] = tempfile.mkdtemp(prefix='vit_jax_lab_cache_')
+os.environ['JAX_COMPILATION_CACHE_DIR'] = os.environ['VIT_JAX_LAB_TEST_CACHE']
 os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'
 
 import jax  # noqa: E402
@@ -102,3 +102,8 @@ def wait_for_first_log(workdir: str, timeout: float) -> None:
   metrics, deadline = os.path.join(workdir, 'metrics.jsonl'), time.time() + timeout
   while not (os.path.exists(metrics) and os.path.getsize(metrics) > 0) and time.time() < deadline:
     time.sleep(0.05)
+
+
+def pytest_unconfigure(config):
+  if _OWN_CACHE:
+    shutil.rmtree(os.environ['VIT_JAX_LAB_TEST_CACHE'], ignore_errors=True)
