@@ -124,6 +124,17 @@ def test_perfect_predictions_track_exactly_even_at_frame_edges():
   np.testing.assert_allclose(metrics['auc'], 20 / 21)  # IoU 1 exceeds every threshold but 1 itself.
 
 
+def test_tracking_in_bfloat16_keeps_float32_boxes():
+  """Under compute_dtype=bfloat16 the trainer casts the whole evaluation batch, first boxes included; the boxes
+  carried from frame to frame stay float32."""
+  truth = np.array([[[10, 12, 8, 6], [13, 11, 8, 7], [17, 14, 9, 7]]], np.float32)
+  geometry = data_tracking.TrackingInfo(3, 1, (40, 50), 2, 2, 16, 32, 2.0, 4.0)
+  frames, first = (jnp.asarray(x, jnp.bfloat16) for x in (oracle_frames(truth, 40, 50), truth[:, 0]))
+  predicted, _ = jax.jit(lambda f, b: tracking.track(Oracle(), f, b, geometry))(frames, first)
+  assert predicted.dtype == jnp.float32
+  np.testing.assert_allclose(predicted, truth, atol=1.0)  # The oracle reads bfloat16 pixel coordinates.
+
+
 def test_metrics_on_hand_made_sequences():
   truth = np.tile(np.array([10.0, 10.0, 10.0, 10.0], np.float32), (1, 5, 1))
   predicted = truth.copy()

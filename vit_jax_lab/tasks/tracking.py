@@ -106,7 +106,7 @@ def track(
   first being `first_box`; class logits (B, T), the first 0)."""
   g = geometry
   height, width = frames.shape[2:4]
-
+  first_box = first_box.astype(jnp.float32)  # A lower compute_dtype casts it with the frames; boxes stay float32.
   first = tuple(jnp.unstack(first_box, axis=-1))
   template = crops(frames[:, 0], boxes.region(first, g.template_factor), g.template_size)
 
