@@ -135,6 +135,25 @@ def test_tracking_in_bfloat16_keeps_float32_boxes():
   np.testing.assert_allclose(predicted, truth, atol=1.0)  # The oracle reads bfloat16 pixel coordinates.
 
 
+def test_evaluation_leaves_out_the_frames_without_the_target():
+  """An evaluation batch carries the frames without the target ('absent', true box NaN), and those are not
+  scored: the oracle's boxes on the others score AO 1."""
+  truth = np.array([[10, 12, 8, 6], [13, 11, 8, 7], [17, 14, 9, 7], [20, 18, 10, 8]], np.float32)
+  frames = oracle_frames(truth[None], 40, 50)[0]
+  absent = np.array([False, False, True, False])
+  example = {'frames': frames, 'boxes': np.where(absent[:, None], np.nan, truth), 'absent': absent}
+  data_config = config_lib.base_config().data
+  data_config.value_range = (0.0, 255.0)  # Frames scaled by 1: the oracle's coordinates kept.
+  geometry = data_tracking.TrackingInfo(6, 4, (40, 50), 2, 2, 16, 32, 2.0, 4.0, (0.0, 255.0))
+  evaluated = data_tracking.preprocess_fn(data_config, geometry, train=False)(example, tf.constant([0, 0], tf.int64))
+  np.testing.assert_array_equal(evaluated['absent'], absent)
+  task = tracking.Tracking()
+  task.geometry = geometry
+  batch = {k: jnp.asarray(np.asarray(v))[None] for k, v in evaluated.items()} | {'mask': jnp.ones(1)}
+  sums = jax.jit(lambda b: task.eval_sums(Oracle(), b))(batch)
+  assert float(sums['ao']) == pytest.approx(1.0, abs=1e-4)
+
+
 def test_metrics_on_hand_made_sequences():
   truth = np.tile(np.array([10.0, 10.0, 10.0, 10.0], np.float32), (1, 5, 1))
   predicted = truth.copy()

@@ -163,14 +163,14 @@ def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dic
   data.value_range, 'box' the target in the search crop (x, y, w, h in crop units; past [0, 1] where the target
   leaves the crop: the tracker learns its whole box, not the part inside, which would pull its answers inward) and
   'present' 1 (0 for a negative search crop: cut away from the target, or around a distractor with the target's
-  centre outside it); for evaluation the whole sequence: 'frames' (T, H, W, C) in data.value_range and 'boxes'
-  (T, 4) in pixels."""
+  centre outside it); for evaluation the whole sequence: 'frames' (T, H, W, C) in data.value_range, 'boxes'
+  (T, 4) in pixels and 'absent' (T,), the frames without the target (not scored)."""
   d = data_config
 
   def fn(example: dict, seed: tf.Tensor) -> dict:
     frames, sequence_boxes = example['frames'], example['boxes']
     if not train:
-      return {'frames': scale(frames, d.value_range), 'boxes': sequence_boxes}
+      return {'frames': scale(frames, d.value_range), 'boxes': sequence_boxes, 'absent': example['absent']}
     template_seed, gap_seed, jitter_seed, negative_seed, away_seed = tf.unstack(
       tf.random.experimental.stateless_split(seed, 5)
     )
