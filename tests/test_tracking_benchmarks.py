@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from PIL import Image
 
 from conftest import build_builtin, load_config
 from vit_jax_lab import train
 from vit_jax_lab.data import tracking as data_tracking
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.tools import evaluate
+from vit_jax_lab.tools import evaluate, track
 
 SMOKE = 'configs/tracking/got10k.py:got10k,smoke'
 
@@ -264,6 +265,18 @@ def test_training_pairs_from_benchmark_frames_of_any_size(got10k_dir):
   with pytest.raises(ConfigError, match="distractor_fraction=0.5 needs the distractors' boxes") as e:
     train.setup(config)
   assert '\n' not in str(e.value) and 'set data.distractor_fraction=0' in str(e.value)
+
+
+def test_track_draws_a_benchmark_sequence(got10k_dir, tmp_path, capsys):
+  """tools.track on a benchmark's sequence: its encoded frames decoded, its box file's boxes scored."""
+  out = str(tmp_path / 'track.png')
+  args = ['--config', SMOKE, f'--config.data.data_dir={got10k_dir}', '--sequence', '1', '--out', out]
+  assert track.main(args) == 0
+  scores, wrote = capsys.readouterr().out.splitlines()
+  assert scores.startswith('auc ') and wrote.startswith('wrote ')
+  frames = len(read_split(got10k_dir, 'got10k', 'val')[1]['boxes'])
+  assert np.loadtxt(str(tmp_path / 'track.txt'), delimiter=',').shape == (frames, 4)
+  assert Image.open(out).size[1] > 0
 
 
 @pytest.mark.slow  # Compiles the whole-sequence `track` per sequence length and size.

@@ -67,13 +67,19 @@ def parse_box(text: str, height: int, width: int) -> np.ndarray:
   return box
 
 
-def load_sequence(s: train.Setup, index: int) -> tuple[np.ndarray, np.ndarray]:
-  """(frames uint8, true boxes) of sequence `index` of the eval split."""
+def load_sequence(s: train.Setup, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(frames uint8 (T, H, W, C), true boxes (T, 4), absent (T,): frames without the target) of sequence `index`
+  of the eval split; a benchmark's encoded frames decoded."""
+  from vit_jax_lab.data import tracking as data_tracking
+
   count = s.builder.info.splits[s.config.data.eval_split].num_examples
   check(0 <= index < count, f'--sequence={index}: the eval split has {count} sequences (0 to {count - 1})')
   split = f'{s.config.data.eval_split}[{index}:{index + 1}]'
   example = next(iter(s.builder.as_dataset(split=split)))
-  return example['frames'].numpy(), example['boxes'].numpy()
+  frames = np.stack([data_tracking.decode(f, s.info.channels).numpy() for f in example['frames']])
+  truth = example['boxes'].numpy()
+  absent = example['absent'].numpy() if 'absent' in example else np.zeros(len(truth), bool)
+  return frames, truth, absent
 
 
 def run(
@@ -120,7 +126,7 @@ def _frame(frame: np.ndarray, predicted: np.ndarray, truth: np.ndarray | None, t
   tile = _rgb(frame).resize((round(width * scale), round(height * scale)), Image.NEAREST)
   draw = ImageDraw.Draw(tile)
   for box, colour in ((truth, (255, 0, 0)), (predicted, (0, 255, 0))):
-    if box is not None:
+    if box is not None and np.isfinite(box).all():  # A frame without the target has no true box.
       x1, y1, x2, y2 = (v * scale for v in boxes.to_corners(tuple(box)))
       draw.rectangle([x1, y1, x2, y2], outline=colour)
   draw.text((2, 1), str(t), fill=(255, 255, 255))
@@ -170,13 +176,13 @@ def main(argv: list[str]) -> int:
     check(len(frames) >= 2, f'--video {args.video} has {len(frames)} frame: tracking needs 2 or more')
     truth, first = None, parse_box(args.box, *frames.shape[1:3])
   else:
-    frames, truth = load_sequence(s, args.sequence)
+    frames, truth, absent = load_sequence(s, args.sequence)
     first = truth[0]
   predicted, _, crops, cls, reg = run(model, frames, first, s.info, s.config.data.value_range, config.task.size_rate)
   draw(args.out, frames, predicted, truth, crops, cls, reg)
   np.savetxt(os.path.splitext(args.out)[0] + '.txt', predicted, fmt='%.2f', delimiter=',')
   if truth is not None:
-    metrics = tracking.sequence_metrics(predicted[None], truth[None])
+    metrics = tracking.sequence_metrics(predicted[None], truth[None], ~absent[None])
     print('  '.join(f'{k} {float(v[0]):.4f}' for k, v in metrics.items()))
   print(f'wrote {args.out} and {os.path.splitext(args.out)[0]}.txt')
   return 0
