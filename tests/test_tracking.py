@@ -151,33 +151,67 @@ def test_evaluation_leaves_out_the_frames_without_the_target():
   task.geometry = geometry
   batch = {k: jnp.asarray(np.asarray(v))[None] for k, v in evaluated.items()} | {'mask': jnp.ones(1)}
   sums = jax.jit(lambda b: task.eval_sums(Oracle(), b))(batch)
-  assert float(sums['ao']) == pytest.approx(1.0, abs=1e-4)
+  assert task.summarize(sums)['ao'] == pytest.approx(1.0, abs=1e-4) and float(sums['scored_frames']) == 2
 
 
 def test_metrics_on_hand_made_sequences():
   truth = np.tile(np.array([10.0, 10.0, 10.0, 10.0], np.float32), (1, 5, 1))
-  predicted = truth.copy()
+  predicted = truth.copy()  # Frame 0: the given box, IoU 1.
   predicted[0, 1] = [15, 10, 10, 10]  # Half a box to the right: IoU 50 / 150 = 1/3, centre error 5 px.
   predicted[0, 2] = [10, 10, 10, 5]  # The top half: IoU 1/2, centre error 2.5 px.
   predicted[0, 3] = [40, 10, 10, 10]  # Off: IoU 0, centre error 30 px (beyond 20).
   predicted[0, 4] = truth[0, 4]  # Exact: IoU 1.
   m = {k: float(v[0]) for k, v in tracking.sequence_metrics(predicted, truth).items()}
+  # GOT-10k's scores leave out frame 0.
   ious = np.array([1 / 3, 1 / 2, 0.0, 1.0])
-  assert m['ao'] == pytest.approx(ious.mean(), abs=1e-6)
+  assert m['ao'] == pytest.approx(ious.mean(), abs=1e-6) and m['scored_frames'] == 4
   assert m['sr50'] == pytest.approx(0.25)  # Only IoU 1 exceeds 0.5 (1/2 does not).
   assert m['sr75'] == pytest.approx(0.25)
+  # OTB's keep it, as its toolkit does (the tracker's box there is the given one).
+  ious = np.array([1.0, 1 / 3, 1 / 2, 0.0, 1.0])
   thresholds = np.linspace(0, 1, 21)
   assert m['auc'] == pytest.approx(np.mean([(ious > t).mean() for t in thresholds]), abs=1e-6)
-  assert m['precision'] == pytest.approx(0.75)
-  # Centre errors in box sides: 0.5, 0.25, 3, 0 -> at most t for t in 0, 0.01, ..., 0.5.
-  norm = np.array([0.5, 0.25, 3.0, 0.0])
+  assert m['precision'] == pytest.approx(0.8)
+  # Centre errors in box sides: 0, 0.5, 0.25, 3, 0 -> at most t for t in 0, 0.01, ..., 0.5.
+  norm = np.array([0.0, 0.5, 0.25, 3.0, 0.0])
   expected = np.mean([(norm <= t).mean() for t in np.linspace(0, 0.5, 51)])
   assert m['norm_precision'] == pytest.approx(expected, abs=1e-6)
-  # GOT-10k's toolkit scores visible frames only: frame 3 (the miss) left out, and a NaN box where absent.
+  # The toolkits score visible frames only: frame 3 (the miss) left out, and a NaN box where absent.
   truth[0, 3] = np.nan
   visible = np.array([[True, True, True, False, True]])
   m = {k: float(v[0]) for k, v in tracking.sequence_metrics(predicted, truth, visible).items()}
   assert m['ao'] == pytest.approx(np.mean([1 / 3, 1 / 2, 1.0]), abs=1e-6) and m['precision'] == pytest.approx(1.0)
+
+
+def test_got10k_scores_pool_frames_and_otb_scores_average_sequences():
+  """Two sequences, 4 and 1 scored frames: AO is the mean over the 5 frames (as GOT-10k's toolkit concatenates
+  every sequence's IoUs), the success AUC the mean of the two sequences' (as OTB's averages their curves)."""
+  truth = np.tile(np.array([10.0, 10.0, 10.0, 10.0], np.float32), (2, 5, 1))
+  predicted = truth.copy()
+  predicted[1, 1:] = [40, 40, 10, 10]  # The second sequence misses every frame it is scored on.
+  visible = np.array([[True] * 5, [True, True, False, False, False]])
+  sums = tracking.metric_sums(tracking.sequence_metrics(predicted, truth, visible))
+  means = tracking.metric_means(sums)
+  assert float(sums['count']) == 2 and float(sums['scored_frames']) == 5
+  assert means['ao'] == pytest.approx(4 / 5) and means['sr50'] == pytest.approx(4 / 5)
+  assert means['auc'] == pytest.approx((20 / 21 + 10 / 21) / 2)  # The second: IoU 1 on frame 0, 0 on frame 1.
+  # Sums of two parts add up to the whole's (evaluation sums batches and processes).
+  halves = [
+    tracking.metric_sums(tracking.sequence_metrics(predicted[i : i + 1], truth[i : i + 1], visible[i : i + 1]))
+    for i in (0, 1)
+  ]
+  assert tracking.metric_means({k: halves[0][k] + halves[1][k] for k in sums}) == pytest.approx(means)
+
+
+def test_got10k_bounds_both_boxes_by_the_frame():
+  """As the GOT-10k toolkit's rect_iou(..., bound=(width, height)): the top-left corner clipped into the frame,
+  then the sides to the frame's rest (a box past the left edge keeps its width)."""
+  bounded = tracking.bounded(jnp.array([[-4.0, 2, 10, 6], [15, 5, 10, 10], [3, 4, 5, 2]]), 10, 20)
+  np.testing.assert_allclose(bounded, [[0, 2, 10, 6], [15, 5, 5, 5], [3, 4, 5, 2]])
+  truth = np.array([[[5.0, 5, 10, 10], [15, 5, 10, 10]]], np.float32)  # Frame 1's box leaves the 20 x 10 frame.
+  predicted = np.array([[[5.0, 5, 10, 10], [15, 5, 5, 5]]], np.float32)  # The part inside.
+  assert float(tracking.sequence_metrics(predicted, truth)['ao'][0]) == pytest.approx(0.25)
+  assert float(tracking.sequence_metrics(predicted, truth, frame_size=(10, 20))['ao'][0]) == pytest.approx(1.0)
 
 
 def assert_strokes_inside(search: np.ndarray, box: np.ndarray) -> None:

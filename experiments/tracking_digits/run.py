@@ -63,19 +63,23 @@ def template_matching(frames: np.ndarray, first: np.ndarray, factor: float) -> n
   return np.array(out, np.float32)
 
 
-def score(predicted: list[np.ndarray], truth: np.ndarray) -> dict[str, float]:
-  """Means over sequences of tasks.tracking.sequence_metrics."""
+def score(predicted: list[np.ndarray], truth: np.ndarray, frame_size: tuple[int, int]) -> dict[str, float]:
+  """The scores of tasks.tracking.sequence_metrics over all sequences, as evaluation reports them."""
   from vit_jax_lab.tasks import tracking
 
-  metrics = tracking.sequence_metrics(np.stack(predicted), truth)
-  return {k: float(np.mean(v)) for k, v in metrics.items()}
+  metrics = tracking.sequence_metrics(np.stack(predicted), truth, frame_size=frame_size)
+  return tracking.metric_means(tracking.metric_sums(metrics))
 
 
-def overlap_by_occlusion(predicted: list[np.ndarray], truth: np.ndarray, hidden: np.ndarray) -> tuple[float, ...]:
-  """Mean IoU over frames 1.. whose target is hidden less than half, half or more, and wholly (hidden = 1)."""
+def overlap_by_occlusion(
+  predicted: list[np.ndarray], truth: np.ndarray, hidden: np.ndarray, frame_size: tuple[int, int]
+) -> tuple[float, ...]:
+  """AO (GOT-10k's IoU, boxes bounded by the frame) over frames 1.. whose target is hidden less than half, half or
+  more, and wholly (hidden = 1)."""
   from vit_jax_lab.tasks import tracking
 
-  iou = np.asarray(tracking.iou_giou(np.stack(predicted)[:, 1:], truth[:, 1:])[0])
+  bounded = (tracking.bounded(x[:, 1:], *frame_size) for x in (np.stack(predicted), truth))
+  iou = np.asarray(tracking.iou_giou(*bounded)[0])
   hidden = hidden[:, 1:]
   return tuple(float(iou[m].mean()) if m.any() else float('nan') for m in (hidden < 0.5, hidden >= 0.5, hidden >= 1))
 
@@ -108,14 +112,15 @@ def main() -> None:
   test = tfds.as_numpy(builder.as_dataset(split=config.data.eval_split, batch_size=-1))
   frames, truth = test['frames'], test['boxes']
   count, length = frames.shape[:2]
+  frame_size = frames.shape[2:4]
 
   rows, occlusion, hidden = [], [], test['hidden']
   for name, method in (('first box held still', held_box), ('template matching (NCC)', template_matching)):
     start = time.time()
     predicted = [method(f, b[0], config.data.search_factor) for f, b in zip(frames, truth)]
     fps = None if method is held_box else count * length / (time.time() - start)  # Holding computes nothing.
-    rows.append((name, [score(predicted, truth)], fps, None))
-    occlusion.append((name, [overlap_by_occlusion(predicted, truth, hidden)]))
+    rows.append((name, [score(predicted, truth, frame_size)], fps, None))
+    occlusion.append((name, [overlap_by_occlusion(predicted, truth, hidden, frame_size)]))
     print(f'{name}: success AUC {rows[-1][1][0]["auc"]:.3f}', flush=True)
 
   low, high = config.data.value_range
@@ -134,8 +139,8 @@ def main() -> None:
       start = time.time()
       predicted = np.asarray(jax.block_until_ready(fn(scaled, jnp.asarray(truth[:, 0]))))
       fps_runs.append(count * (length - 1) / (time.time() - start))
-      results.append(score(list(predicted), truth))
-      by_occlusion.append(overlap_by_occlusion(list(predicted), truth, hidden))
+      results.append(score(list(predicted), truth, frame_size))
+      by_occlusion.append(overlap_by_occlusion(list(predicted), truth, hidden, frame_size))
       print(f'{head} seed {seed}: success AUC {results[-1]["auc"]:.3f}  {fps_runs[-1]:.0f} FPS', flush=True)
       if head == 'corner' and seed == seeds[0]:
         picture = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'track.png')

@@ -4,6 +4,7 @@ scored as the OTB, GOT-10k and TrackingNet toolkits score (`sequence_metrics`)."
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 SUCCESS_THRESHOLDS = np.linspace(0.0, 1.0, 21)  # OTB's overlap thresholds 0, 0.05, ..., 1.
 NORM_PRECISION_THRESHOLDS = np.linspace(0.0, 0.5, 51)  # TrackingNet's normalised centre-error thresholds.
 PRECISION_PIXELS = 20.0  # OTB's precision: centre error within 20 pixels.
+OTB = ('auc', 'precision', 'norm_precision')  # Scored per sequence, then averaged over sequences.
+POOLED = ('ao', 'sr50', 'sr75')  # GOT-10k's scores: means over the frames of all sequences together.
 
 
 def iou_giou(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -156,34 +159,70 @@ def track_frames(
   return np.stack(out), np.asarray(logits, np.float32)
 
 
-def sequence_metrics(predicted: jax.Array, truth: jax.Array, visible: jax.Array | None = None) -> dict[str, jax.Array]:
-  """Per-sequence scores of predicted boxes (B, T, 4) against the truth, over frames 1.. (frame 0 is given) where
-  the target is `visible` (B, T) (all frames if None; GOT-10k's toolkit leaves out frames without it), as the
-  toolkits define them: 'auc' OTB's success AUC, the mean over overlap thresholds 0, 0.05, ..., 1 of the fraction
-  of frames whose IoU exceeds it; 'precision' OTB's, frames whose centre error is at most 20 pixels;
-  'norm_precision' TrackingNet's, the mean over thresholds 0, 0.01, ..., 0.5 of the fraction of frames whose
-  centre error in units of the true box's sides is at most it; 'ao' GOT-10k's average overlap (mean IoU); 'sr50'
-  and 'sr75' its success rates, frames with IoU above 0.5 and 0.75."""
-  predicted, truth = predicted[:, 1:].astype(jnp.float32), jnp.nan_to_num(truth[:, 1:].astype(jnp.float32))
-  weight = jnp.ones(truth.shape[:2]) if visible is None else jnp.asarray(visible[:, 1:], jnp.float32)
-  weight = weight / jnp.maximum(weight.sum(1, keepdims=True), 1.0)
+def bounded(box: jax.Array, height: int, width: int) -> jax.Array:
+  """Boxes (..., 4) bounded by the frame as the GOT-10k toolkit bounds both boxes before its IoU: the top-left
+  corner clipped into the frame, then the sides to what is left of the frame past it."""
+  x, y = jnp.clip(box[..., 0], 0, width), jnp.clip(box[..., 1], 0, height)
+  return jnp.stack([x, y, jnp.clip(box[..., 2], 0, width - x), jnp.clip(box[..., 3], 0, height - y)], -1)
 
-  def mean(x):  # Over the scored frames (and the thresholds of a trailing axis).
-    return ((x.mean(-1) if x.ndim == 3 else x) * weight).sum(1)
+
+def sequence_metrics(
+  predicted: jax.Array,
+  truth: jax.Array,
+  visible: jax.Array | None = None,
+  frame_size: tuple[int, int] | None = None,
+) -> dict[str, jax.Array]:
+  """Per-sequence scores of predicted boxes (B, T, 4) against the truth where the target is `visible` (B, T) (all
+  frames if None), as the toolkits define them.
+
+  Over every frame, the given first one included, as the OTB toolkit scores: 'auc' the success AUC, the mean over
+  overlap thresholds 0, 0.05, ..., 1 of the fraction of frames whose IoU exceeds it; 'precision' the frames whose
+  centre error is at most 20 pixels; 'norm_precision' TrackingNet's, the mean over thresholds 0, 0.01, ..., 0.5 of
+  the fraction of frames whose centre error in units of the true box's sides is at most it.
+
+  Over frames 1.., both boxes `bounded` by the frame (`frame_size` (height, width); not bounded if None), as the
+  GOT-10k toolkit scores: 'ao' the average overlap (mean IoU), 'sr50' and 'sr75' the success rates, frames with
+  IoU above 0.5 and 0.75. GOT-10k pools these over the frames of all sequences: 'scored_frames' counts each
+  sequence's, for `metric_sums`."""
+  predicted, truth = jnp.asarray(predicted, jnp.float32), jnp.nan_to_num(jnp.asarray(truth, jnp.float32))
+  every = jnp.ones(truth.shape[:2]) if visible is None else jnp.asarray(visible, jnp.float32)
+  later = every.at[:, 0].set(0.0)
+
+  def mean(x, weight):  # Over the weighted frames (and the thresholds of a trailing axis).
+    x = x.mean(-1) if x.ndim == 3 else x
+    return (x * weight).sum(1) / jnp.maximum(weight.sum(1), 1.0)
 
   iou, _ = iou_giou(predicted, truth)
   pcx, pcy, _, _ = boxes.to_centre(jnp.unstack(predicted, axis=-1))
   tcx, tcy, tw, th = boxes.to_centre(jnp.unstack(truth, axis=-1))
   error = jnp.hypot(pcx - tcx, pcy - tcy)
   norm_error = jnp.hypot((pcx - tcx) / jnp.maximum(tw, 1e-6), (pcy - tcy) / jnp.maximum(th, 1e-6))
+  got_iou = iou if frame_size is None else iou_giou(bounded(predicted, *frame_size), bounded(truth, *frame_size))[0]
   return {
-    'auc': mean(iou[..., None] > SUCCESS_THRESHOLDS),
-    'precision': mean(error <= PRECISION_PIXELS),
-    'norm_precision': mean(norm_error[..., None] <= NORM_PRECISION_THRESHOLDS),
-    'ao': mean(iou),
-    'sr50': mean(iou > 0.5),
-    'sr75': mean(iou > 0.75),
+    'auc': mean(iou[..., None] > SUCCESS_THRESHOLDS, every),
+    'precision': mean(error <= PRECISION_PIXELS, every),
+    'norm_precision': mean(norm_error[..., None] <= NORM_PRECISION_THRESHOLDS, every),
+    'ao': mean(got_iou, later),
+    'sr50': mean(got_iou > 0.5, later),
+    'sr75': mean(got_iou > 0.75, later),
+    'scored_frames': later.sum(1),
   }
+
+
+def metric_sums(metrics: dict[str, jax.Array], weight: jax.Array | None = None) -> dict[str, jax.Array]:
+  """Sums over sequences of their `sequence_metrics`, each sequence weighted by `weight` (B,) (1: a real one):
+  the OTB scores as they are, GOT-10k's times the sequence's scored frames; with 'count', the sequences, and
+  'scored_frames'. Sums of splits add up; `metric_means` turns the whole split's into scores."""
+  weight = jnp.ones_like(metrics['scored_frames']) if weight is None else jnp.asarray(weight, jnp.float32)
+  frames = metrics['scored_frames'] * weight
+  sums = {k: (v * (frames if k in POOLED else weight)).sum() for k, v in metrics.items() if k != 'scored_frames'}
+  return sums | {'count': weight.sum(), 'scored_frames': frames.sum()}
+
+
+def metric_means(sums: dict[str, Any]) -> dict[str, float]:
+  """The split's scores from its `metric_sums`: OTB's means over sequences, GOT-10k's over frames."""
+  count, frames = max(float(sums['count']), 1.0), max(float(sums['scored_frames']), 1.0)
+  return {k: float(sums[k]) / (frames if k in POOLED else count) for k in (*OTB, *POOLED)}
 
 
 class Tracking(Task):
@@ -280,37 +319,38 @@ class Tracking(Task):
     return loss, metrics
 
   def eval_sums(self, model: nnx.Module, batch: Batch) -> dict[str, jax.Array]:
-    """Sums over the real (mask = 1) sequences of their `sequence_metrics`; the trainer divides by `count`."""
+    """`metric_sums` of the real (mask = 1) sequences."""
     predicted, _ = track(model, batch['frames'], batch['boxes'][:, 0], self.geometry, self.size_rate)
-    mask = batch['mask']
-    metrics = sequence_metrics(predicted, batch['boxes'], ~batch['absent'] if 'absent' in batch else None)
-    return {k: (v * mask).sum() for k, v in metrics.items()} | {'count': mask.sum()}
+    visible = ~batch['absent'] if 'absent' in batch else None
+    frame_size = batch['frames'].shape[2:4]
+    return metric_sums(sequence_metrics(predicted, batch['boxes'], visible, frame_size), batch['mask'])
 
   def sequential(self, info: tracking.TrackingInfo) -> bool:
     return info.frames is None  # Real videos of any length and size: tracked one by one on the host.
 
   def sequential_sums(self, predict: Callable, examples: Iterator[dict]) -> dict[str, np.ndarray]:
-    """`eval_sums` over sequences stored as encoded frames, each tracked by `track_frames`, and 'frames' tracked
+    """`metric_sums` over sequences stored as encoded frames, each tracked by `track_frames`, and 'frames' tracked
     in 'seconds' (wall time, decoding and the first compiles included) for `summarize`'s frames per second."""
     from vit_jax_lab.data import tracking
 
-    sums = {'count': np.float64(0), 'frames': np.float64(0), 'seconds': np.float64(0)}
+    sums = {'frames': np.float64(0), 'seconds': np.float64(0)}
     for example in examples:
       start = time.perf_counter()
       frames = tracking.decoded_frames(example['frames'], self.geometry)
-      predicted, _ = track_frames(predict, frames, example['boxes'][0], self.geometry, self.size_rate)
+      first = next(frames)  # Its size bounds the boxes GOT-10k scores.
+      predicted, _ = track_frames(
+        predict, itertools.chain([first], frames), example['boxes'][0], self.geometry, self.size_rate
+      )
       sums['seconds'] += time.perf_counter() - start
       sums['frames'] += len(predicted) - 1
       visible = ~example['absent'][None]
-      metrics = jax.device_get(sequence_metrics(predicted[None], example['boxes'][None], visible))
-      for k, v in metrics.items():
-        sums[k] = sums.get(k, 0) + np.float64(v[0])
-      sums['count'] += 1
+      metrics = sequence_metrics(predicted[None], example['boxes'][None], visible, first.shape[:2])
+      for k, v in jax.device_get(metric_sums(metrics)).items():
+        sums[k] = sums.get(k, 0) + np.float64(v)
     return sums
 
   def summarize(self, sums: dict[str, Any]) -> dict[str, float]:
-    count, timing = float(sums['count']), {}
+    timing = {}
     if 'seconds' in sums:  # Online evaluation on the host: its speed over all frames tracked.
       timing = {'fps': float(sums['frames']) / max(float(sums['seconds']), 1e-9)}
-    means = {k: float(v) / count for k, v in sums.items() if k not in ('count', 'frames', 'seconds')}
-    return means | timing | {'sequences': count}
+    return metric_means(sums) | timing | {'sequences': float(sums['count'])}

@@ -182,8 +182,8 @@ def main(argv: list[str]) -> int:
   draw(args.out, frames, predicted, truth, crops, cls, reg)
   np.savetxt(os.path.splitext(args.out)[0] + '.txt', predicted, fmt='%.2f', delimiter=',')
   if truth is not None:
-    metrics = tracking.sequence_metrics(predicted[None], truth[None], ~absent[None])
-    print('  '.join(f'{k} {float(v[0]):.4f}' for k, v in metrics.items()))
+    metrics = tracking.sequence_metrics(predicted[None], truth[None], ~absent[None], frames.shape[1:3])
+    print('  '.join(f'{k} {v:.4f}' for k, v in tracking.metric_means(tracking.metric_sums(metrics)).items()))
   print(f'wrote {args.out} and {os.path.splitext(args.out)[0]}.txt')
   return 0
 
