@@ -321,9 +321,8 @@ class Tracking(Task):
   def eval_sums(self, model: nnx.Module, batch: Batch) -> dict[str, jax.Array]:
     """`metric_sums` of the real (mask = 1) sequences."""
     predicted, _ = track(model, batch['frames'], batch['boxes'][:, 0], self.geometry, self.size_rate)
-    visible = ~batch['absent'] if 'absent' in batch else None
-    frame_size = batch['frames'].shape[2:4]
-    return metric_sums(sequence_metrics(predicted, batch['boxes'], visible, frame_size), batch['mask'])
+    metrics = sequence_metrics(predicted, batch['boxes'], ~batch['absent'], batch['frames'].shape[2:4])
+    return metric_sums(metrics, batch['mask'])
 
   def sequential(self, info: tracking.TrackingInfo) -> bool:
     return info.frames is None  # Real videos of any length and size: tracked one by one on the host.
