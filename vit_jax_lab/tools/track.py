@@ -75,11 +75,9 @@ def load_sequence(s: train.Setup, index: int) -> tuple[np.ndarray, np.ndarray, n
   count = s.builder.info.splits[s.config.data.eval_split].num_examples
   check(0 <= index < count, f'--sequence={index}: the eval split has {count} sequences (0 to {count - 1})')
   split = f'{s.config.data.eval_split}[{index}:{index + 1}]'
-  example = next(iter(s.builder.as_dataset(split=split)))
+  example = next(iter(s.task.prepare(s.info, False)(s.builder.as_dataset(split=split))))  # 'absent' as evaluated.
   frames = np.stack([data_tracking.decode(f, s.info.channels).numpy() for f in example['frames']])
-  truth = example['boxes'].numpy()
-  absent = example['absent'].numpy() if 'absent' in example else np.zeros(len(truth), bool)
-  return frames, truth, absent
+  return frames, example['boxes'].numpy(), example['absent'].numpy()
 
 
 def run(
