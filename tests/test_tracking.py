@@ -125,8 +125,17 @@ def test_perfect_predictions_track_exactly_even_at_frame_edges():
 
 
 def test_tracking_in_bfloat16_keeps_float32_boxes():
-  """Under compute_dtype=bfloat16 the trainer casts the whole evaluation batch, first boxes included; the boxes
-  carried from frame to frame stay float32."""
+  """Under compute_dtype=bfloat16 the trainer casts the batch's crops and frames but not its true boxes (bfloat16
+  would move an edge at 1,000.7 px to 1,000), and the boxes carried from frame to frame stay float32 even from
+  a bfloat16 first box."""
+  bf16 = config_lib.base_config()
+  bf16.compute_dtype = 'bfloat16'
+  batch = {'search': np.ones((1, 8, 8, 1), np.float32), 'box': np.full((1, 4), 0.3001, np.float32)}
+  batch |= {'frames': np.ones((1, 2, 8, 8, 1), np.float32), 'boxes': np.full((1, 2, 4), 1000.7, np.float32)}
+  cast = train.in_compute_dtype(batch, bf16, tracking.Tracking.float32_keys)
+  assert cast['search'].dtype == cast['frames'].dtype == jnp.bfloat16
+  for key in ('box', 'boxes'):
+    np.testing.assert_array_equal(cast[key], batch[key])
   truth = np.array([[[10, 12, 8, 6], [13, 11, 8, 7], [17, 14, 9, 7]]], np.float32)
   geometry = data_tracking.TrackingInfo(3, 1, (40, 50), 2, 2, 16, 32, 2.0, 4.0)
   frames, first = (jnp.asarray(x, jnp.bfloat16) for x in (oracle_frames(truth, 40, 50), truth[:, 0]))

@@ -10,7 +10,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Collection, Iterator
 
 import flax
 import jax
@@ -226,12 +226,17 @@ def train_batches(s: Setup, start_step: int = 0) -> Iterator[dict[str, jax.Array
   )
 
 
-def in_compute_dtype(tree: Any, config: ml_collections.ConfigDict) -> Any:
-  """Floating-point arrays of `tree` (parameters, a batch) cast to `config.compute_dtype`."""
+def in_compute_dtype(tree: Any, config: ml_collections.ConfigDict, keep: Collection[str] = ()) -> Any:
+  """Floating-point arrays of `tree` (parameters, a batch) cast to `config.compute_dtype`, but for the batch
+  entries named in `keep` (a task's `float32_keys`)."""
   dtype = jnp.dtype(config.compute_dtype)
   if dtype == jnp.float32:
     return tree
-  return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+  def cast(t):
+    return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, t)
+
+  return {k: v if k in keep else cast(v) for k, v in tree.items()} if keep else cast(tree)
 
 
 def make_train_step(s: Setup):
@@ -240,7 +245,7 @@ def make_train_step(s: Setup):
   k = s.config.accum_steps
 
   def metrics_and_grads(params, batch, rng, step, scale):
-    batch = in_compute_dtype(batch, s.config)
+    batch = in_compute_dtype(batch, s.config, s.task.float32_keys)
 
     def loss_fn(p):
       loss, metrics = s.task.loss(nnx.merge(s.graphdef, in_compute_dtype(p, s.config)), batch, rng, step)
@@ -317,7 +322,7 @@ def make_eval_step(s: Setup):
 
   def eval_step(params, batch):
     return s.task.eval_sums(
-      nnx.merge(s.graphdef, in_compute_dtype(params, s.config)), in_compute_dtype(batch, s.config)
+      nnx.merge(s.graphdef, in_compute_dtype(params, s.config)), in_compute_dtype(batch, s.config, s.task.float32_keys)
     )
 
   batch_sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)

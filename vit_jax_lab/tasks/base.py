@@ -28,6 +28,10 @@ Preprocess = Callable[[dict, 'tf.Tensor'], dict]  # (example, per-example seed) 
 class Task(Protocol):
   """What the trainer calls, in the order it calls it. `info` is whatever `dataset_info` returns."""
 
+  # Batch entries the trainer leaves in float32 under a lower `compute_dtype`, which it casts the rest to:
+  # coordinates, which bfloat16's 8-bit mantissa would round (a box edge at 1,000 px by up to 4 px).
+  float32_keys: tuple[str, ...] = ()
+
   def dataset_info(self, builder: tfds.core.DatasetBuilder, data_config: Any, workdir: str | None) -> Any:
     """What the model and the task need to know of the data (shapes, classes, vocabularies) before building."""
 

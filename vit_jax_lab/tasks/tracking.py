@@ -109,7 +109,7 @@ def track(
   first being `first_box`; class logits (B, T), the first 0)."""
   g = geometry
   height, width = frames.shape[2:4]
-  first_box = first_box.astype(jnp.float32)  # A lower compute_dtype casts it with the frames; boxes stay float32.
+  first_box = first_box.astype(jnp.float32)  # Boxes stay float32 whatever the frames' dtype.
   first = tuple(jnp.unstack(first_box, axis=-1))
   template = crops(frames[:, 0], boxes.region(first, g.template_factor), g.template_size)
 
@@ -237,6 +237,8 @@ class Tracking(Task):
   size_rate: online tracking: how far each frame's box size moves from the previous one to the predicted one (1:
     the prediction; 0: the first box's size held; SiamRPN's scale learning rate).
   """
+
+  float32_keys = ('box', 'boxes')  # The training pairs' and the evaluated sequences' true boxes.
 
   def __init__(
     self,
