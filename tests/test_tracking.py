@@ -382,6 +382,29 @@ def test_attention_weight_adds_the_regression_tokens_cross_entropy_to_the_loss()
     scanned.with_attention(batch['template'], batch['search'])
 
 
+def test_supervised_attention_keeps_rematerialisation():
+  """`with_attention` applies the blocks before the last one as the encoder does: with model.remat they are
+  rematerialised (recomputed in the backward pass), and the gradients stay the plain model's."""
+  dims = dict(width=32, depth=3, mlp_dim=64, num_heads=2, patch_size=8)
+  keys = jax.random.split(jax.random.key(1), 2)
+  batch = {
+    'template': jax.random.normal(keys[0], (2, 16, 16, 1)),
+    'search': jax.random.normal(keys[1], (2, 32, 32, 1)),
+    'box': jnp.array([[0.0, 0.0, 0.5, 0.5], [0.25, 0.5, 0.5, 0.5]]),
+    'present': jnp.array([1.0, 1.0]),
+  }
+  task = tracking.Tracking(attention_weight=2.0)
+
+  def gradients(remat):
+    graphdef, params = nnx.split(tracker.Tracker(16, 32, 1, **dims, remat=remat, rngs=nnx.Rngs(0)))
+    grad = jax.grad(lambda p: task.loss(nnx.merge(graphdef, p), batch, jax.random.key(2), jnp.int32(0))[0])
+    return str(jax.make_jaxpr(grad)(params)).count('remat'), jax.jit(grad)(params)
+
+  (plain_count, plain), (remat_count, rematted) = gradients('none'), gradients('full')
+  assert (plain_count, remat_count) == (0, 2)  # The two blocks before the last.
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), plain, rematted)
+
+
 def test_sincos_position_embeddings_start_each_grid_apart_and_beside_the_search_grid():
   dims = dict(width=32, depth=1, mlp_dim=64, num_heads=2, patch_size=8)
   model = tracker.Tracker(32, 64, 1, **dims, posemb_init='sincos2d', rngs=nnx.Rngs(0))

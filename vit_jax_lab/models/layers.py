@@ -499,8 +499,8 @@ class Encoder(nnx.Module):
 
   def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None, **block_kwargs) -> jax.Array:
     """`block_kwargs` (attention masks, the encoder output of a decoder, ...) go to every block."""
-    policy = REMAT_POLICIES[self.remat]
     if self.scan:
+      policy = REMAT_POLICIES[self.remat]
       graphdef, params = nnx.split(self.blocks)
       depth = len(self.drop_path_rates)
       keys = jax.random.split(rngs.dropout() if train and rngs is not None else jax.random.key(0), depth)
@@ -514,15 +514,22 @@ class Encoder(nnx.Module):
         layer = jax.checkpoint(layer, policy=policy, prevent_cse=False)
       x, _ = jax.lax.scan(layer, x, (params, keys, jnp.asarray(self.drop_path_rates), jnp.arange(depth)))
     else:
-
-      def apply(block, y, r, i):
-        return block(y, train=train, rngs=r, layer=i, **block_kwargs)
-
-      if policy is not None:
-        apply = nnx.remat(apply, policy=policy, static_argnums=3)
-      for i, block in enumerate(self.blocks):
-        x = apply(block, x, rngs, i)
+      x = self.through(x, len(self.blocks), train=train, rngs=rngs, **block_kwargs)
     return self.norm(x) if self.norm is not None else x
+
+  def through(self, x: jax.Array, stop: int, *, train: bool, rngs: nnx.Rngs | None, **block_kwargs) -> jax.Array:
+    """`x` through the first `stop` unscanned blocks as `__call__` applies them, rematerialised alike: what enters
+    block `stop` (a model reading that block's attention applies it itself)."""
+
+    def apply(block, y, r, i):
+      return block(y, train=train, rngs=r, layer=i, **block_kwargs)
+
+    policy = REMAT_POLICIES[self.remat]
+    if policy is not None:
+      apply = nnx.remat(apply, policy=policy, static_argnums=3)
+    for i in range(stop):
+      x = apply(self.blocks[i], x, rngs, i)
+    return x
 
 
 def path_keys(path: tuple) -> list:

@@ -199,22 +199,19 @@ class Tracker(nnx.Module):
 
   def _entering(
     self, template: jax.Array, search: jax.Array, layer: int, *, train: bool = False, rngs: nnx.Rngs | None = None
-  ) -> tuple[jax.Array, list, int]:
-    """(the tokens entering block `layer`, the blocks, the layer's index from 0), the blocks applied one by one
-    without rematerialisation. Unscanned layers only."""
+  ) -> tuple[jax.Array, nnx.Module, int]:
+    """(the tokens entering block `layer`, that block, its index from 0). Unscanned layers only."""
     if self.encoder.scan:
       raise ConfigError("the tracker's attention maps need model.scan=False (scanned blocks give no attention)")
-    x, blocks = self.tokens(template, search, train=train, rngs=rngs), list(self.encoder.blocks)
-    layer = layer % len(blocks)
-    for i, block in enumerate(blocks[:layer]):
-      x = block(x, train=train, rngs=rngs, layer=i)
-    return x, blocks, layer
+    layer = layer % len(self.encoder.blocks)
+    x = self.encoder.through(self.tokens(template, search, train=train, rngs=rngs), layer, train=train, rngs=rngs)
+    return x, self.encoder.blocks[layer], layer
 
   def search_attention(self, template: jax.Array, search: jax.Array, layer: int = -1) -> tuple[jax.Array, jax.Array]:
     """The class and regression tokens' attention over the search patches in block `layer`, heads averaged:
     two (B, gh, gw) maps (what the tracking-ViT paper draws). Unscanned layers only."""
-    x, blocks, layer = self._entering(template, search, layer)
-    weights = blocks[layer].attention_weights(x, layer=layer).mean(1)  # (B, tokens, tokens)
+    x, block, layer = self._entering(template, search, layer)
+    weights = block.attention_weights(x, layer=layer).mean(1)  # (B, tokens, tokens)
     cls, reg = (weights[:, row, self.search_start :].reshape(-1, *self.search_grid) for row in (0, 1))
     return cls, reg
 
@@ -223,9 +220,9 @@ class Tracker(nnx.Module):
   ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """`__call__`'s (logit, box) and the regression token's attention over the search patches in the last block
     (B, heads, gh * gw), which task.attention_weight supervises. Unscanned layers only."""
-    x, blocks, last = self._entering(template, search, -1, train=train, rngs=rngs)
-    attention = blocks[last].attention_weights(x, layer=last)[:, :, 1, self.search_start :]
-    x = self.encoder.norm(blocks[last](x, train=train, rngs=rngs, layer=last))
+    x, block, last = self._entering(template, search, -1, train=train, rngs=rngs)
+    attention = block.attention_weights(x, layer=last)[:, :, 1, self.search_start :]
+    x = self.encoder.norm(block(x, train=train, rngs=rngs, layer=last))
     return *self.heads(x), attention
 
   def __call__(
