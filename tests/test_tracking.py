@@ -339,6 +339,21 @@ def test_both_box_heads_give_boxes_and_refuse_bad_options():
     )
 
 
+def test_conv_stem_tokens_lie_on_the_patch_grid_with_overlapping_receptive_fields():
+  """Both stems give one token per patch; one pixel moves only its own patch's token under the linear patch
+  projection, and also its neighbours' under the conv stem. The conv stem needs a power-of-2 patch."""
+  images = jax.random.normal(jax.random.key(0), (1, 32, 32, 1))
+  touched = images.at[0, 16, 16].add(1.0)  # The top-left pixel of patch (2, 2) of the 4 x 4 grid.
+  for stem, moved in ((layers.PatchEmbedding, [10]), (layers.ConvStem, [5, 6, 9, 10])):
+    embed = stem(8, 1, 32, rngs=nnx.Rngs(0))
+    tokens = embed(images)
+    assert tokens.shape == (1, 16, 32)
+    changed = np.nonzero(np.abs(np.asarray(embed(touched) - tokens)).max(-1)[0] > 1e-6)[0]
+    assert list(changed) == moved, stem
+  with pytest.raises(ConfigError, match='patch_size=12 must be a power of 2'):
+    tracker.Tracker(24, 48, 1, width=32, depth=1, mlp_dim=64, num_heads=2, patch_size=12, stem='conv', rngs=nnx.Rngs(0))
+
+
 def test_attention_weight_adds_the_regression_tokens_cross_entropy_to_the_loss():
   """The supervised attention is the one the last block uses (`search_attention` draws the same map, the boxes are
   `__call__`'s); the loss grows by attention_weight times its cross-entropy from the target's cell shares, over
@@ -556,6 +571,9 @@ def test_init_from_an_image_vit_copies_the_encoder_and_resamples_positions_per_g
     assert any('search grid (8, 8)' in note for note in notes)
   with pytest.raises(ConfigError, match='image ViTs'):
     model.load_pretrained({'encoder': image['encoder']}, initial)
+  conv = tracker.Tracker(32, 64, 1, **dims, stem='conv', rngs=nnx.Rngs(0))
+  with pytest.raises(ConfigError, match="fits model.stem='patch' only"):
+    conv.load_pretrained(image, nnx.state(conv, nnx.Param).to_pure_dict())
 
 
 def test_init_from_a_tracker_run_copies_every_weight_or_names_the_first_difference():

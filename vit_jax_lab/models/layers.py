@@ -100,6 +100,26 @@ class PatchEmbedding(nnx.Module):
     return patches @ kernel.reshape(-1, kernel.shape[-1]) + self.bias[...]
 
 
+class ConvStem(nnx.Module):
+  """Tokens on PatchEmbedding's p x p grid from log2(p) stride-2 3 x 3 convolutions (ReLU; channels doubling up to
+  `width`) and a linear projection (Xiao et al. 2021, "Early convolutions help transformers see better"): the
+  receptive fields overlap, so a shift within a patch changes its token less than a linear patch projection's."""
+
+  def __init__(self, patch_size: int, channels: int, width: int, *, rngs: nnx.Rngs):
+    n = patch_size.bit_length() - 1
+    outs = [max(width >> (n - 1 - i), 8) for i in range(n)]
+    self.convs = nnx.List(
+      [nnx.Conv(c, o, (3, 3), strides=(2, 2), padding='SAME', rngs=rngs) for c, o in zip([channels, *outs], outs)]
+    )
+    self.projection = nnx.Linear(outs[-1], width, rngs=rngs)
+
+  def __call__(self, images: jax.Array) -> jax.Array:
+    x = images
+    for conv in self.convs:
+      x = jax.nn.relu(conv(x))
+    return self.projection(x.reshape(x.shape[0], -1, x.shape[-1]))
+
+
 def sincos_2d(height: int, width: int, features: int, temperature: float = 10_000.0) -> np.ndarray:
   """Fixed 2-D sine-cosine position embedding of shape (height * width, features) (MoCo v3)."""
   if features % 4:

@@ -68,6 +68,10 @@ class Tracker(nnx.Module):
     depth: number of encoder blocks.
     mlp_dim: hidden size of each block's MLP.
     num_heads: attention heads; must divide width.
+    stem: how pixels become tokens: 'patch' (a linear projection of each patch, the ViT's) or 'conv' (stride-2
+      3 x 3 convolutions, layers.ConvStem; patch_size a power of 2): a target at any offset within the patch grid
+      gives more alike tokens, which matching the template needs (tracking digits, seed 0: MLP head 0.640
+      against 0.584, corner head 0.726 against 0.711). init_from an image ViT needs 'patch'.
     box_head: 'mlp' (the regression token through a 3-layer MLP to sigmoid (cx, cy, w, h)) or 'corner' (ViTCRT's
       token-attention corner head, soft-argmax over the search patch grid).
     corner_channels: channels of the corner head's first convolution.
@@ -106,6 +110,7 @@ class Tracker(nnx.Module):
     depth: int | None = None,
     mlp_dim: int | None = None,
     num_heads: int | None = None,
+    stem: str = 'patch',
     box_head: str = 'mlp',
     corner_channels: int = 64,
     corner_margin: int = 0,
@@ -131,6 +136,7 @@ class Tracker(nnx.Module):
       layers.check_patch(p, (size, size))
     layers.check_options(
       dict(
+        stem=(stem, ('patch', 'conv')),
         box_head=(box_head, ('mlp', 'corner')),
         posemb_init=(posemb_init, ('normal', 'sincos2d', 'sincos2d_beside')),
         attention=(attention, ('full', 'linear')),
@@ -139,13 +145,18 @@ class Tracker(nnx.Module):
       ),
       dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path),
     )
+    if stem == 'conv' and p & (p - 1):
+      raise ConfigError(
+        f"model.stem='conv' halves the crops log2(patch_size) times: patch_size={p} must be a power of 2"
+      )
     if corner_margin < 0:
       raise ConfigError(f'model.corner_margin={corner_margin} must be >= 0 (cells past the search grid)')
     self.template_grid, self.search_grid = (template_size // p,) * 2, (search_size // p,) * 2
     self.search_start = 2 + self.template_grid[0] * self.template_grid[1]  # Token index of the first search patch.
     self.num_heads = dims['num_heads']
     self.box_head_kind = box_head
-    self.embedding = layers.PatchEmbedding(p, channels, d, rngs=rngs)
+    self.stem = stem
+    self.embedding = (layers.ConvStem if stem == 'conv' else layers.PatchEmbedding)(p, channels, d, rngs=rngs)
     normal = nnx.initializers.normal(0.02)
     self.cls = nnx.Param(jnp.zeros((1, 1, d)))
     self.reg = nnx.Param(normal(rngs.params(), (1, 1, d)))
@@ -255,6 +266,11 @@ class Tracker(nnx.Module):
           'model.* of the run'
         )
       return layers.scanned_like(layers.unscanned(source), params), ['every weight from the tracker run']
+    if self.stem != 'patch':
+      raise ConfigError(
+        f"init_from: an image ViT's patch embedding fits model.stem='patch' only, and this tracker's is "
+        f"{self.stem!r}: set model.stem='patch'"
+      )
     if not any('/' in k for k in source):
       if 'embedding' not in source or np.ndim(source['embedding']['kernel']) != 4 or 'pos_embedding' not in source:
         raise ConfigError(
