@@ -74,14 +74,15 @@ def score(predicted: list[np.ndarray], truth: np.ndarray, frame_size: tuple[int,
 def overlap_by_occlusion(
   predicted: list[np.ndarray], truth: np.ndarray, hidden: np.ndarray, frame_size: tuple[int, int]
 ) -> tuple[float, ...]:
-  """AO (GOT-10k's IoU, boxes bounded by the frame) over frames 1.. whose target is hidden less than half, half or
-  more, and wholly (hidden = 1)."""
+  """AO (GOT-10k's, as `score` reports it) over frames 1.. whose target is hidden less than half, half or more, and
+  wholly (hidden = 1)."""
   from vit_jax_lab.tasks import tracking
 
-  bounded = (tracking.bounded(x[:, 1:], *frame_size) for x in (np.stack(predicted), truth))
-  iou = np.asarray(tracking.iou_giou(*bounded)[0])
-  hidden = hidden[:, 1:]
-  return tuple(float(iou[m].mean()) if m.any() else float('nan') for m in (hidden < 0.5, hidden >= 0.5, hidden >= 1))
+  def ao(frames):
+    metrics = tracking.sequence_metrics(np.stack(predicted), truth, frames, frame_size)
+    return tracking.metric_means(tracking.metric_sums(metrics))['ao'] if frames[:, 1:].any() else float('nan')
+
+  return tuple(ao(m) for m in (hidden < 0.5, hidden >= 0.5, hidden >= 1))
 
 
 def main() -> None:
