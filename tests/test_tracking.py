@@ -1,6 +1,7 @@
 """The tracking ViT: box geometry and GIoU by hand, the crop -> predict -> map-back chain, the toolkit metrics on
 hand-made sequences, online tracking on 1 and 8 devices, exact resume, and the config's one-line errors."""
 
+import json
 import os
 
 import jax
@@ -588,3 +589,23 @@ def test_init_from_a_tracker_run_copies_every_weight_or_names_the_first_differen
   with pytest.raises(ConfigError, match='differs from the configured tracker .first at encoder') as e:
     model.load_pretrained(wider.to_pure_dict(), initial)
   assert '\n' not in str(e.value)
+
+
+@pytest.mark.slow
+def test_bench_times_the_tracker_and_names_each_input(tracking_dir, tmp_path):
+  from vit_jax_lab.tools import bench
+
+  out = tmp_path / 'bench.json'
+  spec = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), SMOKE)
+  argv = ['--steps', '2', '--warmup', '0', '--input_batches', '2', '--out', str(out), '--config', spec]
+  assert bench.main([*argv, f'--config.data.data_dir={tracking_dir}', '--config.data.eval_batch_size=8']) == 0
+  (result,) = json.loads(out.read_text())
+  config = load_config(SMOKE, tracking_dir)
+  template, search, channels = config.data.template_size, config.data.search_size, 1
+  assert result['input_shape'] == {
+    'template': [template, template, channels],
+    'search': [search, search, channels],
+    'box': [4],
+    'present': [],
+  }
+  assert result['model'] == 'tracker' and result['step_s_median'] > 0 and result['step_tflop'] > 0

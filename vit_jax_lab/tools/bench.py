@@ -212,7 +212,10 @@ def measure(config, args) -> dict[str, Any]:
     'model': f'{config.model.name} {config.model.get("variant") or ""}'.strip(),
     'devices': f'{len(s.mesh.devices.flat)} x {s.mesh.devices.flat[0].device_kind}',
     'batch': config.data.batch_size,
-    'input_shape': list(s.info.input_shape),
+    # Images, videos, tokens: one input shape; tasks of several inputs (tracking's template and search) name each.
+    'input_shape': (
+      list(s.info.input_shape) if hasattr(s.info, 'input_shape') else {k: list(v.shape[1:]) for k, v in batch.items()}
+    ),
     'compile_s': compile_seconds,
     'step_tflop': flops / 1e12,
     'peak_memory_gib': None if peak_bytes is None else peak_bytes / 2**30,
