@@ -5,6 +5,7 @@ import concurrent.futures
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import time
@@ -24,8 +25,9 @@ def train_once(spec: str, workdir: str, seed: int, data_dir: str | None, cores: 
     start = time.time()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     subprocess.run(command, cwd=root, check=True, stdout=subprocess.DEVNULL)
+    end = time.time()
     with open(wall_file, 'w') as f:
-      json.dump({'seconds': time.time() - start, 'start': start, 'end': time.time()}, f)
+      json.dump({'seconds': end - start, 'start': start, 'end': end}, f)
   return wall(workdir)['seconds']
 
 
@@ -37,6 +39,13 @@ def wall(workdir: str) -> dict[str, float]:
   return kept if isinstance(kept, dict) else {'seconds': kept}
 
 
+def pinnable_cores() -> list[int]:
+  """The CPU cores this process may run on, where runs can be pinned to some of them (Linux with taskset); else []."""
+  if not hasattr(os, 'sched_getaffinity') or shutil.which('taskset') is None:
+    return []
+  return sorted(os.sched_getaffinity(0))
+
+
 def train_all(runs: list[tuple[str, str, int]], data_dir: str | None, jobs: int = 1) -> list[float]:
   """`train_once` of each (spec, workdir, seed), `jobs` at a time, each pinned to its own share of this process's
   CPU cores, so that each makes one CPU device per core of its share (vit_jax_lab.parallel). A small model's step
@@ -44,9 +53,9 @@ def train_all(runs: list[tuple[str, str, int]], data_dir: str | None, jobs: int 
   second of one two-core run, and overlap each other's start-up. The seconds each run took."""
   if jobs == 1:
     return [train_once(*run, data_dir) for run in runs]
-  cpus = sorted(os.sched_getaffinity(0))
+  cpus = pinnable_cores()
   if len(cpus) < jobs:
-    raise ValueError(f'{jobs} runs at a time need {jobs} CPU cores, and this process may use {len(cpus)}')
+    raise ValueError(f'{jobs} runs at a time need {jobs} CPU cores to pin them to, and there are {len(cpus)}')
   shares = queue.Queue()
   for i in range(jobs):
     shares.put(cpus[i::jobs])

@@ -93,15 +93,22 @@ def main() -> None:
   parser.add_argument('--seeds', default='0,1,2')
   parser.add_argument('--workdir', default=os.path.join(ROOT, 'runs', 'tracking_digits'))
   parser.add_argument('--data_dir', default=None, help='TFDS data_dir (default: TFDS default)')
-  parser.add_argument('--jobs', type=int, default=2, help='runs trained at a time, each on its share of the cores')
+  cores = len(common.pinnable_cores())
+  parser.add_argument(
+    '--jobs',
+    type=int,
+    default=min(2, max(cores, 1)),
+    help='runs trained at a time, each pinned to its share of the cores (default 2; 1 where runs cannot be pinned)',
+  )
   args = parser.parse_args()
   heads, seeds = args.heads.split(','), [int(s) for s in args.seeds.split(',')]
   unknown = [h for h in heads if h not in HEADS]
   if unknown:
     parser.error(f'--heads: {unknown[0]!r} is not one of {", ".join(HEADS)}')
-  cores = len(os.sched_getaffinity(0))
-  if not 1 <= args.jobs <= cores:
-    parser.error(f'--jobs {args.jobs}: give 1 to {cores}, the CPU cores this process may use (one run at least each)')
+  if not 1 <= args.jobs <= max(cores, 1):
+    parser.error(
+      f'--jobs {args.jobs}: give 1 to {max(cores, 1)}, the CPU cores runs can be pinned to here (Linux with taskset)'
+    )
 
   import jax
   import jax.numpy as jnp
