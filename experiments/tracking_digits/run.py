@@ -139,17 +139,15 @@ def main() -> None:
 
   low, high = config.data.value_range
   scaled = jnp.asarray(frames, jnp.float32) / 255.0 * (high - low) + low
-  runs = [
-    (f'configs/tracking/digits.py:{h}', os.path.join(args.workdir, f'{h}_seed{s}'), s) for h in heads for s in seeds
-  ]
-  workdirs = [workdir for _, workdir, _ in runs]
+  workdirs = {(h, s): os.path.join(args.workdir, f'{h}_seed{s}') for h in heads for s in seeds}
+  runs = [(f'configs/tracking/digits.py:{h}', workdir, s) for (h, s), workdir in workdirs.items()]
   run_seconds = dict(zip(workdirs, common.train_all(runs, args.data_dir, args.jobs)))
-  minutes = common.training_minutes(workdirs)
+  minutes = common.training_minutes(list(workdirs.values()))
   for head in heads:
     results, fps_runs, walls, by_occlusion = [], [], [], []
     for seed in seeds:
-      workdir = os.path.join(args.workdir, f'{head}_seed{seed}')
-      walls.append(run_seconds[workdir])
+      workdir = workdirs[head, seed]
+      walls.append(run_seconds[head, seed])
       run_config = tool_common.one_device_one_example(tool_common.config_of(workdir, None, []))
       s = train.setup(run_config, jax.devices()[:1])
       model = tool_common.load_model(s, workdir)
