@@ -106,6 +106,10 @@ class ConvStem(nnx.Module):
   receptive fields overlap, so a shift within a patch changes its token less than a linear patch projection's."""
 
   def __init__(self, patch_size: int, channels: int, width: int, *, rngs: nnx.Rngs):
+    if patch_size & (patch_size - 1):
+      raise ConfigError(
+        f"model.stem='conv' halves the crops log2(patch_size) times: patch_size={patch_size} must be a power of 2"
+      )
     n = patch_size.bit_length() - 1
     outs = [max(width >> (n - 1 - i), 8) for i in range(n)]
     self.convs = nnx.List(

@@ -145,10 +145,6 @@ class Tracker(nnx.Module):
       ),
       dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path),
     )
-    if stem == 'conv' and p & (p - 1):
-      raise ConfigError(
-        f"model.stem='conv' halves the crops log2(patch_size) times: patch_size={p} must be a power of 2"
-      )
     if corner_margin < 0:
       raise ConfigError(f'model.corner_margin={corner_margin} must be >= 0 (cells past the search grid)')
     self.template_grid, self.search_grid = (template_size // p,) * 2, (search_size // p,) * 2
