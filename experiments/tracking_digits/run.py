@@ -30,16 +30,17 @@ HEADS = ('mlp', 'corner')
 SEQUENCE = 3  # The test sequence drawn as the tracking picture.
 
 
-def held_box(frames: np.ndarray, first: np.ndarray, factor: float) -> np.ndarray:
+def held_box(frames: np.ndarray, first: np.ndarray, factor: float, online) -> np.ndarray:
   """The first box, held still in every frame."""
-  del factor
+  del factor, online
   return np.repeat(first[None], len(frames), 0)
 
 
-def template_matching(frames: np.ndarray, first: np.ndarray, factor: float) -> np.ndarray:
+def template_matching(frames: np.ndarray, first: np.ndarray, factor: float, online) -> np.ndarray:
   """Normalised cross-correlation of the first frame's target patch with every placement inside the search region
-  around the previous box (the trackers' square of side factor * sqrt(w * h), cut to the frame); the best placement
-  is the new box (its size stays the first box's)."""
+  (the trackers' square of side factor * sqrt(w * h), cut to the frame) around the previous box, led by its velocity
+  as the trackers' (`online`, a tasks.tracking.Online); the best placement is the new box (its size stays the first
+  box's)."""
   frames = frames[..., 0].astype(np.float32) if frames.shape[-1] == 1 else frames.astype(np.float32).mean(-1)
   height, width = frames.shape[1:]
   x, y, w, h = (int(round(v)) for v in first)
@@ -47,20 +48,22 @@ def template_matching(frames: np.ndarray, first: np.ndarray, factor: float) -> n
   template = frames[0, y0 : min(y + h, height), x0 : min(x + w, width)]
   th, tw = template.shape
   t = (template - template.mean()) / (template.std() + 1e-6)
-  out, box = [first], first.astype(np.float64)
+  out, box, velocity = [first], first.astype(np.float64), (0.0, 0.0)
   side = factor * np.sqrt(w * h)
   for frame in frames[1:]:
-    cx, cy = box[0] + box[2] / 2, box[1] + box[3] / 2
+    lx, ly, _, _ = online.ahead(tuple(box), velocity)
+    cx, cy = lx + box[2] / 2, ly + box[3] / 2
     left, top = int(max(0, round(cx - side / 2))), int(max(0, round(cy - side / 2)))
     right, bottom = int(min(width, round(cx + side / 2))), int(min(height, round(cy + side / 2)))
-    if bottom - top < th or right - left < tw:  # The region no longer holds the template: stay.
-      out.append(box.copy())
-      continue
-    windows = np.lib.stride_tricks.sliding_window_view(frame[top:bottom, left:right], (th, tw))
-    mean, std = windows.mean((-2, -1)), windows.std((-2, -1)) + 1e-6
-    score = np.einsum('ijkl,kl->ij', windows, t) / (th * tw) - mean * t.mean()
-    i, j = np.unravel_index(np.argmax(score / std), score.shape)
-    box = np.array([left + j - (x0 - x), top + i - (y0 - y), w, h], np.float64)
+    new = box
+    if bottom - top >= th and right - left >= tw:  # Else the region no longer holds the template: stay.
+      windows = np.lib.stride_tricks.sliding_window_view(frame[top:bottom, left:right], (th, tw))
+      mean, std = windows.mean((-2, -1)), windows.std((-2, -1)) + 1e-6
+      score = np.einsum('ijkl,kl->ij', windows, t) / (th * tw) - mean * t.mean()
+      i, j = np.unravel_index(np.argmax(score / std), score.shape)
+      new = np.array([left + j - (x0 - x), top + i - (y0 - y), w, h], np.float64)
+    velocity = online.moved(velocity, tuple(box), tuple(new))
+    box = new
     out.append(box.copy())
   return np.array(out, np.float32)
 
@@ -114,7 +117,7 @@ def main() -> None:
   import jax.numpy as jnp
   import tensorflow_datasets as tfds
 
-  from vit_jax_lab import train
+  from vit_jax_lab import tasks, train
   from vit_jax_lab.data import builders
   from vit_jax_lab.tasks import tracking
   from vit_jax_lab.tools import common as tool_common, track
@@ -128,10 +131,17 @@ def main() -> None:
   count, length = frames.shape[:2]
   frame_size = frames.shape[2:4]
 
+  online = tasks.build(config.task).online  # How the trackers cut their search regions.
+  baselines = [
+    ('first box held still', held_box, online),
+    ('template matching (NCC)', template_matching, tracking.Online()),
+  ]
+  if online.motion_rate:  # Template matching in the trackers' regions too, led by the velocity it tracks.
+    baselines.append(('template matching (NCC), led by velocity', template_matching, online))
   rows, occlusion, hidden = [], [], test['hidden']
-  for name, method in (('first box held still', held_box), ('template matching (NCC)', template_matching)):
+  for name, method, method_online in baselines:
     start = time.time()
-    predicted = [method(f, b[0], config.data.search_factor) for f, b in zip(frames, truth)]
+    predicted = [method(f, b[0], config.data.search_factor, method_online) for f, b in zip(frames, truth)]
     fps = None if method is held_box else count * length / (time.time() - start)  # Holding computes nothing.
     rows.append((name, [score(predicted, truth, frame_size)], fps, None))
     occlusion.append((name, [overlap_by_occlusion(predicted, truth, hidden, frame_size)]))
@@ -151,8 +161,7 @@ def main() -> None:
       run_config = tool_common.one_device_one_example(tool_common.config_of(workdir, None, []))
       s = train.setup(run_config, jax.devices()[:1])
       model = tool_common.load_model(s, workdir)
-      rate = run_config.task.size_rate
-      fn = jax.jit(lambda f, b, model=model, s=s, rate=rate: tracking.track(model, f, b, s.info, rate)[0])
+      fn = jax.jit(lambda f, b, model=model, s=s: tracking.track(model, f, b, s.info, s.task.online)[0])
       jax.block_until_ready(fn(scaled, jnp.asarray(truth[:, 0])))  # Compiles.
       start = time.time()
       predicted = np.asarray(jax.block_until_ready(fn(scaled, jnp.asarray(truth[:, 0]))))
@@ -162,7 +171,7 @@ def main() -> None:
       print(f'{head} seed {seed}: success AUC {results[-1]["auc"]:.3f}  {fps_runs[-1]:.0f} FPS', flush=True)
       if head == 'corner' and seed == seeds[0]:
         picture = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'track.png')
-        one = track.run(model, frames[SEQUENCE], truth[SEQUENCE, 0], s.info, run_config.data.value_range, rate)
+        one = track.run(model, frames[SEQUENCE], truth[SEQUENCE, 0], s.info, run_config.data.value_range, s.task.online)
         track.draw(picture, frames[SEQUENCE], one[0], truth[SEQUENCE], *one[2:])
     rows.append((f'tracking ViT, {head} head', results, statistics.median(fps_runs), walls))
     occlusion.append((f'tracking ViT, {head} head', by_occlusion))

@@ -4,6 +4,7 @@ scored as the OTB, GOT-10k and TrackingNet toolkits score (`sequence_metrics`)."
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -95,43 +96,76 @@ def clip_to_frame(box: boxes.Box, height: int, width: int) -> boxes.Box:
   )
 
 
+@dataclasses.dataclass(frozen=True)
+class Online:
+  """How online tracking carries its box from one frame to the next (task.size_rate, task.motion_rate,
+  task.velocity_smoothing). Frame t's search region is cut around box t - 1 moved `motion_rate` of the tracked
+  velocity ahead, that velocity an exponential average of the centres' steps (a constant-velocity prior, as a
+  Kalman filter predicts: a fast target stays nearer the crop's centre). The new box takes the predicted centre
+  and its sides moved `size_rate` of the way to the predicted ones (SiamFC's and SiamRPN's damped scale)."""
+
+  size_rate: float = 1.0  # 1: the predicted sides; 0: the first box's held.
+  motion_rate: float = 0.0  # 0: the region around the previous box; 1: a whole frame's velocity ahead.
+  velocity_smoothing: float = 0.0  # The share of the velocity kept at each step (0: the last step alone).
+
+  def ahead(self, box: boxes.Box, velocity: tuple[Any, Any]) -> boxes.Box:
+    """The box the next search region is cut around: `box` moved `motion_rate` times `velocity` (vx, vy)."""
+    x, y, w, h = box
+    return x + self.motion_rate * velocity[0], y + self.motion_rate * velocity[1], w, h
+
+  def moved(self, velocity: tuple[Any, Any], box: boxes.Box, new: boxes.Box) -> tuple[Any, Any]:
+    """The velocity after the centre stepped from `box`'s to `new`'s."""
+    (cx, cy, _, _), (nx, ny, _, _), keep = boxes.to_centre(box), boxes.to_centre(new), self.velocity_smoothing
+    return keep * velocity[0] + (1 - keep) * (nx - cx), keep * velocity[1] + (1 - keep) * (ny - cy)
+
+  def advance(
+    self, box: boxes.Box, velocity: tuple[Any, Any], predicted: boxes.Box, region: boxes.Region, frame_size
+  ) -> tuple[boxes.Box, tuple[Any, Any]]:
+    """(the next box, the next velocity) from the previous ones and the prediction (crop units) in the search
+    crop of `region`; the box kept in the frame of `frame_size` (height, width)."""
+    cx, cy, w, h = boxes.to_centre(boxes.from_crop(predicted, region))
+    w, h = box[2] + self.size_rate * (w - box[2]), box[3] + self.size_rate * (h - box[3])
+    new = clip_to_frame(boxes.from_centre((cx, cy, w, h)), *frame_size)
+    return new, self.moved(velocity, box, new)
+
+  def searched(self, tracked: np.ndarray) -> np.ndarray:
+    """The boxes (T, 4) the search regions were cut around when online tracking gave `tracked` (T, 4); frame 0's
+    is its own box."""
+    out, velocity = [tracked[0]], (0.0, 0.0)
+    for box, new in zip(tracked[:-1], tracked[1:]):
+      out.append(np.stack(self.ahead(tuple(box), velocity)))
+      velocity = self.moved(velocity, tuple(box), tuple(new))
+    return np.stack(out).astype(np.float32)
+
+
 def track(
   model: nnx.Module,
   frames: jax.Array,
   first_box: jax.Array,
   geometry: tracking.TrackingInfo,
-  size_rate: float = 1.0,
+  online: Online = Online(),
 ) -> tuple[jax.Array, jax.Array]:
   """Online tracking of a batch of sequences (B, T, H, W, C) from their first boxes (B, 4): the template is cut from
-  frame 0, then each frame's search crop is cut around the previous prediction. The new box takes the predicted
-  centre, and its width and height moved from the previous ones by `size_rate` of the way to the predicted ones
-  (1: the prediction; smaller: damped, as SiamFC and SiamRPN update the scale). (boxes (B, T, 4) in pixels, the
-  first being `first_box`; class logits (B, T), the first 0)."""
+  frame 0, then each frame's search crop around the previous box, led by its velocity as `online` says. (boxes
+  (B, T, 4) in pixels, the first being `first_box`; class logits (B, T), the first 0)."""
   g = geometry
-  height, width = frames.shape[2:4]
+  frame_size = frames.shape[2:4]
   first_box = first_box.astype(jnp.float32)  # Boxes stay float32 whatever the frames' dtype.
   first = tuple(jnp.unstack(first_box, axis=-1))
   template = crops(frames[:, 0], boxes.region(first, g.template_factor), g.template_size)
 
-  def step(box, frame):
-    region = boxes.region(box, g.search_factor)
+  def step(carry, frame):
+    box, velocity = carry
+    region = boxes.region(online.ahead(box, velocity), g.search_factor)
     logit, predicted = model(template, crops(frame, region, g.search_size), train=False)
-    new = follow(box, tuple(jnp.unstack(predicted.astype(jnp.float32), axis=-1)), region, size_rate, height, width)
-    return new, (jnp.stack(new, -1), logit.astype(jnp.float32))
+    predicted = tuple(jnp.unstack(predicted.astype(jnp.float32), axis=-1))
+    new, velocity = online.advance(box, velocity, predicted, region, frame_size)
+    return (new, velocity), (jnp.stack(new, -1), logit.astype(jnp.float32))
 
-  _, (predicted, logits) = jax.lax.scan(step, first, jnp.swapaxes(frames[:, 1:], 0, 1))
+  still = (jnp.zeros_like(first[0]), jnp.zeros_like(first[0]))
+  _, (predicted, logits) = jax.lax.scan(step, (first, still), jnp.swapaxes(frames[:, 1:], 0, 1))
   predicted = jnp.concatenate([first_box[:, None], jnp.swapaxes(predicted, 0, 1)], 1)
   return predicted, jnp.concatenate([jnp.zeros_like(logits[:1]), logits], 0).T
-
-
-def follow(
-  box: boxes.Box, predicted: boxes.Box, region: boxes.Region, size_rate: float, height: int, width: int
-) -> boxes.Box:
-  """The next box of online tracking from the previous one and the prediction in the crop of `region`: the
-  predicted centre, the sides moved `size_rate` of the way from the previous ones, kept in the frame."""
-  cx, cy, w, h = boxes.to_centre(boxes.from_crop(predicted, region))
-  w, h = box[2] + size_rate * (w - box[2]), box[3] + size_rate * (h - box[3])
-  return clip_to_frame(boxes.from_centre((cx, cy, w, h)), height, width)
 
 
 def track_frames(
@@ -139,21 +173,21 @@ def track_frames(
   frames: Iterator[np.ndarray],
   first_box: np.ndarray,
   geometry: tracking.TrackingInfo,
-  size_rate: float = 1.0,
+  online: Online = Online(),
 ) -> tuple[np.ndarray, np.ndarray]:
   """`track` of one sequence of any length and frame size, a frame at a time driven by the host: the same crops
   (compiled once per frame size), `predict(template (1, S, S, C), search (1, S, S, C))` -> (logit (1,), box (1, 4))
   compiled once for all sequences. (boxes (T, 4), logits (T,)), as `track` returns for one."""
   g = geometry
   first = next(frames)
-  height, width = first.shape[:2]
-  box = tuple(np.asarray(first_box, np.float32))
+  box, velocity = tuple(np.asarray(first_box, np.float32)), (np.float32(0), np.float32(0))
   template = _crop(first, tuple(np.float32(v) for v in boxes.region(box, g.template_factor)), g.template_size)[None]
   out, logits = [np.asarray(box)], [0.0]
   for frame in frames:
-    region = tuple(np.float32(v) for v in boxes.region(box, g.search_factor))
+    region = tuple(np.float32(v) for v in boxes.region(online.ahead(box, velocity), g.search_factor))
     logit, predicted = jax.device_get(predict(template, _crop(frame, region, g.search_size)[None]))
-    box = tuple(np.float32(v) for v in follow(box, tuple(predicted[0]), region, size_rate, height, width))
+    box, velocity = online.advance(box, velocity, tuple(predicted[0]), region, first.shape[:2])
+    box, velocity = tuple(np.float32(v) for v in box), tuple(np.float32(v) for v in velocity)
     out.append(np.asarray(box))
     logits.append(float(logit[0]))
   return np.stack(out), np.asarray(logits, np.float32)
@@ -236,6 +270,10 @@ class Tracking(Task):
     attention alone; needs model.scan=False.
   size_rate: online tracking: how far each frame's box size moves from the previous one to the predicted one (1:
     the prediction; 0: the first box's size held; SiamRPN's scale learning rate).
+  motion_rate: online tracking: how far ahead of the previous box, in units of its tracked velocity, each search
+    region is cut (0: around the previous box; 1: one frame's motion ahead).
+  velocity_smoothing: online tracking: the share of the tracked velocity kept at each frame, the rest the last step
+    of the box's centre (0: the last step alone).
   """
 
   float32_keys = ('box', 'boxes')  # The training pairs' and the evaluated sequences' true boxes.
@@ -248,6 +286,8 @@ class Tracking(Task):
     class_weight: float = 1.0,
     attention_weight: float = 0.0,
     size_rate: float = 1.0,
+    motion_rate: float = 0.0,
+    velocity_smoothing: float = 0.0,
   ):
     weights = dict(
       l1_weight=l1_weight, giou_weight=giou_weight, class_weight=class_weight, attention_weight=attention_weight
@@ -259,7 +299,15 @@ class Tracking(Task):
       raise ConfigError(f"task.size_rate={size_rate} must be in [0, 1] (1: the predicted size, 0: the first box's)")
     self.l1_weight, self.giou_weight, self.class_weight = l1_weight, giou_weight, class_weight
     self.attention_weight = attention_weight
-    self.size_rate = size_rate
+    if not 0.0 <= motion_rate <= 1.0:
+      raise ConfigError(
+        f'task.motion_rate={motion_rate} must be in [0, 1] (0: search around the previous box, 1: a frame ahead)'
+      )
+    if not 0.0 <= velocity_smoothing < 1.0:
+      raise ConfigError(
+        f'task.velocity_smoothing={velocity_smoothing} must be in [0, 1) (the share of the velocity kept each frame)'
+      )
+    self.online = Online(size_rate, motion_rate, velocity_smoothing)
     self.geometry: tracking.TrackingInfo | None = None  # Set by dataset_info; online evaluation crops by it.
 
   def dataset_info(self, builder, data_config, workdir: str | None) -> tracking.TrackingInfo:
@@ -322,7 +370,7 @@ class Tracking(Task):
 
   def eval_sums(self, model: nnx.Module, batch: Batch) -> dict[str, jax.Array]:
     """`metric_sums` of the real (mask = 1) sequences."""
-    predicted, _ = track(model, batch['frames'], batch['boxes'][:, 0], self.geometry, self.size_rate)
+    predicted, _ = track(model, batch['frames'], batch['boxes'][:, 0], self.geometry, self.online)
     metrics = sequence_metrics(predicted, batch['boxes'], ~batch['absent'], batch['frames'].shape[2:4])
     return metric_sums(metrics, batch['mask'])
 
@@ -340,7 +388,7 @@ class Tracking(Task):
       frames = tracking.decoded_frames(example['frames'], self.geometry)
       first = next(frames)  # Its size bounds the boxes GOT-10k scores.
       predicted, _ = track_frames(
-        predict, itertools.chain([first], frames), example['boxes'][0], self.geometry, self.size_rate
+        predict, itertools.chain([first], frames), example['boxes'][0], self.geometry, self.online
       )
       sums['seconds'] += time.perf_counter() - start
       sums['frames'] += len(predicted) - 1

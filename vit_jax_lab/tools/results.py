@@ -82,7 +82,7 @@ def run(argv: list[str]) -> tuple[list[str], int]:
     name = example['name'].decode() if 'name' in example else f'{count - 1:05d}'
     frames = data_tracking.decoded_frames(example['frames'], g)
     seconds = []
-    boxes, _ = tracking.track_frames(predict, timed(frames, seconds), example['boxes'][0], g, config.task.size_rate)
+    boxes, _ = tracking.track_frames(predict, timed(frames, seconds), example['boxes'][0], g, s.task.online)
     write(args.out, layout, name, boxes, np.asarray(seconds))
   written = [args.out]
   if layout == 'got10k':

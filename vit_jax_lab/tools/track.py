@@ -81,24 +81,24 @@ def load_sequence(s: train.Setup, index: int) -> tuple[np.ndarray, np.ndarray, n
 
 
 def run(
-  model, frames: np.ndarray, first_box: np.ndarray, geometry, value_range, size_rate: float = 1.0
+  model, frames: np.ndarray, first_box: np.ndarray, geometry, value_range, online: tracking.Online
 ) -> tuple[np.ndarray, ...]:
   """Tracks `frames` (uint8) from `first_box`: (boxes (T, 4), class logits (T,), search crops (T, S, S, C) in [0, 1],
   class and regression attention (T, gh, gw)); frame 0's crop and maps are those of its own box."""
   low, high = value_range
   scaled = jnp.asarray(frames, jnp.float32)[None] / 255.0 * (high - low) + low
-  predicted, logits = jax.jit(lambda f, b: tracking.track(model, f, b, geometry, size_rate))(
+  predicted, logits = jax.jit(lambda f, b: tracking.track(model, f, b, geometry, online))(
     scaled, jnp.asarray(first_box)[None]
   )
   predicted = np.asarray(predicted[0])
-  previous = np.concatenate([predicted[:1], predicted[:-1]])  # Frame t is searched around the box of t - 1.
+  searched = online.searched(predicted)  # Frame t's search region, cut around box t - 1 led by its velocity.
 
   def region(box_rows, factor):
     return boxes.region(tuple(jnp.unstack(jnp.asarray(box_rows), axis=-1)), factor)
 
   g = geometry
   template = tracking.crops(scaled[:, 0], region(first_box[None], g.template_factor), g.template_size)
-  search = tracking.crops(scaled[0], region(previous, g.search_factor), g.search_size)
+  search = tracking.crops(scaled[0], region(searched, g.search_factor), g.search_size)
   cls, reg = jax.jit(model.search_attention)(jnp.repeat(template, len(frames), 0), search)
   crops_01 = (np.asarray(search) - low) / (high - low)
   return predicted, np.asarray(logits[0]), crops_01, np.asarray(cls), np.asarray(reg)
@@ -176,7 +176,7 @@ def main(argv: list[str]) -> int:
   else:
     frames, truth, absent = load_sequence(s, args.sequence)
     first = truth[0]
-  predicted, _, crops, cls, reg = run(model, frames, first, s.info, s.config.data.value_range, config.task.size_rate)
+  predicted, _, crops, cls, reg = run(model, frames, first, s.info, s.config.data.value_range, s.task.online)
   draw(args.out, frames, predicted, truth, crops, cls, reg)
   np.savetxt(os.path.splitext(args.out)[0] + '.txt', predicted, fmt='%.2f', delimiter=',')
   if truth is not None:
