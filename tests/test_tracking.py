@@ -125,6 +125,49 @@ def test_perfect_predictions_track_exactly_even_at_frame_edges():
   np.testing.assert_allclose(metrics['auc'], 20 / 21)  # IoU 1 exceeds every threshold but 1 itself.
 
 
+class Where(Oracle):
+  """The oracle, its logit the x (axis 0) or y (axis 1) of the centre of the region its search crop was cut from:
+  the mean of a coordinate over the crop's sample points (bilinear sampling keeps a linear field exact)."""
+
+  def __init__(self, axis: int):
+    self.axis = axis
+
+  def __call__(self, template, search, train=False):
+    _, box = super().__call__(template, search, train)
+    return search[..., self.axis].mean((1, 2)) + 0.5, box
+
+
+def test_search_regions_are_led_by_the_tracked_velocity():
+  """With task.motion_rate=1, frame t's search region is centred a smoothed velocity ahead of box t - 1: on a target
+  moving at a constant v, smoothing^(t - 1) v behind the target's centre (v itself at frame 1, before any step is
+  seen; on it from frame 2 with no smoothing). `track`, `track_frames` and `Online.searched` cut the same regions."""
+  velocity = np.array([3.0, -2.0])
+  path = np.array([20.0, 50.0]) + np.arange(8)[:, None] * velocity
+  truth = np.concatenate([path, np.full((8, 2), 8.0)], 1)[None].astype(np.float32)
+  height, width = 80, 90
+  geometry = data_tracking.TrackingInfo(6, 8, (height, width), 2, 2, 16, 32, 2.0, 2.0)
+  frames = oracle_frames(truth, height, width)
+  lag = np.arange(8)[:, None] > 0
+  for smoothing in (0.0, 0.5):
+    online = tracking.Online(motion_rate=1.0, velocity_smoothing=smoothing)
+    expected = truth[0, :, :2] + 4.0 - lag * smoothing ** np.maximum(np.arange(8) - 1, 0)[:, None] * velocity
+    searched = online.searched(truth[0])
+    np.testing.assert_allclose(searched[:, :2] + searched[:, 2:] / 2, expected, atol=1e-5)
+    for axis in (0, 1):
+      model = Where(axis)
+      predicted, logits = jax.jit(lambda f, b, m=model, o=online: tracking.track(m, f, b, geometry, o))(
+        frames, truth[:, 0]
+      )
+      np.testing.assert_allclose(predicted[0], truth[0], atol=2e-4)
+      np.testing.assert_allclose(logits[0, 1:], expected[1:, axis], atol=1e-3)
+      host, host_logits = tracking.track_frames(model, iter(frames[0]), truth[0, 0], geometry, online)
+      np.testing.assert_allclose(host, truth[0], atol=2e-4)
+      np.testing.assert_allclose(host_logits[1:], expected[1:, axis], atol=1e-3)
+  # Without motion (the default), every region is centred on the previous box.
+  _, logits = jax.jit(lambda f, b: tracking.track(Where(0), f, b, geometry))(frames, truth[:, 0])
+  np.testing.assert_allclose(logits[0, 1:], truth[0, :-1, 0] + 4.0, atol=1e-3)
+
+
 def test_tracking_in_bfloat16_keeps_float32_boxes():
   """Under compute_dtype=bfloat16 the trainer casts the batch's crops and frames but not its true boxes (bfloat16
   would move an edge at 1,000.7 px to 1,000), and the boxes carried from frame to frame stay float32 even from
@@ -451,6 +494,8 @@ def test_sincos_position_embeddings_start_each_grid_apart_and_beside_the_search_
     (dict(data__distractor_fraction=1.5), 'distractor_fraction'),
     (dict(data__search_factor=0.0), 'search_factor'),
     (dict(task__attention_weight=-1.0), 'attention_weight=-1.0 must be >= 0'),
+    (dict(task__motion_rate=1.5), r'task.motion_rate=1.5 must be in \[0, 1\]'),
+    (dict(task__velocity_smoothing=1.0), r'task.velocity_smoothing=1.0 must be in \[0, 1\)'),
     (dict(task__attention_weight=1.0, model__scan=True), 'set model.scan=False or task.attention_weight=0'),
     (dict(task__attention_weight=1.0, model__attention='linear'), "set model.attention='full' or task.attention_"),
   ],
