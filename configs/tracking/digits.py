@@ -51,7 +51,7 @@ def get_config(arg: str | None = None):
   # Each search region is cut a frame's velocity ahead of the previous box, the velocity an average keeping 0.75 of
   # itself each frame (targets move up to 3 px a frame, a third of the smallest one's side): the MLP head, whose box
   # reaches half a target side off the crop's centre, loses fewer fast targets. On 120 train sequences, table 8's
-  # runs (3 seeds): MLP head 0.647 against 0.621 without (0.642 keeping 0.5, 0.640 keeping 0.9, 0.640 at half the
+  # runs (3 seeds): MLP head 0.647 against 0.621 without (0.638 keeping 0.5, 0.640 keeping 0.9, 0.639 at half the
   # velocity ahead; the last step alone, 0.622), corner head 0.724 against 0.720.
   c.task = tasks.config(
     'tracking',
