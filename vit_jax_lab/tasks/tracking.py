@@ -297,8 +297,6 @@ class Tracking(Task):
         raise ConfigError(f'task.{key}={value} must be >= 0')
     if not 0.0 <= size_rate <= 1.0:
       raise ConfigError(f"task.size_rate={size_rate} must be in [0, 1] (1: the predicted size, 0: the first box's)")
-    self.l1_weight, self.giou_weight, self.class_weight = l1_weight, giou_weight, class_weight
-    self.attention_weight = attention_weight
     if not 0.0 <= motion_rate <= 1.0:
       raise ConfigError(
         f'task.motion_rate={motion_rate} must be in [0, 1] (0: search around the previous box, 1: a frame ahead)'
@@ -307,6 +305,8 @@ class Tracking(Task):
       raise ConfigError(
         f'task.velocity_smoothing={velocity_smoothing} must be in [0, 1) (the share of the velocity kept each frame)'
       )
+    self.l1_weight, self.giou_weight, self.class_weight = l1_weight, giou_weight, class_weight
+    self.attention_weight = attention_weight
     self.online = Online(size_rate, motion_rate, velocity_smoothing)
     self.geometry: tracking.TrackingInfo | None = None  # Set by dataset_info; online evaluation crops by it.
 
