@@ -41,6 +41,8 @@ def template_matching(frames: np.ndarray, first: np.ndarray, factor: float, onli
   (the trackers' square of side factor * sqrt(w * h), cut to the frame) around the previous box, led by its velocity
   as the trackers' (`online`, a tasks.tracking.Online); the best placement is the new box (its size stays the first
   box's)."""
+  from vit_jax_lab import boxes
+
   frames = frames[..., 0].astype(np.float32) if frames.shape[-1] == 1 else frames.astype(np.float32).mean(-1)
   height, width = frames.shape[1:]
   x, y, w, h = (int(round(v)) for v in first)
@@ -51,8 +53,7 @@ def template_matching(frames: np.ndarray, first: np.ndarray, factor: float, onli
   out, box, velocity = [first], first.astype(np.float64), (0.0, 0.0)
   side = factor * np.sqrt(w * h)
   for frame in frames[1:]:
-    lx, ly, _, _ = online.ahead(tuple(box), velocity)
-    cx, cy = lx + box[2] / 2, ly + box[3] / 2
+    cx, cy, _, _ = boxes.to_centre(online.ahead(tuple(box), velocity))
     left, top = int(max(0, round(cx - side / 2))), int(max(0, round(cy - side / 2)))
     right, bottom = int(min(width, round(cx + side / 2))), int(min(height, round(cy + side / 2)))
     new = box
