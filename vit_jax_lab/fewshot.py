@@ -140,7 +140,7 @@ class Evaluator:
       return
     family = models.get(config.model.name)
     check(
-      hasattr(family, 'features'),
+      family.offers('features'),
       f"eval.fewshot.datasets={f.datasets}: few-shot evaluation reads a model's features, and "
       f'model.name={config.model.name!r} has none; use an image or video classifier (vit, vivit) or set it to ()',
     )

@@ -150,7 +150,7 @@ def setup(
     _check_sizes(config, info, mesh, parallel.per_device_bytes(abstract_state, state_shardings))
   if config.init_from is not None:
     check(
-      hasattr(abstract_model, 'load_pretrained'),
+      family.offers('load_pretrained'),
       f'init_from: a {config.model.name} model cannot start from other weights (it has no load_pretrained): unset '
       'init_from, or rerun the run itself in its own workdir to continue it',
     )

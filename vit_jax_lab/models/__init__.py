@@ -1,8 +1,7 @@
 """Model families by config name. Models are Flax NNX modules and know nothing of data or training.
 
-A family is a module class whose constructor keywords are its config keys (`config`), and which declares
-`TENSOR_PARALLEL` (sub-layer name -> 'outputs' or 'inputs', the kernel dimension split over the mesh's
-'model' axis) and `NO_DECAY` (parameter names kept out of weight decay, besides every 1-D array).
+A family is a `base.Model` subclass whose constructor keywords are its config keys (`config`); base.py says what
+it declares and what it may offer.
 Family modules import their siblings by full name (`import vit_jax_lab.models.layers as layers`), so none
 of them goes through this registry.
 """
@@ -14,9 +13,9 @@ from flax import nnx
 
 from vit_jax_lab import config as config_lib
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.models import seq2seq, text_classifier, tracker, vit, vivit
+from vit_jax_lab.models import base, seq2seq, text_classifier, tracker, vit, vivit
 
-MODELS: dict[str, type[nnx.Module]] = {
+MODELS: dict[str, type[base.Model]] = {
   'vit': vit.ViT,
   'vivit': vivit.ViViT,
   'transformer': seq2seq.Transformer,
@@ -25,7 +24,7 @@ MODELS: dict[str, type[nnx.Module]] = {
 }
 
 
-def get(name: str) -> type[nnx.Module]:
+def get(name: str) -> type[base.Model]:
   if name not in MODELS:
     raise ConfigError(f'model.name={name!r} is not one of {", ".join(MODELS)}')
   return MODELS[name]

@@ -26,24 +26,53 @@ import numpy as np
 
 from vit_jax_lab.errors import ConfigError
 
-PATTERNS = ('full', 'local', 'sparse', 'linear')
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+  """What an attention kind supports. Models and checks ask this table, never a kind's name."""
+
+  weights: bool  # Forms attention probabilities: attention maps, attention dropout, supervised attention.
+  packing: bool  # Keeps sequences packed into one row apart (a mask over token pairs).
+  blocked: bool  # Attends within blocks of a token grid: needs `window` and one grid of tokens.
+  random: bool  # Adds `random_blocks` random key blocks per query block.
+  cache: str  # Cached decoding keeps 'keys' (every past key and value) or 'sums' (running sums, constant size).
+  # Every kind has a causal form and cached decoding.
+
+
+KINDS = {
+  'full': Kind(weights=True, packing=True, blocked=False, random=False, cache='keys'),
+  'local': Kind(weights=True, packing=True, blocked=True, random=False, cache='keys'),
+  'sparse': Kind(weights=True, packing=True, blocked=True, random=True, cache='keys'),
+  'linear': Kind(weights=False, packing=False, blocked=False, random=False, cache='sums'),
+}
+PATTERNS = tuple(KINDS)
 RANDOM_SEED = 0  # Sparse attention's random blocks: jax.random.key(RANDOM_SEED) folded with the layer number.
 LINEAR_CHUNK = 64  # Causal linear attention: tokens per chunk of the quadratic within-chunk part.
 
 
 def check(kind: str, window: int, random_blocks: int, attention_dropout: float = 0.0) -> None:
   """The attention options of a model's config, as one-line errors."""
-  if kind not in PATTERNS:
-    raise ConfigError(f'model.attention={kind!r} is not one of {", ".join(map(repr, PATTERNS))}')
-  if kind in ('local', 'sparse') and (not isinstance(window, int) or window < 1):
+  if kind not in KINDS:
+    raise ConfigError(f'model.attention={kind!r} is not one of {", ".join(map(repr, KINDS))}')
+  if KINDS[kind].blocked and (not isinstance(window, int) or window < 1):
     raise ConfigError(f'model.attention_window={window!r} must be a positive integer (tokens per block and axis)')
-  if kind == 'sparse' and (not isinstance(random_blocks, int) or random_blocks < 0):
+  if KINDS[kind].random and (not isinstance(random_blocks, int) or random_blocks < 0):
     raise ConfigError(f'model.attention_random_blocks={random_blocks!r} must be a non-negative integer')
-  if kind == 'linear' and attention_dropout > 0:
+  if not KINDS[kind].weights and attention_dropout > 0:
     raise ConfigError(
-      f"model.attention_dropout={attention_dropout}: model.attention='linear' has no attention weights to drop; "
+      f'model.attention_dropout={attention_dropout}: model.attention={kind!r} has no attention weights to drop; '
       'set it to 0'
     )
+
+
+def attend(
+  q: jax.Array, k: jax.Array, v: jax.Array, pattern: 'Pattern', mask: 'Mask | None', layer: int | jax.Array, dropout
+) -> jax.Array:
+  """Self-attention of heads (batch, tokens, heads, head_dim) in a pattern other than 'full'. `dropout`: None, or
+  a function applied to the attention probabilities."""
+  if KINDS[pattern.kind].blocked:
+    return blocked_attention(q, k, v, pattern, mask, layer, dropout=dropout)
+  return linear_attention(q, k, v, mask)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -278,8 +278,9 @@ class Attention(nnx.Module):
   def weights(self, x: jax.Array, context: jax.Array | None = None, layer: int = 0) -> jax.Array:
     """Attention probabilities (batch, heads, queries, keys): zero outside a local or sparse pattern."""
     q, k, _ = self.heads(x, context)
-    if self.pattern is not None and self.pattern.kind == 'linear':
-      raise ConfigError("model.attention='linear' has no attention weights to show; use 'full', 'local' or 'sparse'")
+    if self.pattern is not None and not attention.KINDS[self.pattern.kind].weights:
+      with_weights = ', '.join(repr(k) for k, kind in attention.KINDS.items() if kind.weights)
+      raise ConfigError(f'model.attention={self.pattern.kind!r} has no attention weights to show; use {with_weights}')
     mask = None if self.pattern is None else attention.dense_mask(self.pattern, x.shape[1], layer=layer)
     return self._probabilities(q, k, mask)
 
@@ -299,10 +300,8 @@ class Attention(nnx.Module):
     keys), True where a query may attend to a key, for full attention under that mask (cross-attention, cached
     decoding). `layer`: the block's depth, which seeds a sparse pattern's random blocks."""
     if self.pattern is not None and (mask is None or isinstance(mask, attention.Mask)):
-      if self.pattern.kind == 'linear':
-        return attention.linear_attention(q, k, v, mask)
       drop = (lambda p: self.dropout(p, train=train, rngs=rngs)) if train and self.dropout.rate > 0.0 else None
-      return attention.blocked_attention(q, k, v, self.pattern, mask, layer, dropout=drop)
+      return attention.attend(q, k, v, self.pattern, mask, layer, drop)
     if isinstance(mask, attention.Mask):
       mask = mask.dense(k.shape[1])
     # The explicit path also serves float16 without cuDNN (jax.nn.dot_product_attention's XLA path asks for a

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 import vit_jax_lab.models.attention as patterns
+import vit_jax_lab.models.base as base
 import vit_jax_lab.models.layers as layers
 from vit_jax_lab.errors import ConfigError
 
@@ -95,7 +96,7 @@ class DecoderBlock(layers.EncoderBlock):
     encoder output's keys/values."""
     cross_k, cross_v = self.cross_attn.keys_values(encoded)
     b, _, heads, head_dim = cross_k.shape
-    if self.attn.pattern is not None and self.attn.pattern.kind == 'linear':
+    if self.attn.pattern is not None and patterns.KINDS[self.attn.pattern.kind].cache == 'sums':
       own = patterns.linear_cache(b, heads, head_dim)
     else:
       empty = jnp.zeros((b, length, heads, head_dim), cross_k.dtype)
@@ -112,7 +113,7 @@ class DecoderBlock(layers.EncoderBlock):
 
     def self_attention(y):
       q, k, v = self.attn.heads(y)
-      if pattern is not None and pattern.kind == 'linear':
+      if pattern is not None and patterns.KINDS[pattern.kind].cache == 'sums':
         out, state = patterns.linear_step(q, k, v, {'kv': cache['kv'], 'z': cache['z']})
         cache.update(state)
         return self.attn.output(out)
@@ -137,7 +138,7 @@ class DecoderBlock(layers.EncoderBlock):
     return self.feed_forward(x, train=False, rngs=None), cache
 
 
-class Transformer(nnx.Module):
+class Transformer(base.Model):
   """Source tokens (B, S) or images (B, H, W, C), and decoder inputs (B, T) -> next-token logits (B, T, V).
 
   Attributes:
@@ -173,7 +174,6 @@ class Transformer(nnx.Module):
     attention_random_blocks: random key blocks per query block, for 'sparse'.
   """
 
-  TENSOR_PARALLEL = layers.TENSOR_PARALLEL
   NO_DECAY = ('input_posemb', 'target_posemb', 'image_posemb')
 
   def __init__(

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 import vit_jax_lab.models.attention as attention
+import vit_jax_lab.models.base as base
 import vit_jax_lab.models.layers as layers
 from vit_jax_lab.errors import ConfigError
 
@@ -17,7 +18,7 @@ PRESETS = {
 }
 
 
-class TextClassifier(nnx.Module):
+class TextClassifier(base.Model):
   """Token ids (B, N), 0 for padding, N <= max_len -> class logits (B, num_classes).
 
   Padding changes nothing: no token attends to a padding one, and 'gap' averages the real tokens only, so a
@@ -52,7 +53,6 @@ class TextClassifier(nnx.Module):
     attention_random_blocks: random key blocks per query block, for 'sparse'.
   """
 
-  TENSOR_PARALLEL = layers.TENSOR_PARALLEL
   NO_DECAY = ('pos_embedding', 'cls')
 
   def __init__(

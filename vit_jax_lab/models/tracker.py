@@ -9,6 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+import vit_jax_lab.models.attention as patterns
+import vit_jax_lab.models.base as base
 import vit_jax_lab.models.layers as layers
 import vit_jax_lab.models.release as release
 import vit_jax_lab.models.vit as vit
@@ -55,7 +57,7 @@ class CornerHead(nnx.Module):
     return jnp.stack([x1, y1, x2 - x1, y2 - y1], -1), probs
 
 
-class Tracker(nnx.Module):
+class Tracker(base.Model):
   """(template (B, St, St, C), search (B, Ss, Ss, C)) -> (class logit (B,), box (B, 4) in search-crop units).
 
   Attributes:
@@ -95,8 +97,8 @@ class Tracker(nnx.Module):
       tokens hold two).
   """
 
-  TENSOR_PARALLEL = layers.TENSOR_PARALLEL
   NO_DECAY = ('template_pos', 'search_pos', 'cls', 'reg')
+  PRETRAINED = ('npz', 'run')
 
   def __init__(
     self,
@@ -139,7 +141,7 @@ class Tracker(nnx.Module):
         stem=(stem, ('patch', 'conv')),
         box_head=(box_head, ('mlp', 'corner')),
         posemb_init=(posemb_init, ('normal', 'sincos2d', 'sincos2d_beside')),
-        attention=(attention, ('full', 'linear')),
+        attention=(attention, tuple(k for k, kind in patterns.KINDS.items() if not kind.blocked)),
         remat=(remat, tuple(layers.REMAT_POLICIES)),
         attention_impl=(attention_impl, layers.ATTENTION_IMPLS),
       ),

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+import vit_jax_lab.models.base as base
 import vit_jax_lab.models.layers as layers
 import vit_jax_lab.models.release as release
 from vit_jax_lab.errors import ConfigError
@@ -33,7 +34,7 @@ def decode_variant(variant: str | None) -> dict[str, int]:
   return dims | ({'patch_size': int(patch)} if patch else {})
 
 
-class ViT(nnx.Module):
+class ViT(base.Model):
   """Images (B, H, W, C) -> class logits (B, num_classes).
 
   Attributes:
@@ -75,8 +76,9 @@ class ViT(nnx.Module):
     attention_random_blocks: random key blocks per query block, for 'sparse'.
   """
 
-  TENSOR_PARALLEL = layers.TENSOR_PARALLEL
   NO_DECAY = ('pos_embedding', 'cls')
+  PRETRAINED = ('npz', 'run')
+  RELEASE_LAYOUT = 'vision_transformer'
 
   def __init__(
     self,
@@ -223,6 +225,10 @@ class ViT(nnx.Module):
       source = release.to_release(source, self.num_heads)
     params, adapted = release.from_release(source, self, params)
     return params, notes + adapted
+
+  def release_params(self, params: dict) -> dict:
+    """`params` in the vision_transformer / big_vision .npz naming (what `tools.export` writes)."""
+    return release.to_release(params, self.num_heads)
 
   def attention_maps(self, images: jax.Array) -> list[jax.Array]:
     """Every block's attention probabilities (batch, heads, tokens, tokens), in inference mode."""

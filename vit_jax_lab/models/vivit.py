@@ -22,6 +22,7 @@ import numpy as np
 from flax import nnx
 
 import vit_jax_lab.models.attention as attention
+import vit_jax_lab.models.base as base
 import vit_jax_lab.models.layers as layers
 import vit_jax_lab.models.release as release
 import vit_jax_lab.models.vit as vit
@@ -165,7 +166,7 @@ class FactorisedSelfAttentionBlock(layers.EncoderBlock):
     return x
 
 
-class ViViT(nnx.Module):
+class ViViT(base.Model):
   """Video clips (B, T, H, W, C) -> class logits (B, num_classes).
 
   Attributes:
@@ -215,8 +216,8 @@ class ViViT(nnx.Module):
     attention_random_blocks: random key blocks per query block, for 'sparse'.
   """
 
-  TENSOR_PARALLEL = layers.TENSOR_PARALLEL
   NO_DECAY = ('pos_embedding', 'cls', 'temporal_pos_embedding', 'temporal_cls')
+  PRETRAINED = ('npz', 'run')
 
   def __init__(
     self,

@@ -1,0 +1,58 @@
+"""The contract between a model family and everything else: what a family declares, and what it may offer.
+
+A family is a subclass of `Model` registered in `models/__init__.py`; its constructor keywords are its config keys
+(`config.model`). The trainer, the evaluators and the tools ask a family these questions, never its name; a new
+family declares what it has and implements the optional methods it offers.
+"""
+
+from typing import Any, ClassVar
+
+import jax
+import numpy as np
+from flax import nnx
+
+import vit_jax_lab.models.layers as layers
+
+
+class Model(nnx.Module):
+  """Declarations (class attributes) and optional abilities (methods; `offers` tells which a family has)."""
+
+  # Sub-layer name -> the kernel dimension the mesh's 'model' axis splits ('outputs' or 'inputs'; Megatron style).
+  TENSOR_PARALLEL: ClassVar[dict[str, str]] = layers.TENSOR_PARALLEL
+  # Parameter names kept out of weight decay, besides every 1-D array (biases, norms).
+  NO_DECAY: ClassVar[tuple[str, ...]] = ()
+  # The weights `load_pretrained` reads, for init_from: 'npz' (a vision_transformer / big_vision release .npz),
+  # 'run' (one of our workdirs of another shape or family). (): none; the family resumes only its own runs.
+  PRETRAINED: ClassVar[tuple[str, ...]] = ()
+  # The .npz layout `release_params` writes (`tools.export --format npz`); None: the family has none.
+  RELEASE_LAYOUT: ClassVar[str | None] = None
+
+  @classmethod
+  def offers(cls, ability: str) -> bool:
+    """Whether the family implements the optional method `ability` ('features', 'attention_maps',
+    'load_pretrained', 'release_params')."""
+    if ability not in _ABILITIES:
+      raise KeyError(f'{ability!r} is not one of the optional abilities {", ".join(_ABILITIES)}')
+    return getattr(cls, ability) is not getattr(Model, ability)
+
+  def features(self, *inputs: jax.Array, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
+    """(batch, dim): the pooled representation the head reads; what few-shot linear evaluation fits on."""
+    raise NotImplementedError
+
+  def attention_maps(self, *inputs: jax.Array) -> list[jax.Array]:
+    """Every block's attention probabilities (batch, heads, tokens, tokens) in inference mode; what
+    `tools.attention_map` draws."""
+    raise NotImplementedError
+
+  def load_pretrained(self, source: dict[str, Any], params: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """(this model's parameters from `source`, notes of what was adapted). `source` is a release .npz's flat dict
+    or another run's parameters (a pure nested dict); `params` are the model's initial ones, kept where the source
+    has nothing (a head for another class count)."""
+    raise NotImplementedError
+
+  def release_params(self, params: dict[str, Any]) -> dict[str, np.ndarray]:
+    """This model's parameters (a pure nested dict) in the flat naming of its RELEASE_LAYOUT."""
+    raise NotImplementedError
+
+
+_ABILITIES = ('features', 'attention_maps', 'load_pretrained', 'release_params')
