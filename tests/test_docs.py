@@ -12,7 +12,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, 'README.md')
 DOCS = sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md')))
-EXPERIMENTS = sorted(glob.glob(os.path.join(ROOT, 'experiments', '*', 'README.md')))
+EXPERIMENTS = sorted(glob.glob(os.path.join(ROOT, 'experiments', '*', '*.md')))  # README.md, NOTES.md
 MAX_README_WORDS = 2500
 
 FENCE = re.compile(r'^```(\w*)[^\n]*\n(.*?)^```', re.M | re.S)
