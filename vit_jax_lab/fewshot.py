@@ -176,6 +176,8 @@ class Evaluator:
     draws = [draw(train_labels, info.num_classes, tuple(f.shots), i, self.config.seed) for i in range(f.draws)]
     return _Dataset(name, builder, data_config, info, train_split, train_labels, draws)
 
+  name = 'few-shot'
+
   def due(self, step: int, last: bool) -> bool:
     """Whether the run evaluates few-shot after `step`: every eval.fewshot.every steps (0: eval_every), and last."""
     every = self.config.eval.fewshot.every or self.config.eval_every

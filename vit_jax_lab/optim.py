@@ -4,9 +4,65 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
+from ml_collections import config_dict
 
-from vit_jax_lab.models import layers
+import vit_jax_lab.models.layers as layers
+from vit_jax_lab.errors import check
+
+DECAYS = ('cosine', 'linear', 'rsqrt', 'constant')
+
+
+def config() -> ml_collections.ConfigDict:
+  """`config.optim`."""
+  return ml_collections.ConfigDict(
+    dict(
+      name='adamw',  # 'adamw' or 'sgd' (with momentum).
+      lr=1e-3,  # Peak learning rate, reached after warm-up.
+      weight_decay=1e-4,  # Decoupled weight decay; never applied to biases, norms or position embeddings.
+      b1=0.9,  # Adam beta1.
+      b2=0.999,  # Adam beta2.
+      eps=1e-8,  # Adam epsilon.
+      # Adam's first moment or SGD's momentum in this dtype, e.g. 'bfloat16' (less memory; vision_transformer's
+      # fine-tuning); None: float32 like the parameters.
+      mu_dtype=config_dict.placeholder(str),
+      momentum=0.9,  # SGD momentum.
+      nesterov=False,  # SGD Nesterov momentum.
+      clip_norm=1.0,  # Clip gradients to this global norm; 0 turns clipping off.
+    )
+  )
+
+
+def schedule_config() -> ml_collections.ConfigDict:
+  """`config.schedule`."""
+  return ml_collections.ConfigDict(
+    dict(
+      warmup_steps=100,  # Linear warm-up from 0 to optim.lr.
+      decay='cosine',  # After warm-up: one of DECAYS.
+      end_factor=0.0,  # cosine/linear: the final learning rate as a fraction of optim.lr.
+      rsqrt_timescale=10_000,  # rsqrt: lr * sqrt(timescale / (timescale + steps after warm-up)).
+    )
+  )
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Checks `config.optim` and `config.schedule`."""
+  o, s = config.optim, config.schedule
+  check(o.name in ('adamw', 'sgd'), f"optim.name={o.name!r} is not one of 'adamw', 'sgd'")
+  check(o.lr > 0, f'optim.lr={o.lr} must be positive')
+  check(o.weight_decay >= 0, f'optim.weight_decay={o.weight_decay} must be >= 0')
+  check(o.clip_norm >= 0, f'optim.clip_norm={o.clip_norm} must be >= 0 (0 turns clipping off)')
+  check(
+    o.mu_dtype in (None, 'float32', 'bfloat16'),
+    f"optim.mu_dtype={o.mu_dtype!r} is not one of None, 'float32', 'bfloat16'",
+  )
+  check(s.decay in DECAYS, f'schedule.decay={s.decay!r} is not one of {", ".join(map(repr, DECAYS))}')
+  check(
+    0 <= s.warmup_steps <= config.total_steps,
+    f'schedule.warmup_steps={s.warmup_steps} must be between 0 and total_steps={config.total_steps}',
+  )
+  check(0 <= s.end_factor <= 1, f'schedule.end_factor={s.end_factor} must be in [0, 1]')
 
 
 def schedule(config) -> optax.Schedule:

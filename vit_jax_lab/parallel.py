@@ -3,14 +3,54 @@
 import os
 
 import jax
+import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from ml_collections import config_dict
 
+import vit_jax_lab.models.layers as layers
 from vit_jax_lab.errors import check
-from vit_jax_lab.models import layers
 
 AXES = ('data', 'fsdp', 'model')
 BATCH = P(('data', 'fsdp'))  # The batch dimension is split over the data-parallel devices.
+
+
+def mesh_config() -> ml_collections.ConfigDict:
+  """`config.mesh`: the device mesh's axis sizes."""
+  return ml_collections.ConfigDict(
+    dict(
+      data=-1,  # Data-parallel axis size; -1: the devices left over by the other axes.
+      fsdp=1,  # Fully sharded data parallel: parameters and optimizer state are split over this axis.
+      fsdp_min_size=2**14,  # Arrays with fewer elements stay replicated under FSDP.
+      # Tensor parallel: attention and MLP weights are split over this axis (Megatron style); the batch is split
+      # over data x fsdp only.
+      model=1,
+    )
+  )
+
+
+def distributed_config() -> ml_collections.ConfigDict:
+  """`config.distributed`: multi-host start-up; all None: detected from the environment."""
+  return ml_collections.ConfigDict(
+    dict(
+      coordinator_address=config_dict.placeholder(str),  # 'host:port' of process 0.
+      num_processes=config_dict.placeholder(int),
+      process_id=config_dict.placeholder(int),
+    )
+  )
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Checks `config.mesh` and `config.distributed`."""
+  sizes = {k: config.mesh[k] for k in AXES}
+  check(list(sizes.values()).count(-1) <= 1, f'mesh: at most one axis may be -1, got {sizes}')
+  check(all(v == -1 or v > 0 for v in sizes.values()), f'mesh: axis sizes must be positive or -1, got {sizes}')
+  dist = config.distributed
+  given = [dist.coordinator_address is not None, dist.num_processes is not None, dist.process_id is not None]
+  check(
+    all(given) or not any(given),
+    'distributed: set coordinator_address, num_processes and process_id together, or none of them',
+  )
 
 
 def initialize_distributed(config) -> None:

@@ -26,7 +26,6 @@ from vit_jax_lab import (
   checkpoints,
   config as config_lib,
   errors,
-  fewshot,
   models,
   optim,
   parallel,
@@ -36,6 +35,7 @@ from vit_jax_lab import (
 )
 from vit_jax_lab.data import pipeline
 from vit_jax_lab.errors import check
+from vit_jax_lab.evaluators import common as evaluators
 
 
 @flax.struct.dataclass
@@ -442,7 +442,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     for note in lock_notes:
       log(note)
     s = setup(config, workdir=workdir)  # Everything is checked before the workdir records the run.
-    fewshot_eval = fewshot.Evaluator(config, s.mesh, s.graphdef, s.state_shardings.params, s.info)  # Checked too.
+    evals = evaluators.build(config, s.mesh, s.graphdef, s.state_shardings.params, s.info)  # Checked too.
     notes = workdir_lib.record_config(config, workdir)
     checkpointer = checkpoints.Checkpointer(workdir, every=config.checkpoint_every, keep=config.keep)
     abstract_state = checkpoints.abstract(s.abstract_state, s.state_shardings)
@@ -491,10 +491,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             + f'  ({time.perf_counter() - t0:.1f}s)'
           )
           progress.rate(step)  # Eval time does not count against steps/s.
-        if fewshot_eval.due(step, last):
-          few = fewshot_eval.evaluate(state.eval_params())
-          writer.write_scalars(step, few)
-          log(f'few-shot at step {step}: {fewshot_eval.summary(few)}')
+        for evaluator in (e for e in evals if e.due(step, last)):
+          scores = evaluator.evaluate(state.eval_params())
+          writer.write_scalars(step, scores)
+          log(f'{evaluator.name} at step {step}: {evaluator.summary(scores)}')
           progress.rate(step)
         if last or stop or checkpointer.should_save(step):
           _stop_if_diverged(state, checkpointer)

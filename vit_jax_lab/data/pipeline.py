@@ -29,6 +29,9 @@ from vit_jax_lab.data import builders
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.errors import ConfigError, check
 
+# TensorFlow only feeds data; an accelerator it grabbed would be taken from JAX.
+tf.config.set_visible_devices([], 'GPU')
+
 Batch = dict[str, jax.Array]
 Preprocess = Callable[[dict, tf.Tensor], dict]
 Prepare = Callable[[tf.data.Dataset], tf.data.Dataset]

@@ -11,7 +11,7 @@ from typing import Any
 import ml_collections
 from flax import nnx
 
-from vit_jax_lab import config as config_lib
+from vit_jax_lab import signatures
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.models import base, seq2seq, text_classifier, tracker, vit, vivit
 
@@ -32,7 +32,7 @@ def get(name: str) -> type[base.Model]:
 
 def config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
   """`config.model`: the model's constructor keywords and defaults, with `overrides` applied."""
-  return config_lib.constructor_config(get(name), name, overrides)
+  return signatures.constructor_config(get(name), name, overrides)
 
 
 def build(model_config: ml_collections.ConfigDict, rngs: nnx.Rngs, **data_kwargs: Any) -> nnx.Module:

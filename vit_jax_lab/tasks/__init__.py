@@ -4,7 +4,7 @@ from typing import Any
 
 import ml_collections
 
-from vit_jax_lab import config as config_lib
+from vit_jax_lab import signatures
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tasks import classification, seq2seq, tracking
 from vit_jax_lab.tasks.base import Task
@@ -24,7 +24,7 @@ def get(name: str) -> type[Task]:
 
 def config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
   """`config.task`: the task's constructor keywords and defaults, with `overrides` applied."""
-  return config_lib.constructor_config(get(name), name, overrides)
+  return signatures.constructor_config(get(name), name, overrides)
 
 
 def build(task_config: ml_collections.ConfigDict) -> Task:

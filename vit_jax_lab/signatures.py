@@ -1,0 +1,46 @@
+"""Config groups made from constructor signatures: a model's or task's keyword arguments and their defaults are its
+config keys (`config.model`, `config.task`), documented once, in the constructor. Imports nothing of ours, so the
+registries (models, tasks) and the config composer (config.py) can both use it."""
+
+import inspect
+import types
+import typing
+from typing import Any, Callable
+
+import ml_collections
+from ml_collections import config_dict
+
+
+def config_from_signature(fn: Callable[..., Any], name: str, skip: tuple[str, ...] = ()) -> ml_collections.ConfigDict:
+  """A ConfigDict with `name` plus every keyword argument of `fn` and its default.
+
+  Models and tasks document their hyperparameters once, in their constructors; this turns them into
+  config keys, so a typo in `--config.model.widht=...` is an unknown key, not a silent no-op.
+  """
+  cfg = ml_collections.ConfigDict({'name': name})
+  fn = fn.__init__ if isinstance(fn, type) else fn  # A module's metaclass hides its __init__ signature.
+  hints = typing.get_type_hints(fn)
+  for p in inspect.signature(fn).parameters.values():
+    if p.name in skip or p.name in ('self', 'rngs') or p.default is inspect.Parameter.empty:
+      continue
+    if p.default is None:
+      cfg[p.name] = config_dict.placeholder(_base_type(hints.get(p.name, str)))
+    else:
+      cfg[p.name] = p.default
+  return cfg
+
+
+def constructor_config(fn: Callable[..., Any], name: str, overrides: dict[str, Any]) -> ml_collections.ConfigDict:
+  """`config_from_signature(fn, name)`, locked (a misspelt keyword is an error here too), with `overrides`."""
+  cfg = config_from_signature(fn, name)
+  cfg.lock()
+  cfg.update(overrides)
+  return cfg
+
+
+def _base_type(hint: Any) -> type:
+  """`int | None` -> int, for typed placeholders."""
+  args = [a for a in typing.get_args(hint) if a is not type(None)]
+  if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
+    return _base_type(args[0])
+  return typing.get_origin(hint) or hint
