@@ -1,5 +1,5 @@
-"""What the experiment scripts share: runs trained once and read back, step times, and the tables they write into
-READMEs."""
+"""What the experiment scripts share: one way to train a run, its times read back, and the tables they write into
+READMEs. Every script runs from the repository root as a module: `python -m experiments.NAME.run`."""
 
 import concurrent.futures
 import json
@@ -9,26 +9,65 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from vit_jax_lab import config as config_lib
 
-def train_once(spec: str, workdir: str, seed: int, data_dir: str | None, cores: list[int] | None = None) -> float:
-  """Runs `python -m main --config spec --config.seed=SEED` in `workdir` unless it finished before, pinned to `cores`
-  (taskset; None: this process's); the seconds that command took (kept in the workdir with when it started and
-  ended, so a table rewritten later reports the run's own time)."""
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def flags(overrides: Mapping[str, object]) -> list[str]:
+  """The command line's --config.KEY=VALUE for each dotted key and value, e.g. {'model.dropout': 0.0}."""
+  return [f'--config.{key}={value}' for key, value in overrides.items()]
+
+
+def main_command(spec: str, workdir: str, overrides: Sequence[str] = ()) -> list[str]:
+  """The command line `python -m main --config spec --workdir workdir OVERRIDES...`, to run in ROOT."""
+  return [sys.executable, '-m', 'main', '--config', spec, '--workdir', workdir, *overrides]
+
+
+def train(
+  spec: str,
+  workdir: str,
+  overrides: Mapping[str, object] | None = None,
+  *,
+  separate: bool = False,
+  cores: list[int] | None = None,
+) -> dict[str, float]:
+  """Trains the config file `spec` (path[:arg], relative to ROOT) in `workdir`, with `overrides` set as the command
+  line sets them (`flags`); its last evaluation's eval/* metrics.
+
+  In this process by default, so that runs one after another share one import of JAX and TensorFlow and, with
+  parallel.enable_compilation_cache, their compiled steps. With `separate`, as the command `python -m main` in a
+  process of its own, pinned to `cores` (taskset; None: this process's), unless it finished before: the seconds
+  the command took are kept in the workdir with when it started and ended (`wall`), so a table rewritten later
+  reports the run's own time; the metrics are then read back from its metrics.jsonl, with the 'step' they were
+  logged at."""
+  argv = flags(overrides or {})
+  if not separate:
+    from vit_jax_lab import train as train_lib  # With TensorFlow: ~6 s that the scripts which only read configs skip.
+
+    config = config_lib.load(os.path.join(ROOT, spec))
+    config_lib.apply_overrides(config, argv)
+    return train_lib.train_and_evaluate(config, workdir)
   wall_file = os.path.join(workdir, 'wall_seconds.json')
   if not os.path.exists(wall_file):
-    command = [sys.executable, '-m', 'main', '--config', spec, '--workdir', workdir, f'--config.seed={seed}']
-    command += [f'--config.data.data_dir={data_dir}'] if data_dir else []
-    command = (['taskset', '-c', ','.join(map(str, cores))] if cores else []) + command
+    command = (['taskset', '-c', ','.join(map(str, cores))] if cores else []) + main_command(spec, workdir, argv)
     start = time.time()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    subprocess.run(command, cwd=root, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     end = time.time()
     with open(wall_file, 'w') as f:
       json.dump({'seconds': end - start, 'start': start, 'end': end}, f)
-  return wall(workdir)['seconds']
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    evaluations = [m for m in map(json.loads, f) if any(_evaluation_key(k) for k in m)]
+  return evaluations[-1]
+
+
+def _evaluation_key(key: str) -> bool:
+  """Whether `key` is the evaluation's; few-shot accuracies are logged on lines of their own."""
+  return key.startswith('eval/') and not key.startswith('eval/fewshot/')
 
 
 def wall(workdir: str) -> dict[str, float]:
@@ -46,13 +85,14 @@ def pinnable_cores() -> list[int]:
   return sorted(os.sched_getaffinity(0))
 
 
-def train_all(runs: list[tuple[str, str, int]], data_dir: str | None, jobs: int = 1) -> list[float]:
-  """`train_once` of each (spec, workdir, seed), `jobs` at a time, each pinned to its own share of this process's
-  CPU cores, so that each makes one CPU device per core of its share (vit_jax_lab.parallel). A small model's step
-  leaves a second core idle much of the time: on 2 cores two one-core runs at a time train ~1.2x the steps per
-  second of one two-core run, and overlap each other's start-up. The seconds each run took."""
+def train_all(runs: list[tuple[str, str, Mapping[str, object]]], jobs: int = 1) -> list[dict[str, float]]:
+  """`train` of each (spec, workdir, overrides) as a separate command, `jobs` at a time, each pinned to its own
+  share of this process's CPU cores, so that each makes one CPU device per core of its share
+  (vit_jax_lab.parallel). A small model's step leaves a second core idle much of the time: on 2 cores two one-core
+  runs at a time train ~1.2x the steps per second of one two-core run, and overlap each other's start-up. Each
+  run's last evaluation."""
   if jobs == 1:
-    return [train_once(*run, data_dir) for run in runs]
+    return [train(*run, separate=True) for run in runs]
   cpus = pinnable_cores()
   if len(cpus) < jobs:
     raise ValueError(f'{jobs} runs at a time need {jobs} CPU cores to pin them to, and there are {len(cpus)}')
@@ -63,7 +103,7 @@ def train_all(runs: list[tuple[str, str, int]], data_dir: str | None, jobs: int 
   def one(run):
     share = shares.get()
     try:
-      return train_once(*run, data_dir, share)
+      return train(*run, separate=True, cores=share)
     finally:
       shares.put(share)
 
@@ -115,11 +155,3 @@ def recipe_lines(rows: list[tuple[str, str, str, str]]) -> list[str]:
   for setting, reference, source, ours in rows:
     lines.append(f'| {setting} | {reference} | {source} | {ours} | {"=" if ours == reference else "≠"} |')
   return lines
-
-
-def config_of(spec: str):
-  """The config file `spec` (path[:arg], relative to the repository) as a run would load it."""
-  from vit_jax_lab import config as config_lib
-
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  return config_lib.load(os.path.join(root, spec))

@@ -1,8 +1,8 @@
 """Time and compiled peak memory of each attention pattern against sequence length, rendered into README.md.
 
-python experiments/attention_scaling/run.py                    # every row (about 25 minutes on 2 CPU cores)
-python experiments/attention_scaling/run.py --sizes 256,1024   # a quick look; prints, writes nothing
-python experiments/attention_scaling/run.py --what layer       # the layer table alone
+python -m experiments.attention_scaling.run                    # every row (about 25 minutes on 2 CPU cores)
+python -m experiments.attention_scaling.run --sizes 256,1024   # a quick look; prints, writes nothing
+python -m experiments.attention_scaling.run --what layer       # the layer table alone
 On an NVIDIA GPU the same command writes the GPU table: bf16 compute, and full attention also through cuDNN's
 fused (flash) kernel, the baseline an O(n) pattern has to beat there.
 
@@ -16,6 +16,9 @@ call; the slope is the least-squares slope of log time against log n for n >= 1,
 On a GPU the cells share one process: an allocation that fails raises there instead of killing it.
 """
 
+if not __package__:
+  raise SystemExit('run from the repository root as a module: python -m experiments.attention_scaling.run')
+
 import argparse
 import json
 import math
@@ -26,19 +29,17 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
 os.environ.setdefault('JAX_NUM_CPU_DEVICES', '1')  # One device: batch 1, and every core serves it.
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from flax import nnx  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
 
-from experiments import common  # noqa: E402
-from vit_jax_lab import config as config_lib, train  # noqa: E402
-from vit_jax_lab.models import attention, layers  # noqa: E402
-from vit_jax_lab.tools import bench  # noqa: E402
+from experiments import common
+from vit_jax_lab import config as config_lib, train
+from vit_jax_lab.models import attention, layers
+from vit_jax_lab.tools import bench
 
 GPU = jax.default_backend() == 'gpu'
 KINDS = ('full', 'cudnn', 'local', 'sparse', 'linear') if GPU else ('full', 'local', 'sparse', 'linear')
@@ -53,9 +54,6 @@ WINDOW, RANDOM_BLOCKS = 4, 2
 def pattern_of(kind: str) -> str:
   """The attention pattern a table row measures: cuDNN's rows are full attention."""
   return 'full' if kind == 'cudnn' else kind
-
-
-README = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'README.md')
 
 
 def free_bytes() -> int:
@@ -106,7 +104,7 @@ def layer_row(kind: str, n: int, repeats: int) -> dict:
 
 def step_row(kind: str, n: int, repeats: int) -> dict:
   side = 16 * math.isqrt(n)
-  config = config_lib.load('configs/vit/digits.py')
+  config = config_lib.load(os.path.join(common.ROOT, 'configs/vit/digits.py'))
   config.model.update(variant='Ti/16', pool='gap', posemb='learn', dropout=0.0, attention=pattern_of(kind))
   config.model.attention_impl = IMPLS.get(kind)
   config.compute_dtype = jnp.dtype(DTYPE).name
@@ -146,8 +144,16 @@ def run_cell(what: str, kind: str, n: int, repeats: int) -> dict:
       return {'killed': True}
     finally:
       jax.clear_caches()
-  command = [sys.executable, os.path.abspath(__file__), '--cell', f'{what},{kind},{n}', '--repeats', str(repeats)]
-  done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+  command = [
+    sys.executable,
+    '-m',
+    'experiments.attention_scaling.run',
+    '--cell',
+    f'{what},{kind},{n}',
+    '--repeats',
+    str(repeats),
+  ]
+  done = subprocess.run(command, cwd=common.ROOT, capture_output=True, text=True)
   if done.returncode in (-9, 137):
     return {'killed': True}
   if done.returncode:
@@ -196,7 +202,7 @@ def render(results: dict, sizes: tuple[int, ...]) -> str:
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser()
+  parser = argparse.ArgumentParser(prog='python -m experiments.attention_scaling.run')
   parser.add_argument('--sizes', default=','.join(map(str, SIZES)))
   parser.add_argument('--repeats', type=int, default=2)
   parser.add_argument('--what', default='layer,step', help='which tables: layer, step or both')

@@ -1,18 +1,18 @@
 """Renders the Transformer parameter table into experiments/seq2seq_model_table/README.md.
 
-python experiments/seq2seq_model_table/make_table.py
+python -m experiments.seq2seq_model_table.make_table
 Transformer base and big with a shared 37,000-token vocabulary, counted from abstract shapes in seconds.
 """
 
-import os
-import sys
+if not __package__:
+  raise SystemExit('run from the repository root as a module: python -m experiments.seq2seq_model_table.make_table')
+
 
 from flax import nnx
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from experiments import common  # noqa: E402
-from vit_jax_lab import cost  # noqa: E402
-from vit_jax_lab.models import seq2seq  # noqa: E402
+from experiments import common
+from vit_jax_lab import cost
+from vit_jax_lab.models import seq2seq
 
 VOCAB = 37_000
 PUBLISHED = {'base': (65, 27.3), 'big': (213, 28.4)}  # Vaswani et al. 2017, Table 3: params (M), EN-DE BLEU.

@@ -1,23 +1,23 @@
 """Train-step throughput of the model families on this machine, rendered into README.md.
 
-python experiments/throughput/run.py            # every row (about 20 minutes on 2 CPU cores)
-python experiments/throughput/run.py compile    # only the compile-time and memory rows
-python experiments/throughput/run.py gpu        # the accelerator table: bf16, cuDNN attention (one NVIDIA GPU)
+python -m experiments.throughput.run            # every row (about 20 minutes on 2 CPU cores)
+python -m experiments.throughput.run compile    # only the compile-time and memory rows
+python -m experiments.throughput.run gpu        # the accelerator table: bf16, cuDNN attention (one NVIDIA GPU)
 Each row is `python -m vit_jax_lab.tools.bench` on the config and overrides shown, with random inputs of the
 shape shown (--synthetic; Transformer-base: 128 source and 128 target tokens, a 37,000-token vocabulary),
 so no dataset is read. Run nothing else on the machine meanwhile.
 """
 
+if not __package__:
+  raise SystemExit('run from the repository root as a module: python -m experiments.throughput.run')
+
 import os
 import sys
 import types
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from experiments import common  # noqa: E402
-from vit_jax_lab import config as config_lib  # noqa: E402
-from vit_jax_lab.tools import bench  # noqa: E402
+from experiments import common
+from vit_jax_lab import config as config_lib
+from vit_jax_lab.tools import bench
 
 VIT = [
   '--config.model.pool=tok',
@@ -108,7 +108,7 @@ GPU_ROWS = [  # ViT at 224 px (ImageNet's shape) on one NVIDIA GPU.
 def measure(rows, steps: int) -> list[dict]:
   results = []
   for name, path, overrides, shape in rows:
-    config = config_lib.load(os.path.join(ROOT, path))
+    config = config_lib.load(os.path.join(common.ROOT, path))
     config_lib.apply_overrides(config, overrides)
     args = types.SimpleNamespace(steps=steps, warmup=2, input_batches=0, synthetic=shape, decode=[])
     results.append({'config': name} | bench.measure(config, args))

@@ -1,22 +1,24 @@
 """Writes the GOT-10k tracking recipe beside OSTrack-256's, value by value, and the published scores beside ours,
 into experiments/tracking_benchmarks/README.md.
 
-python experiments/tracking_benchmarks/recipes.py
+python -m experiments.tracking_benchmarks.recipes
 Read from configs/tracking/got10k.py, so the tables show what the config sets; nothing is trained.
 """
 
-import os
-import sys
+if not __package__:
+  raise SystemExit('run from the repository root as a module: python -m experiments.tracking_benchmarks.recipes')
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from experiments import common  # noqa: E402
+import os
+
+from experiments import common
+from vit_jax_lab import config as config_lib
 
 OSTRACK = 'OSTrack `vitb_256_mae_ce_32x4_got10k_ep100.yaml`'
 PAIRS_PER_EPOCH = 60_000  # OSTrack's SAMPLE_PER_EPOCH.
 
 
 def recipe_rows() -> list[tuple[str, str, str, str]]:
-  c = common.config_of('configs/tracking/got10k.py')
+  c = config_lib.load(os.path.join(common.ROOT, 'configs/tracking/got10k.py'))
   d, o, m, t = c.data, c.optim, c.model, c.task
   epochs = c.total_steps * d.batch_size / PAIRS_PER_EPOCH
   return [

@@ -1,21 +1,23 @@
 """Writes the fine-tuning recipes beside vision_transformer's, value by value, and the accuracies reported for
 them, into experiments/vit_finetune/README.md.
 
-python experiments/vit_finetune/recipes.py
+python -m experiments.vit_finetune.recipes
 Read from configs/vit/finetune.py, so the tables show what the configs set; nothing is trained.
 """
 
-import os
-import sys
+if not __package__:
+  raise SystemExit('run from the repository root as a module: python -m experiments.vit_finetune.recipes')
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from experiments import common  # noqa: E402
+import os
+
+from experiments import common
+from vit_jax_lab import config as config_lib
 
 VT = 'vision_transformer'
 
 
 def config(arg: str):
-  return common.config_of(f'configs/vit/finetune.py:{arg}')
+  return config_lib.load(os.path.join(common.ROOT, f'configs/vit/finetune.py:{arg}'))
 
 
 def recipe_rows() -> list[tuple[str, str, str, str]]:

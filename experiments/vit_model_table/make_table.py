@@ -1,18 +1,18 @@
 """Renders the ViT model table (parameters, forward GMACs) into experiments/vit_model_table/README.md.
 
-python experiments/vit_model_table/make_table.py
+python -m experiments.vit_model_table.make_table
 Counted from abstract shapes: nothing is allocated, so H/14 takes seconds on a laptop.
 """
 
-import os
-import sys
+if not __package__:
+  raise SystemExit('run from the repository root as a module: python -m experiments.vit_model_table.make_table')
+
 
 from flax import nnx
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from experiments import common  # noqa: E402
-from vit_jax_lab import cost  # noqa: E402
-from vit_jax_lab.models import vit  # noqa: E402
+from experiments import common
+from vit_jax_lab import cost
+from vit_jax_lab.models import vit
 
 # Dosovitskiy et al. 2021 / timm: parameters at 224 px with 1,000 classes, forward GMACs per image.
 PUBLISHED = {

@@ -1,22 +1,24 @@
 """Writes the ViViT Kinetics-400 recipes beside scenic's, value by value, and the accuracies reported for them,
 into experiments/vivit_kinetics400/README.md.
 
-python experiments/vivit_kinetics400/recipes.py
+python -m experiments.vivit_kinetics400.recipes
 Read from configs/vivit/kinetics400.py, so the tables show what the config sets; nothing is trained.
 """
 
-import os
-import sys
+if not __package__:
+  raise SystemExit('run from the repository root as a module: python -m experiments.vivit_kinetics400.recipes')
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from experiments import common  # noqa: E402
+import os
+
+from experiments import common
+from vit_jax_lab import config as config_lib
 
 SCENIC = 'scenic `vivit_base_k400.py`, `vivit_base_factorised_encoder.py`'  # projects/vivit/configs/kinetics400/
 TRAIN_SIZE = 214_834  # scenic's KINETICS_400_TRAIN_SIZE.
 
 
 def config(model: str):
-  return common.config_of(f'configs/vivit/kinetics400.py:{model}')
+  return config_lib.load(os.path.join(common.ROOT, f'configs/vivit/kinetics400.py:{model}'))
 
 
 def recipe_rows() -> list[tuple[str, str, str, str]]:

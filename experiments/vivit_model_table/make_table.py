@@ -1,18 +1,18 @@
 """Renders the ViViT model table (parameters, forward GMACs) into experiments/vivit_model_table/README.md.
 
-python experiments/vivit_model_table/make_table.py
+python -m experiments.vivit_model_table.make_table
 ViViT-B/16x2 on 32 frames of 224 px with a 400-class head, counted from abstract shapes in seconds.
 """
 
-import os
-import sys
+if not __package__:
+  raise SystemExit('run from the repository root as a module: python -m experiments.vivit_model_table.make_table')
+
 
 from flax import nnx
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from experiments import common  # noqa: E402
-from vit_jax_lab import cost  # noqa: E402
-from vit_jax_lab.models import vivit  # noqa: E402
+from experiments import common
+from vit_jax_lab import cost
+from vit_jax_lab.models import vivit
 
 SHAPE = (32, 224, 224, 3)
 # Arnab et al. 2021, Table 2: parameters (millions), GFLOPs (the paper's FLOPs are multiply-adds), K400 top-1.

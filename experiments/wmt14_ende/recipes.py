@@ -1,21 +1,23 @@
 """Writes the WMT14 English-German recipes beside the Transformer paper's, value by value, into
 experiments/wmt14_ende/README.md.
 
-python experiments/wmt14_ende/recipes.py
+python -m experiments.wmt14_ende.recipes
 Read from configs/seq2seq/wmt14_ende.py, so the table shows what the config sets; nothing is trained.
 """
 
-import os
-import sys
+if not __package__:
+  raise SystemExit('run from the repository root as a module: python -m experiments.wmt14_ende.recipes')
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from experiments import common  # noqa: E402
+import os
+
+from experiments import common
+from vit_jax_lab import config as config_lib
 
 PAPER = 'Vaswani et al. 2017'
 
 
 def config(size: str):
-  return common.config_of(f'configs/seq2seq/wmt14_ende.py:{size}')
+  return config_lib.load(os.path.join(common.ROOT, f'configs/seq2seq/wmt14_ende.py:{size}'))
 
 
 def recipe_rows() -> list[tuple[str, str, str, str]]:
