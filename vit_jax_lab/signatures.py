@@ -2,6 +2,7 @@
 config keys (`config.model`, `config.task`), documented once, in the constructor. Imports nothing of ours, so the
 registries (models, tasks) and the config composer (config.py) can both use it."""
 
+import dataclasses
 import inspect
 import types
 import typing
@@ -11,8 +12,11 @@ import ml_collections
 from ml_collections import config_dict
 
 
-def config_from_signature(fn: Callable[..., Any], name: str, skip: tuple[str, ...] = ()) -> ml_collections.ConfigDict:
-  """A ConfigDict with `name` plus every keyword argument of `fn` and its default.
+def config_from_signature(
+  fn: Callable[..., Any], name: str, skip: tuple[str, ...] = (), options: type | None = None
+) -> ml_collections.ConfigDict:
+  """A ConfigDict with `name` plus every keyword argument of `fn` and its default, then the init fields of the
+  dataclass `options` (what `fn` takes as `**kwargs`, e.g. a model's encoder options) and theirs.
 
   Models and tasks document their hyperparameters once, in their constructors; this turns them into
   config keys, so a typo in `--config.model.widht=...` is an unknown key, not a silent no-op.
@@ -23,16 +27,25 @@ def config_from_signature(fn: Callable[..., Any], name: str, skip: tuple[str, ..
   for p in inspect.signature(fn).parameters.values():
     if p.name in skip or p.name in ('self', 'rngs') or p.default is inspect.Parameter.empty:
       continue
-    if p.default is None:
-      cfg[p.name] = config_dict.placeholder(_base_type(hints.get(p.name, str)))
-    else:
-      cfg[p.name] = p.default
+    _add(cfg, p.name, p.default, hints.get(p.name, str))
+  if options is not None:
+    hints = typing.get_type_hints(options)
+    for f in dataclasses.fields(options):
+      if f.init and f.name not in skip:
+        _add(cfg, f.name, f.default, hints[f.name])
   return cfg
 
 
-def constructor_config(fn: Callable[..., Any], name: str, overrides: dict[str, Any]) -> ml_collections.ConfigDict:
-  """`config_from_signature(fn, name)`, locked (a misspelt keyword is an error here too), with `overrides`."""
-  cfg = config_from_signature(fn, name)
+def _add(cfg: ml_collections.ConfigDict, key: str, default: Any, hint: Any) -> None:
+  cfg[key] = config_dict.placeholder(_base_type(hint)) if default is None else default
+
+
+def constructor_config(
+  fn: Callable[..., Any], name: str, overrides: dict[str, Any], options: type | None = None
+) -> ml_collections.ConfigDict:
+  """`config_from_signature(fn, name, options=options)`, locked (a misspelt keyword is an error here too), with
+  `overrides`."""
+  cfg = config_from_signature(fn, name, options=options)
   cfg.lock()
   cfg.update(overrides)
   return cfg

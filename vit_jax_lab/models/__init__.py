@@ -32,7 +32,8 @@ def get(name: str) -> type[base.Model]:
 
 def config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
   """`config.model`: the model's constructor keywords and defaults, with `overrides` applied."""
-  return signatures.constructor_config(get(name), name, overrides)
+  family = get(name)
+  return signatures.constructor_config(family, name, overrides, options=family.ENCODER)
 
 
 def build(model_config: ml_collections.ConfigDict, rngs: nnx.Rngs, **data_kwargs: Any) -> nnx.Module:

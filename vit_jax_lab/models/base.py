@@ -24,6 +24,9 @@ class Model(nnx.Module):
   # The weights `load_pretrained` reads, for init_from: 'npz' (a vision_transformer / big_vision release .npz),
   # 'run' (one of our workdirs of another shape or family). (): none; the family resumes only its own runs.
   PRETRAINED: ClassVar[tuple[str, ...]] = ()
+  # The encoder options the family takes as `**encoder` keywords, with its defaults (layers.EncoderOptions, or a
+  # subclass): config keys beside its constructor's own.
+  ENCODER: ClassVar[type[layers.EncoderOptions]] = layers.EncoderOptions
   # The .npz layout `release_params` writes (`tools.export --format npz`); None: the family has none.
   RELEASE_LAYOUT: ClassVar[str | None] = None
 

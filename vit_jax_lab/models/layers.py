@@ -1,5 +1,6 @@
 """Transformer building blocks shared by every model family (Flax NNX)."""
 
+import dataclasses
 from typing import Any, Callable
 
 import jax
@@ -53,19 +54,86 @@ def check_options(choices: dict[str, tuple[Any, tuple[Any, ...]]], rates: dict[s
       raise ConfigError(f'model.{key}={rate} must be in [0, 1)')
 
 
-def attention_pattern(
-  kind: str,
-  window: int,
-  random_blocks: int,
-  attention_dropout: float,
-  *,
-  grid: tuple[int, ...] | None,
-  num_global: int,
-) -> attention.Pattern:
-  """A model's `attention`, `attention_window`, `attention_random_blocks` keys, checked, as the self-attention
-  pattern of its tokens: `num_global` leading ones (class token), then `grid` (None: a 1-D sequence)."""
-  attention.check(kind, window, random_blocks, attention_dropout)
-  return attention.Pattern(kind, window, random_blocks, grid, num_global)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EncoderOptions:
+  """The options of a family's Transformer blocks, documented and checked here once. Each is a config key
+  model.<name> of every family that takes it: a family's constructor takes them as `**encoder`, and its `ENCODER`
+  (this class, or a subclass with the family's defaults whose `init=False` fields it does not offer) says which.
+
+  Attributes:
+    prenorm: LayerNorm before each residual branch (ViT) or after the residual sum (the original Transformer).
+    dropout: dropout rate after the embedding, in the MLP and on each residual branch.
+    attention_dropout: dropout rate on the attention probabilities.
+    drop_path: stochastic-depth rate of the last block (rising linearly from 0 in the first).
+    gelu_approximate: tanh-approximate GELU, as in the released ViT checkpoints; False is the exact one.
+    layernorm_epsilon: epsilon of every LayerNorm.
+    remat: rematerialisation policy of every block, one of REMAT_POLICIES ('none', 'full', 'dots',
+      'dots_no_batch'): less activation memory for recomputation in the backward pass.
+    scan: stack the blocks' parameters on a leading layer axis and apply them with one `lax.scan`, so compile time
+      does not grow with depth. Checkpoints and releases load into either layout.
+    attention_impl: `jax.nn.dot_product_attention`'s implementation: None (JAX picks), 'xla', or 'cudnn' (fused
+      flash attention; NVIDIA GPUs with compute_dtype='bfloat16').
+    attention: the self-attention kind (attention.KINDS): 'full' (O(n^2)); 'local', blocks of attention_window
+      tokens along each axis of the token grid (patches, tubelets, text) attending to their block and the adjacent
+      ones, the class token global (O(n)); 'sparse', 'local' plus attention_random_blocks random blocks (BigBird;
+      O(n)); 'linear', kernelised linear attention (elu + 1; O(n)).
+    attention_window: block side in tokens along each grid axis, for 'local' and 'sparse'.
+    attention_random_blocks: random key blocks per query block, for 'sparse'.
+  """
+
+  prenorm: bool = True
+  dropout: float = 0.0
+  attention_dropout: float = 0.0
+  drop_path: float = 0.0
+  gelu_approximate: bool = False
+  layernorm_epsilon: float = 1e-6
+  remat: str = 'none'
+  scan: bool = False
+  attention_impl: str | None = None
+  attention: str = 'full'
+  attention_window: int = 4
+  attention_random_blocks: int = 2
+
+  def __post_init__(self):
+    check_options(
+      dict(remat=(self.remat, tuple(REMAT_POLICIES)), attention_impl=(self.attention_impl, ATTENTION_IMPLS)),
+      dict(dropout=self.dropout, attention_dropout=self.attention_dropout, drop_path=self.drop_path),
+    )
+    attention.check(self.attention, self.attention_window, self.attention_random_blocks, self.attention_dropout)
+
+  @classmethod
+  def keys(cls) -> tuple[str, ...]:
+    """The options a family with this ENCODER takes: its config keys beside the constructor's own."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+
+  @classmethod
+  def of(cls, given: dict[str, Any]) -> 'EncoderOptions':
+    """The options given to a family's constructor as `**encoder`; one it does not take is a one-line error."""
+    unknown = sorted(set(given) - set(cls.keys()))
+    if unknown:
+      raise ConfigError(
+        f'model.{unknown[0]} is not an option of this model; its encoder options: {", ".join(cls.keys())}'
+      )
+    return cls(**given)
+
+  def pattern(self, grid: tuple[int, ...] | None, num_global: int) -> 'attention.Pattern':
+    """The self-attention pattern of tokens that are `num_global` leading ones (class token), then `grid` (None: a
+    1-D sequence)."""
+    return attention.Pattern(self.attention, self.attention_window, self.attention_random_blocks, grid, num_global)
+
+  def stack(self) -> dict[str, Any]:
+    """The keywords of `Encoder` these options set."""
+    return dict(
+      dropout=self.dropout,
+      attention_dropout=self.attention_dropout,
+      drop_path=self.drop_path,
+      prenorm=self.prenorm,
+      gelu_approximate=self.gelu_approximate,
+      layernorm_epsilon=self.layernorm_epsilon,
+      remat=self.remat,
+      scan=self.scan,
+      attention_impl=self.attention_impl,
+    )
 
 
 # Tensor parallelism (Megatron): the kernel dimension of each sub-layer that the mesh's 'model' axis splits.

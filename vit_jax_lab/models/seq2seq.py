@@ -5,7 +5,8 @@ Sequences may be packed: `segments` number the sequences of a row (0 is padding)
 within each, so no token attends across sequences or to padding.
 """
 
-import functools
+import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -138,6 +139,18 @@ class DecoderBlock(layers.EncoderBlock):
     return self.feed_forward(x, train=False, rngs=None), cache
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TransformerOptions(layers.EncoderOptions):
+  """The Transformer's encoder options: post-norm and dropout 0.1 as the paper's base, windows of 16 tokens; no
+  stochastic depth, and GELU is always exact (model.activation chooses it)."""
+
+  prenorm: bool = False
+  dropout: float = 0.1
+  attention_window: int = 16
+  drop_path: float = dataclasses.field(default=0.0, init=False)
+  gelu_approximate: bool = dataclasses.field(default=False, init=False)
+
+
 class Transformer(base.Model):
   """Source tokens (B, S) or images (B, H, W, C), and decoder inputs (B, T) -> next-token logits (B, T, V).
 
@@ -156,25 +169,16 @@ class Transformer(base.Model):
     share_embeddings: 'all' ties source, target and output embeddings (one vocabulary, as the paper);
       'decoder' ties the target embedding and the output projection; 'none' ties nothing.
     posemb: 'sincos' (fixed, as the paper) or 'learn'.
-    prenorm: LayerNorm before each residual branch (with a final one after each stack), or after the sum as
-      the paper ("post-norm").
     activation: of the MLPs, 'relu' (the paper) or 'gelu'.
-    dropout: on embeddings, residual branches and MLP activations (the paper: 0.1 base, 0.3 big).
-    attention_dropout: on the attention probabilities.
-    layernorm_epsilon: epsilon of every LayerNorm.
-    remat: rematerialisation policy of every block (layers.REMAT_POLICIES).
-    scan: stack the layers of each stack and apply them with one `lax.scan`.
-    attention_impl: `jax.nn.dot_product_attention`'s implementation: None, 'xla' or 'cudnn'.
-    attention: the self-attention pattern of both stacks (models/attention.py): 'full'; 'local' (blocks of
-      attention_window tokens attend to their block and the adjacent ones, the decoder's to its block and the one
-      before, its first token global; image inputs: 3 x 3 blocks of patches); 'sparse' ('local' plus
-      attention_random_blocks random blocks, BigBird); 'linear' (elu + 1 kernel; the decoder's causal form by
-      prefix sums, decoding with running sums; not with packed sequences). Cross-attention stays full.
-    attention_window: block side in tokens, for 'local' and 'sparse'.
-    attention_random_blocks: random key blocks per query block, for 'sparse'.
+    encoder: the options of both stacks, as keywords: TransformerOptions (post-norm and dropout 0.1 as the
+      paper's base; no stochastic depth). The self-attention kind applies to both stacks, cross-attention stays
+      full: 'local' blocks of attention_window tokens attend to their block and the adjacent ones, the decoder's to
+      its block and the one before, its first token global (image inputs: 3 x 3 blocks of patches); 'linear'
+      decodes with running sums and takes no packed sequences.
   """
 
   NO_DECAY = ('input_posemb', 'target_posemb', 'image_posemb')
+  ENCODER = TransformerOptions
 
   def __init__(
     self,
@@ -192,18 +196,9 @@ class Transformer(base.Model):
     patch_size: int = 4,
     share_embeddings: str = 'all',
     posemb: str = 'sincos',
-    prenorm: bool = False,
     activation: str = 'relu',
-    dropout: float = 0.1,
-    attention_dropout: float = 0.0,
-    layernorm_epsilon: float = 1e-6,
-    remat: str = 'none',
-    scan: bool = False,
-    attention_impl: str | None = None,
-    attention: str = 'full',
-    attention_window: int = 16,
-    attention_random_blocks: int = 2,
     rngs: nnx.Rngs,
+    **encoder: Any,
   ):
     if variant is not None and variant not in PRESETS:
       raise ConfigError(f'model.variant={variant!r} is not one of {", ".join(PRESETS)} (or None with explicit sizes)')
@@ -218,11 +213,10 @@ class Transformer(base.Model):
         share_embeddings=(share_embeddings, SHARING),
         posemb=(posemb, ('sincos', 'learn')),
         activation=(activation, layers.ACTIVATIONS),
-        remat=(remat, tuple(layers.REMAT_POLICIES)),
-        attention_impl=(attention_impl, layers.ATTENTION_IMPLS),
       ),
-      dict(dropout=dropout, attention_dropout=attention_dropout),
+      {},
     )
+    options = self.ENCODER.of(encoder)
     images = input_vocab_size is None
     if images and (input_shape is None or len(input_shape) != 3):
       raise ConfigError(f'the inputs are neither tokens nor images (height, width, channels): {input_shape}')
@@ -234,24 +228,9 @@ class Transformer(base.Model):
     if posemb == 'sincos' and d % 2:
       raise ConfigError(f'model.width={d} must be even for sin-cos position embeddings')
     self.share_embeddings = share_embeddings
-    stack = dict(
-      mlp_dim=dims['mlp_dim'],
-      num_heads=dims['num_heads'],
-      dropout=dropout,
-      attention_dropout=attention_dropout,
-      drop_path=0.0,
-      prenorm=prenorm,
-      gelu_approximate=False,
-      layernorm_epsilon=layernorm_epsilon,
-      remat=remat,
-      scan=scan,
-      attention_impl=attention_impl,
-      activation=activation,
-      rngs=rngs,
-    )
-    pattern = functools.partial(
-      layers.attention_pattern, attention, attention_window, attention_random_blocks, attention_dropout
-    )
+    stack = dict(mlp_dim=dims['mlp_dim'], num_heads=dims['num_heads'], activation=activation, rngs=rngs)
+    stack |= options.stack()
+    pattern = options.pattern
     embed_init = nnx.initializers.normal(d**-0.5)  # Scaled by sqrt(d) at the input: unit-variance tokens.
     self.target_embedding = layers.Embed(vocab_size, d, embedding_init=embed_init, rngs=rngs)
     if images:
@@ -265,7 +244,7 @@ class Transformer(base.Model):
     if posemb == 'learn':
       self.input_posemb = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (max_len, d)))
       self.target_posemb = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (max_len, d)))
-    self.dropout = layers.Dropout(dropout)
+    self.dropout = layers.Dropout(options.dropout)
     encoder_grid = self.grid if images else None
     self.encoder = layers.Encoder(dims['encoder_depth'], d, pattern=pattern(grid=encoder_grid, num_global=0), **stack)
     self.decoder = layers.Encoder(

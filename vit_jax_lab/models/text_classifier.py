@@ -1,6 +1,9 @@
 """A Transformer encoder that classifies token sequences: Long Range Arena's classifier (Tay et al. 2021), e.g. for
 ListOps. Token and position embeddings, an optional class token, pre-norm encoder blocks, a linear head."""
 
+import dataclasses
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -16,6 +19,16 @@ PRESETS = {
   'small': (64, 4, 128, 4),  # configs/lra/listops.py: what learns ListOps in minutes on a CPU.
   'lra': (512, 6, 2048, 8),  # LRA's ListOps Transformer (base_listops_config: emb 512, 6 layers, MLP 2048, 8 heads).
 }
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TextClassifierOptions(layers.EncoderOptions):
+  """The text classifier's encoder options: pre-norm, exact GELU and epsilon 1e-6 fixed; windows of 16 tokens."""
+
+  prenorm: bool = dataclasses.field(default=True, init=False)
+  gelu_approximate: bool = dataclasses.field(default=False, init=False)
+  layernorm_epsilon: float = dataclasses.field(default=1e-6, init=False)
+  attention_window: int = 16
 
 
 class TextClassifier(base.Model):
@@ -37,23 +50,13 @@ class TextClassifier(base.Model):
       the real (non-padding) tokens.
     posemb: 'learn' (learned; with 'tok' it covers the class token too) or 'sincos' (fixed 1-D sine-cosine, on
       the sequence's tokens only).
-    dropout: dropout rate after the embedding, in the MLP and on each residual branch.
-    attention_dropout: dropout rate on the attention probabilities.
-    drop_path: stochastic-depth rate of the last block (rising linearly from 0 in the first).
     head_zero_init: start the classification head at zero.
-    remat: rematerialisation policy of every block: 'none', 'full', 'dots' or 'dots_no_batch'
-      (layers.REMAT_POLICIES).
-    scan: stack the blocks' parameters on a leading layer axis and apply them with one `lax.scan`.
-    attention_impl: `jax.nn.dot_product_attention`'s implementation: None (JAX picks), 'xla', or 'cudnn'.
-    attention: the self-attention pattern (models/attention.py): 'full' (O(n^2)); 'local', blocks of
-      attention_window tokens attending to their own and the two adjacent blocks, the class token global (O(n));
-      'sparse', 'local' plus attention_random_blocks random blocks (BigBird; O(n)); 'linear', kernelised linear
-      attention (elu + 1; O(n)).
-    attention_window: block length in tokens, for 'local' and 'sparse'.
-    attention_random_blocks: random key blocks per query block, for 'sparse'.
+    encoder: the encoder options, as keywords: TextClassifierOptions (pre-norm, exact GELU; 'local' blocks of
+      attention_window tokens attend to their own and the two adjacent blocks, the class token global).
   """
 
   NO_DECAY = ('pos_embedding', 'cls')
+  ENCODER = TextClassifierOptions
 
   def __init__(
     self,
@@ -68,17 +71,9 @@ class TextClassifier(base.Model):
     num_heads: int | None = None,
     pool: str = 'tok',
     posemb: str = 'learn',
-    dropout: float = 0.0,
-    attention_dropout: float = 0.0,
-    drop_path: float = 0.0,
     head_zero_init: bool = True,
-    remat: str = 'none',
-    scan: bool = False,
-    attention_impl: str | None = None,
-    attention: str = 'full',
-    attention_window: int = 16,
-    attention_random_blocks: int = 2,
     rngs: nnx.Rngs,
+    **encoder: Any,
   ):
     if variant is not None and variant not in PRESETS:
       raise ConfigError(f'model.variant={variant!r} is not one of {", ".join(PRESETS)} (or None with explicit sizes)')
@@ -90,40 +85,28 @@ class TextClassifier(base.Model):
       dict(
         pool=(pool, ('tok', 'gap')),
         posemb=(posemb, ('learn', 'sincos')),
-        remat=(remat, tuple(layers.REMAT_POLICIES)),
-        attention_impl=(attention_impl, layers.ATTENTION_IMPLS),
       ),
-      dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path),
+      {},
     )
+    options = self.ENCODER.of(encoder)
     d = dims['width']
     if posemb == 'sincos' and d % 2:
       raise ConfigError(f'model.width={d} must be even for sin-cos position embeddings')
-    pattern = layers.attention_pattern(
-      attention, attention_window, attention_random_blocks, attention_dropout, grid=None, num_global=int(pool == 'tok')
-    )
     self.max_len, self.pool, self.posemb_type = max_len, pool, posemb
     self.embedding = layers.Embed(vocab_size, d, embedding_init=nnx.initializers.normal(1.0), rngs=rngs)
     if pool == 'tok':
       self.cls = nnx.Param(jnp.zeros((1, 1, d)))
     if posemb == 'learn':
       self.pos_embedding = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (1, max_len + (pool == 'tok'), d)))
-    self.dropout = layers.Dropout(dropout)
+    self.dropout = layers.Dropout(options.dropout)
     self.encoder = layers.Encoder(
       dims['depth'],
       d,
       dims['mlp_dim'],
       dims['num_heads'],
-      dropout=dropout,
-      attention_dropout=attention_dropout,
-      drop_path=drop_path,
-      prenorm=True,
-      gelu_approximate=False,
-      layernorm_epsilon=1e-6,
-      remat=remat,
-      scan=scan,
-      attention_impl=attention_impl,
-      pattern=pattern,
+      pattern=options.pattern(grid=None, num_global=int(pool == 'tok')),
       rngs=rngs,
+      **options.stack(),
     )
     head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
     self.head = nnx.Linear(d, num_classes, kernel_init=head_init, rngs=rngs)

@@ -2,7 +2,9 @@
 encoder over [cls, reg, template patches, search patches]; the class token scores whether the target is in the
 search crop, the regression token gives its box there."""
 
+import dataclasses
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -57,6 +59,15 @@ class CornerHead(nnx.Module):
     return jnp.stack([x1, y1, x2 - x1, y2 - y1], -1), probs
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrackerOptions(layers.EncoderOptions):
+  """The tracker's encoder options: always pre-norm, and no blocked attention (so no window keys)."""
+
+  prenorm: bool = dataclasses.field(default=True, init=False)
+  attention_window: int = dataclasses.field(default=1, init=False)
+  attention_random_blocks: int = dataclasses.field(default=0, init=False)
+
+
 class Tracker(base.Model):
   """(template (B, St, St, C), search (B, Ss, Ss, C)) -> (class logit (B,), box (B, 4) in search-crop units).
 
@@ -85,20 +96,13 @@ class Tracker(base.Model):
       patches start as the search grid's top-left ones) or 'sincos2d_beside' (the same, the template's grid placed
       to the right of the search grid's, so no template patch starts as a search patch); init_from an image ViT
       replaces any of them.
-    dropout: dropout rate after the embedding, in the MLP and on each residual branch.
-    attention_dropout: dropout rate on the attention probabilities.
-    drop_path: stochastic-depth rate of the last block.
-    gelu_approximate: tanh-approximate GELU (the released ViTs); False is the exact one.
-    layernorm_epsilon: epsilon of every LayerNorm.
-    remat: rematerialisation policy of every block (layers.REMAT_POLICIES).
-    scan: apply the blocks with one `lax.scan` over stacked parameters.
-    attention_impl: `jax.nn.dot_product_attention`'s implementation: None, 'xla' or 'cudnn'.
-    attention: the self-attention pattern: 'full' or 'linear' ('local' and 'sparse' need one patch grid, and the
-      tokens hold two).
+    encoder: the encoder options, as keywords: TrackerOptions (pre-norm; attention 'full' or 'linear', as
+      'local' and 'sparse' need one patch grid and the tokens hold two).
   """
 
   NO_DECAY = ('template_pos', 'search_pos', 'cls', 'reg')
   PRETRAINED = ('npz', 'run')
+  ENCODER = TrackerOptions
 
   def __init__(
     self,
@@ -117,16 +121,8 @@ class Tracker(base.Model):
     corner_channels: int = 64,
     corner_margin: int = 0,
     posemb_init: str = 'normal',
-    dropout: float = 0.0,
-    attention_dropout: float = 0.0,
-    drop_path: float = 0.0,
-    gelu_approximate: bool = False,
-    layernorm_epsilon: float = 1e-6,
-    remat: str = 'none',
-    scan: bool = False,
-    attention_impl: str | None = None,
-    attention: str = 'full',
     rngs: nnx.Rngs,
+    **encoder: Any,
   ):
     dims = layers.resolve_dims(
       vit.decode_variant(variant),
@@ -141,12 +137,12 @@ class Tracker(base.Model):
         stem=(stem, ('patch', 'conv')),
         box_head=(box_head, ('mlp', 'corner')),
         posemb_init=(posemb_init, ('normal', 'sincos2d', 'sincos2d_beside')),
-        attention=(attention, tuple(k for k, kind in patterns.KINDS.items() if not kind.blocked)),
-        remat=(remat, tuple(layers.REMAT_POLICIES)),
-        attention_impl=(attention_impl, layers.ATTENTION_IMPLS),
       ),
-      dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path),
+      {},
     )
+    options = self.ENCODER.of(encoder)
+    unblocked = tuple(k for k, kind in patterns.KINDS.items() if not kind.blocked)
+    layers.check_options(dict(attention=(options.attention, unblocked)), {})
     if corner_margin < 0:
       raise ConfigError(f'model.corner_margin={corner_margin} must be >= 0 (cells past the search grid)')
     self.template_grid, self.search_grid = (template_size // p,) * 2, (search_size // p,) * 2
@@ -166,24 +162,15 @@ class Tracker(base.Model):
       template_pos = layers.sincos_2d(th, left + tw, d).reshape(th, left + tw, d)[:, left:].reshape(1, th * tw, d)
       search_pos = layers.sincos_2d(sh, sw, d)[None]
     self.template_pos, self.search_pos = nnx.Param(jnp.asarray(template_pos)), nnx.Param(jnp.asarray(search_pos))
-    self.dropout = layers.Dropout(dropout)
-    pattern = layers.attention_pattern(attention, 1, 0, attention_dropout, grid=None, num_global=2)
+    self.dropout = layers.Dropout(options.dropout)
     self.encoder = layers.Encoder(
       dims['depth'],
       d,
       dims['mlp_dim'],
       dims['num_heads'],
-      dropout=dropout,
-      attention_dropout=attention_dropout,
-      drop_path=drop_path,
-      prenorm=True,
-      remat=remat,
-      scan=scan,
-      attention_impl=attention_impl,
-      pattern=pattern,
-      gelu_approximate=gelu_approximate,
-      layernorm_epsilon=layernorm_epsilon,
+      pattern=options.pattern(grid=None, num_global=2),
       rngs=rngs,
+      **options.stack(),
     )
     self.class_head = nnx.Linear(d, 1, kernel_init=nnx.initializers.zeros, rngs=rngs)
     if box_head == 'mlp':

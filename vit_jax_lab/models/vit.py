@@ -1,5 +1,7 @@
 """Vision Transformer (Dosovitskiy et al. 2021), sized by variant strings such as "B/16"."""
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -54,26 +56,10 @@ class ViT(base.Model):
       (scipy.ndimage.zoom, linear, corner-aligned: what vision_transformer and big_vision do, so fine-tuning
       a release reproduces theirs), 'bilinear' (jax.image.resize, half-pixel centres, antialiased when
       shrinking) or 'bicubic' (the same, bicubic: timm's resample_abs_pos_embed).
-    prenorm: LayerNorm before each residual branch (ViT) or after the residual sum (original Transformer).
     representation_size: if set, a dense layer of this size with tanh before the head ("pre-logits").
-    dropout: dropout rate after the embedding, in the MLP and on each residual branch.
-    attention_dropout: dropout rate on the attention probabilities.
-    drop_path: stochastic-depth rate of the last block (rising linearly from 0 in the first).
-    gelu_approximate: tanh-approximate GELU, as in the released checkpoints; False is the exact one.
-    layernorm_epsilon: epsilon of every LayerNorm.
     head_zero_init: start the classification head at zero (as the ViT paper fine-tunes).
-    remat: rematerialisation policy of every block: 'none', 'full', 'dots' or 'dots_no_batch'
-      (layers.REMAT_POLICIES): less activation memory for recomputation in the backward pass.
-    scan: stack the blocks' parameters on a leading layer axis and apply them with one `lax.scan`, so
-      compile time does not grow with depth. Checkpoints and releases load into either layout.
-    attention_impl: `jax.nn.dot_product_attention`'s implementation: None (JAX picks), 'xla', or 'cudnn'
-      (fused flash attention; NVIDIA GPUs with compute_dtype='bfloat16').
-    attention: the self-attention pattern (models/attention.py): 'full' (O(n^2)); 'local', blocks of
-      attention_window x attention_window patches attending to their 3 x 3 neighbourhood of blocks on the patch
-      grid, the class token global (O(n)); 'sparse', 'local' plus attention_random_blocks random blocks (BigBird;
-      O(n)); 'linear', kernelised linear attention (elu + 1; O(n)).
-    attention_window: block side in patches along each grid axis, for 'local' and 'sparse'.
-    attention_random_blocks: random key blocks per query block, for 'sparse'.
+    encoder: the encoder options, as keywords: layers.EncoderOptions (dropout, drop_path, attention kind, remat,
+      scan, ...).
   """
 
   NO_DECAY = ('pos_embedding', 'cls')
@@ -94,21 +80,10 @@ class ViT(base.Model):
     pool: str = 'tok',
     posemb: str = 'learn',
     posemb_resize: str = 'zoom',
-    prenorm: bool = True,
     representation_size: int | None = None,
-    dropout: float = 0.0,
-    attention_dropout: float = 0.0,
-    drop_path: float = 0.0,
-    gelu_approximate: bool = False,
-    layernorm_epsilon: float = 1e-6,
     head_zero_init: bool = True,
-    remat: str = 'none',
-    scan: bool = False,
-    attention_impl: str | None = None,
-    attention: str = 'full',
-    attention_window: int = 4,
-    attention_random_blocks: int = 2,
     rngs: nnx.Rngs,
+    **encoder: Any,
   ):
     if len(input_shape) != 3:
       raise ConfigError(
@@ -127,25 +102,14 @@ class ViT(base.Model):
         pool=(pool, ('tok', 'gap', 'map')),
         posemb=(posemb, ('learn', 'sincos2d')),
         posemb_resize=(posemb_resize, tuple(release.POSEMB_RESIZE)),
-        remat=(remat, tuple(layers.REMAT_POLICIES)),
-        attention_impl=(attention_impl, layers.ATTENTION_IMPLS),
       ),
-      dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path),
+      {},
     )
+    self.options = options = self.ENCODER.of(encoder)
     p, d = dims['patch_size'], dims['width']
     self.grid = (height // p, wide // p)
     self.num_heads = dims['num_heads']
-    pattern = layers.attention_pattern(
-      attention,
-      attention_window,
-      attention_random_blocks,
-      attention_dropout,
-      grid=self.grid,
-      num_global=int(pool == 'tok'),
-    )
-    self.gelu_approximate, self.layernorm_epsilon = gelu_approximate, layernorm_epsilon
     self.pool, self.posemb_type, self.posemb_resize = pool, posemb, posemb_resize
-    norm_kwargs = dict(gelu_approximate=gelu_approximate, layernorm_epsilon=layernorm_epsilon)
 
     self.embedding = layers.PatchEmbedding(p, channels, d, rngs=rngs)
     if pool == 'tok':
@@ -153,25 +117,25 @@ class ViT(base.Model):
     if posemb == 'learn':
       num_tokens = self.grid[0] * self.grid[1] + (pool == 'tok')
       self.pos_embedding = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (1, num_tokens, d)))
-    self.dropout = layers.Dropout(dropout)
+    self.dropout = layers.Dropout(options.dropout)
     self.encoder = layers.Encoder(
       dims['depth'],
       d,
       dims['mlp_dim'],
       dims['num_heads'],
-      dropout=dropout,
-      attention_dropout=attention_dropout,
-      drop_path=drop_path,
-      prenorm=prenorm,
-      remat=remat,
-      scan=scan,
-      attention_impl=attention_impl,
-      pattern=pattern,
+      pattern=options.pattern(self.grid, num_global=int(pool == 'tok')),
       rngs=rngs,
-      **norm_kwargs,
+      **options.stack(),
     )
     if pool == 'map':
-      self.map_head = layers.MAPHead(d, dims['mlp_dim'], dims['num_heads'], rngs=rngs, **norm_kwargs)
+      self.map_head = layers.MAPHead(
+        d,
+        dims['mlp_dim'],
+        dims['num_heads'],
+        gelu_approximate=options.gelu_approximate,
+        layernorm_epsilon=options.layernorm_epsilon,
+        rngs=rngs,
+      )
     if representation_size is not None:
       self.pre_logits = nnx.Linear(d, representation_size, rngs=rngs)
     head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
@@ -215,7 +179,7 @@ class ViT(base.Model):
     (a pure nested dict). `params` are this model's initial ones (kept for a re-initialised head)."""
     notes = []
     if any('/' in k for k in source):
-      options = dict(gelu_approximate=self.gelu_approximate, layernorm_epsilon=self.layernorm_epsilon)
+      options = dict(gelu_approximate=self.options.gelu_approximate, layernorm_epsilon=self.options.layernorm_epsilon)
       if options != release.RELEASE_OPTIONS:
         notes.append(
           f'the released checkpoints were trained with {release.RELEASE_OPTIONS}; this model has '

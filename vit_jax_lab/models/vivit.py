@@ -15,6 +15,7 @@ class token is outweighed nt : 1 by the copies, so with one it holds only for nt
 
 import functools
 import re
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -192,12 +193,6 @@ class ViViT(base.Model):
       2-D sine-cosine over space plus 1-D over time).
     posemb_resize: initialising from an image ViT of another patch grid, how its position embeddings are
       resampled over space: 'zoom' (scipy.ndimage.zoom, as the releases), 'bilinear' or 'bicubic' (as the ViT's).
-    prenorm: LayerNorm before each residual branch (ViT) or after the residual sum.
-    dropout: dropout rate after the embedding, in the MLPs and on each residual branch.
-    attention_dropout: dropout rate on the attention probabilities.
-    drop_path: stochastic-depth rate of the last block of each encoder (rising linearly from 0).
-    gelu_approximate: tanh-approximate GELU, as in the released image checkpoints; False: exact.
-    layernorm_epsilon: epsilon of every LayerNorm.
     head_zero_init: start the classification head at zero.
     tubelet_init: initialising from an image ViT (config.init_from), the tubelet kernel is the image kernel
       at the central time index and zero elsewhere ('central_frame') or the image kernel at every time
@@ -205,15 +200,11 @@ class ViViT(base.Model):
     temporal_attention_init: initialising model 3 from an image ViT, the temporal attention is the spatial
       one with a zero output projection, so each block starts as the image block ('zero'), or a copy of
       the spatial one ('copy'). Its LayerNorm is copied from the spatial one either way.
-    remat: rematerialisation policy of every block (layers.REMAT_POLICIES), as for the ViT.
-    scan: apply each encoder's blocks with one `lax.scan` over stacked parameters, as for the ViT.
-    attention_impl: `jax.nn.dot_product_attention`'s implementation (None, 'xla', 'cudnn'), as for the ViT.
-    attention: the self-attention pattern of models 1 and 2, as for the ViT: 'full', 'local' (blocks of
-      attention_window tubelets along time, height and width attend to their 3 x 3 x 3 neighbourhood; model 2:
-      3 x 3 blocks of each frame's patches, and 3 blocks of time steps), 'sparse' or 'linear'. Models 3 and 4
-      already factorise attention over space and time and take only 'full'.
-    attention_window: block side in tokens along each axis, for 'local' and 'sparse'.
-    attention_random_blocks: random key blocks per query block, for 'sparse'.
+    encoder: the encoder options of every encoder, as keywords: layers.EncoderOptions. Drop path rises to its
+      rate in each encoder. The attention kind applies to models 1 and 2: 'local' blocks of attention_window
+      tubelets along time, height and width attend to their 3 x 3 x 3 neighbourhood (model 2: 3 x 3 blocks of each
+      frame's patches, and 3 blocks of time steps). Models 3 and 4 already factorise attention over space and time
+      and take only 'full'.
   """
 
   NO_DECAY = ('pos_embedding', 'cls', 'temporal_pos_embedding', 'temporal_cls')
@@ -238,22 +229,11 @@ class ViViT(base.Model):
     pool: str | None = None,
     posemb: str = 'learn',
     posemb_resize: str = 'zoom',
-    prenorm: bool = True,
-    dropout: float = 0.0,
-    attention_dropout: float = 0.0,
-    drop_path: float = 0.0,
-    gelu_approximate: bool = False,
-    layernorm_epsilon: float = 1e-6,
     head_zero_init: bool = True,
     tubelet_init: str = 'central_frame',
     temporal_attention_init: str = 'zero',
-    remat: str = 'none',
-    scan: bool = False,
-    attention_impl: str | None = None,
-    attention: str = 'full',
-    attention_window: int = 4,
-    attention_random_blocks: int = 2,
     rngs: nnx.Rngs,
+    **encoder: Any,
   ):
     if len(input_shape) != 4:
       raise ConfigError(
@@ -272,11 +252,10 @@ class ViViT(base.Model):
         attention_order=(attention_order, ('time_space', 'space_time')),
         tubelet_init=(tubelet_init, ('central_frame', 'inflate')),
         temporal_attention_init=(temporal_attention_init, ('zero', 'copy')),
-        remat=(remat, tuple(layers.REMAT_POLICIES)),
-        attention_impl=(attention_impl, layers.ATTENTION_IMPLS),
       ),
-      dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path),
+      {},
     )
+    self.options = options = self.ENCODER.of(encoder)
     decoded = decode_variant(variant)
     variant_time = decoded.pop('tubelet_time', None)
     tubelet_time = None if embedding == 'frames' else tubelet_time or variant_time
@@ -294,10 +273,10 @@ class ViViT(base.Model):
         f'model.num_heads={dims["num_heads"]} must be even: factorised_dot_product splits the '
         'heads between space and time'
       )
-    if attention != 'full' and model not in MODELS[:2]:
+    if options.attention != 'full' and model not in MODELS[:2]:
       raise ConfigError(
-        f"model.attention={attention!r} applies to models 'spatiotemporal' and 'factorised_encoder'; model {model!r} "
-        "already factorises attention over space and time: use model.attention='full'"
+        f"model.attention={options.attention!r} applies to models 'spatiotemporal' and 'factorised_encoder'; model "
+        f"{model!r} already factorises attention over space and time: use model.attention='full'"
       )
     if temporal_depth < 1:
       raise ConfigError(f'model.temporal_depth={temporal_depth} must be positive')
@@ -311,14 +290,7 @@ class ViViT(base.Model):
     init = nnx.initializers.normal(0.02)
 
     def pattern(grid):
-      return layers.attention_pattern(
-        attention,
-        attention_window,
-        attention_random_blocks,
-        attention_dropout,
-        grid=grid,
-        num_global=int(pool == 'tok'),
-      )
+      return options.pattern(grid, num_global=int(pool == 'tok'))
 
     def learned(n):
       return nnx.Param(init(rngs.params(), (1, n, d))) if posemb == 'learn' else None
@@ -331,16 +303,8 @@ class ViViT(base.Model):
       width=d,
       mlp_dim=dims['mlp_dim'],
       num_heads=dims['num_heads'],
-      dropout=dropout,
-      attention_dropout=attention_dropout,
-      drop_path=drop_path,
-      prenorm=prenorm,
-      gelu_approximate=gelu_approximate,
-      layernorm_epsilon=layernorm_epsilon,
-      remat=remat,
-      scan=scan,
-      attention_impl=attention_impl,
       rngs=rngs,
+      **options.stack(),
     )
     block = {
       'factorised_self_attention': functools.partial(
@@ -353,7 +317,7 @@ class ViViT(base.Model):
 
     self.embedding = TubeletEmbedding(tubelet_time, p, channels, d, rngs=rngs)
     self.cls = cls()
-    self.dropout = layers.Dropout(dropout)
+    self.dropout = layers.Dropout(options.dropout)
     if model == 'factorised_encoder':
       self.pos_embedding = learned(ns + (pool == 'tok'))
       self.encoder = encoder(dims['depth'], pattern=pattern(self.space_grid))
