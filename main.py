@@ -8,13 +8,11 @@ left, 75 stopped by SIGTERM/SIGINT with a checkpoint saved (the same command con
 import argparse
 import sys
 
-from vit_jax_lab import console
+from vit_jax_lab import config as config_lib, console, parallel
 
 
 def parse_args(argv: list[str]):
   """(config, workdir) from the command line, checked in full; raises ConfigError on a bad key or value."""
-  from vit_jax_lab import config as config_lib
-
   parser = argparse.ArgumentParser(prog='python -m main', description=__doc__.splitlines()[0])
   parser.add_argument('--config', required=True, help='PATH[:ARG], a file defining get_config(arg)')
   parser.add_argument('--workdir', required=True, help='checkpoints, metrics.jsonl, config.json, TensorBoard')
@@ -29,11 +27,11 @@ def parse_args(argv: list[str]):
 def main(argv: list[str]) -> int:
   config, workdir = parse_args(argv)
   console.quiet_libraries()
-  from vit_jax_lab import parallel
-
   parallel.initialize_distributed(config)  # Before anything touches a JAX backend.
   parallel.use_cpu_cores(config)
   parallel.enable_compilation_cache()
+  # Imported here, the one lazy import of the command: train loads TensorFlow (about 5 s), which a config mistake,
+  # reported above, should not wait for.
   from vit_jax_lab import train
 
   train.train_and_evaluate(config, workdir)

@@ -24,6 +24,7 @@ import jax
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from jax.experimental import multihost_utils
 
 from vit_jax_lab.data import builders
 from vit_jax_lab.data.builders import folder
@@ -79,8 +80,6 @@ def _prepare_once(make: Callable[[], tfds.core.DatasetBuilder]) -> tfds.core.Dat
     if not builder.is_prepared():
       _generate(builder)
   if jax.process_count() > 1:
-    from jax.experimental import multihost_utils
-
     multihost_utils.sync_global_devices('data prepared')
     if jax.process_index() > 0:
       builder = make()
@@ -277,8 +276,6 @@ def _bucketed(
     local_counts.append(_histogram(bases[-1].map(lambda i, b, ex: b), len(buckets.lengths())))
   counts = np.stack(local_counts)  # (shard, bucket): examples of each bucket length; every process needs all.
   if jax.process_count() > 1:
-    from jax.experimental import multihost_utils
-
     counts = np.asarray(multihost_utils.process_allgather(counts.astype(np.int32))).reshape(num_shards, -1)
   groups = _groups(counts)
   rows = bucket_rows(data_config, [buckets.lengths()[last] for _, last in groups], rows_multiple)

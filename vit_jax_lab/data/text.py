@@ -12,6 +12,7 @@ from typing import Callable
 
 import jax
 import numpy as np
+import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
@@ -44,8 +45,6 @@ class SentencePieceVocab:
   """A SentencePiece model (Kudo & Richardson 2018) trained with our special-token ids."""
 
   def __init__(self, path: str):
-    import sentencepiece as spm
-
     self.path = path
     self._sp = spm.SentencePieceProcessor(model_file=path)
     self.size = self._sp.get_piece_size()
@@ -67,8 +66,6 @@ def _until_eos(ids: np.ndarray) -> list[int]:
 
 def train_sentencepiece(texts: list[str], vocab_size: int, path: str) -> SentencePieceVocab:
   """Trains a unigram SentencePiece model on `texts` and saves it as `path` (+ '.vocab')."""
-  import sentencepiece as spm
-
   os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
   spm.SentencePieceTrainer.train(
     sentence_iterator=iter(texts),

@@ -40,7 +40,8 @@ class Digits(tfds.core.GeneratorBasedBuilder):
 
 def examples(test: bool):
   """(index, uint8 image (8, 8, 1), label) of the `test` or `train` split, in scikit-learn's order."""
-  from sklearn.datasets import load_digits  # Bundled data; no network.
+  # Bundled data, no network. Imported here: scikit-learn adds 1.6 s to every start, and only a first run needs it.
+  from sklearn.datasets import load_digits
 
   digits = load_digits()
   images = np.round(digits.images * 255.0 / 16.0).astype(np.uint8)[..., None]
