@@ -5,6 +5,7 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
+from flax import nnx
 from jax.extend import core as jax_core
 
 
@@ -44,8 +45,6 @@ def xla_flops(fn: Callable, *args: Any) -> float:
 
 def forward(model_fn: Callable, input_shape: tuple[int, ...]) -> tuple[Callable, Any]:
   """(fn, args) computing one example's forward pass of the NNX model built by `model_fn`, abstractly."""
-  from flax import nnx
-
   graphdef, params = nnx.split(nnx.eval_shape(model_fn), nnx.Param)
 
   def fn(p, x):

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 import jax
 import numpy as np
+import tensorflow as tf
 from clu import metric_writers
 
 
@@ -73,8 +74,6 @@ def _step(line: str) -> int | None:
 def truncate_events(directory: str, step: int) -> None:
   """Drops the TensorBoard events past `step` from the event files in `directory` (TensorBoard would show the
   steps logged after the last checkpoint twice once the resumed run logs them again)."""
-  import tensorflow as tf
-
   for path in tf.io.gfile.glob(os.path.join(directory, 'events.out.tfevents.*')):
     kept = []
     for record in tf.data.TFRecordDataset(path).ignore_errors():  # A record cut short by a crash ends the file.

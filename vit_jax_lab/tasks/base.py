@@ -1,19 +1,19 @@
-"""The contract between the trainer and a task: everything `train.py` asks of one.
+"""The contract between the trainer, the commands and a task: everything `train.py` and `tools/` ask of one.
 
 A task owns what a model is trained to do: what it must know of the data, how examples become batches, the
-loss, and the evaluation metrics. A new objective is a class with these methods, registered in
-`tasks/__init__.py`; its constructor keywords are its config keys (`config.task`).
+loss, the evaluation metrics, and what a prediction is. A new objective is a class with these methods, registered
+in `tasks/__init__.py`; its constructor keywords are its config keys (`config.task`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Protocol
 
 import jax
 import numpy as np
 from flax import nnx
 
-from vit_jax_lab.errors import check
+from vit_jax_lab.errors import ConfigError, check
 
 if TYPE_CHECKING:  # Type names only: a task module loads without TensorFlow.
   import tensorflow as tf
@@ -26,7 +26,8 @@ Preprocess = Callable[[dict, 'tf.Tensor'], dict]  # (example, per-example seed) 
 
 
 class Task(Protocol):
-  """What the trainer calls, in the order it calls it. `info` is whatever `dataset_info` returns."""
+  """What the trainer calls, in the order it calls it, then what the commands call. `info` is whatever
+  `dataset_info` returns."""
 
   # Batch entries the trainer leaves in float32 under a lower `compute_dtype`, which it casts the rest to:
   # coordinates, which bfloat16's 8-bit mantissa would round (a box edge at 1,000 px by up to 4 px).
@@ -82,3 +83,47 @@ class Task(Protocol):
 
   def summarize(self, sums: dict[str, Any]) -> dict[str, float]:
     """Sums over the whole eval split -> the reported metrics."""
+
+  # --- Inference: what the commands (tools/) call ---------------------------------------------------------------
+
+  # What one prediction is: 'classes' (`logits`; tools.predict prints the top k, tools.export serves them), 'text'
+  # (`generate`; tools.predict prints it, tools.bench --decode times it), 'boxes' (one per frame, tracked online by
+  # tasks.tracking.track: tools.track, tools.results); None: the commands run none.
+  predicts: ClassVar[str | None] = None
+
+  def logits(self, model: nnx.Module, batch: Batch) -> jax.Array:
+    """(batch, classes) float32 evaluation logits, what a 'classes' prediction and a served model score by."""
+    raise NotImplementedError
+
+  def generate(self, model: nnx.Module, inputs: jax.Array, length: int) -> jax.Array:
+    """(batch, length) token ids decoded from `inputs` as evaluation decodes them ('text')."""
+    raise NotImplementedError
+
+  def predict(self, model: nnx.Module, batch: Batch, info: Any, top_k: int) -> Any:
+    """One prediction per example of `batch` as arrays, inside a compiled step ('classes': (top_k probabilities,
+    their class ids); 'text': token ids)."""
+    raise NotImplementedError
+
+  def input_kind(self, info: Any) -> str:
+    """What one input of a prediction is, for commands that read the user's files: 'image', 'video' or 'text'."""
+    raise NotImplementedError
+
+  def blank_targets(self, info: Any) -> dict[str, Any]:
+    """An example's target features, blank: what `prepare` and `preprocess` read besides the input, for inputs
+    that have no target (the user's files)."""
+    raise NotImplementedError
+
+  def synthetic_batch(self, shape: str, batch_size: int) -> tuple[Any, Batch]:
+    """(info, a batch of random inputs) of `shape` (e.g. '224,224,3,1000'), to time the model without a dataset
+    (tools.bench --synthetic); a ConfigError that names the form the task takes for another shape."""
+    raise ConfigError(f'the {type(self).__name__} task has no synthetic inputs: time it on its dataset')
+
+
+def synthetic_dims(shape: str, ranks: tuple[int, ...], form: str) -> tuple[int, ...]:
+  """`shape` ('16,16,3,10') as positive integers, `ranks` of them; a ConfigError naming `form` otherwise."""
+  try:
+    dims = tuple(int(n) for n in shape.split(','))
+  except ValueError:
+    dims = ()
+  check(len(dims) in ranks and min(dims) >= 1, f'expected {form}')
+  return dims

@@ -1,24 +1,32 @@
 """Classification: one label per example (an image, a video or a token sequence), softmax cross-entropy, top-1
 accuracy.
-
-The data module (TensorFlow) is imported where it is used, so that a config file naming this task loads
-without TensorFlow and a mistake in it is reported at once.
 """
 
 from __future__ import annotations
 
+import types
 from typing import TYPE_CHECKING, Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.tasks.base import Batch, Preprocess, Task
+from vit_jax_lab.tasks.base import Batch, Preprocess, Task, synthetic_dims
 
 if TYPE_CHECKING:
   from vit_jax_lab.data import labels
+
+
+def _labels() -> types.ModuleType:
+  """vit_jax_lab.data.labels, imported at its first use, never with this module: it loads TensorFlow (6.7 s of its
+  6.9 s import, `python -X importtime`), and a config file naming this task loads without it (1.5 s), so a
+  mistake in the config is reported at once."""
+  from vit_jax_lab.data import labels
+
+  return labels
 
 
 class Classification(Task):
@@ -32,6 +40,8 @@ class Classification(Task):
   mix_switch_prob: with both mixup and cutmix on, the probability that a batch uses cutmix rather than mixup (one
     of the two per batch, as timm's Mixup that DeiT uses: 0.5).
   """
+
+  predicts = 'classes'
 
   def __init__(
     self, *, label_smoothing: float = 0.0, mixup: float = 0.0, cutmix: float = 0.0, mix_switch_prob: float = 0.5
@@ -51,9 +61,7 @@ class Classification(Task):
 
   def dataset_info(self, builder, data_config, workdir: str | None) -> labels.LabelInfo:
     del workdir  # Nothing is derived from the data.
-    from vit_jax_lab.data import labels
-
-    info = labels.dataset_info(builder, data_config)
+    info = _labels().dataset_info(builder, data_config)
     if info.input_key == 'inputs' and (self.mixup or self.cutmix):
       raise ConfigError(
         f'task.mixup={self.mixup} and task.cutmix={self.cutmix} mix images, and data.name={data_config.name!r} has '
@@ -68,14 +76,10 @@ class Classification(Task):
     return dict(num_classes=info.num_classes, input_shape=info.input_shape)
 
   def prepare(self, info: labels.LabelInfo, train: bool) -> Callable:
-    from vit_jax_lab.data import labels
-
-    return labels.prepare_fn(info)
+    return _labels().prepare_fn(info)
 
   def preprocess(self, data_config, info: labels.LabelInfo, train: bool) -> Preprocess:
-    from vit_jax_lab.data import labels
-
-    return labels.preprocess_fn(data_config, info, train)
+    return _labels().preprocess_fn(data_config, info, train)
 
   def loss(
     self, model: nnx.Module, batch: Batch, rng: jax.Array, step: jax.Array
@@ -117,6 +121,29 @@ class Classification(Task):
     """Summed metrics over the eval split -> means per example."""
     count = float(sums['count'])
     return {k: float(v) / count for k, v in sums.items() if k != 'count'} | {'examples': count}
+
+  # --- Inference ---------------------------------------------------------------------------------------------
+
+  def predict(self, model: nnx.Module, batch: Batch, info: labels.LabelInfo, top_k: int) -> tuple[jax.Array, ...]:
+    """(the top_k class probabilities, their class ids), each (batch, top_k), highest first."""
+    probabilities = jax.nn.softmax(self.logits(model, batch))
+    return jax.lax.top_k(probabilities, min(top_k, probabilities.shape[-1]))
+
+  def input_kind(self, info: labels.LabelInfo) -> str:
+    return info.input_key
+
+  def blank_targets(self, info: labels.LabelInfo) -> dict[str, Any]:
+    return {'label': np.int64(0)}
+
+  def synthetic_batch(self, shape: str, batch_size: int) -> tuple[labels.LabelInfo, Batch]:
+    """H,W,C,CLASSES (images) or T,H,W,C,CLASSES (videos): normal inputs and uniform labels."""
+    *input_shape, classes = synthetic_dims(shape, (4, 5), 'H,W,C,CLASSES or T,H,W,C,CLASSES')
+    info = _labels().LabelInfo(classes, 'image' if len(input_shape) == 3 else 'video', tuple(input_shape), 0, 0)
+    keys = jax.random.split(jax.random.key(0))
+    return info, {
+      'inputs': jax.random.normal(keys[0], (batch_size, *input_shape), jnp.float32),
+      'label': jax.random.randint(keys[1], (batch_size,), 0, classes),
+    }
 
 
 def mix(

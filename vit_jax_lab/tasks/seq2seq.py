@@ -1,9 +1,6 @@
 """Sequence to sequence: teacher-forced cross-entropy on real target tokens; evaluation decodes (greedy or
 beam search) and scores exact match, token accuracy and corpus BLEU (sacreBLEU, 13a tokenisation; optionally
 also the Transformer paper's tokenised, compound-split BLEU).
-
-The data modules (TensorFlow) are imported where they are used, so that a config file naming this task loads
-without TensorFlow and a mistake in it is reported at once.
 """
 
 from __future__ import annotations
@@ -11,6 +8,7 @@ from __future__ import annotations
 import collections
 import functools
 import re
+import types
 from typing import TYPE_CHECKING, Any, Callable
 
 import jax
@@ -18,10 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from sacrebleu.metrics import BLEU
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from vit_jax_lab import decode
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.tasks.base import Batch, Preprocess, Task
+from vit_jax_lab.tasks.base import Batch, Preprocess, Task, synthetic_dims
 from vit_jax_lab.tokens import BOS, PAD
 
 if TYPE_CHECKING:
@@ -33,6 +33,22 @@ BLEU_ORDER = 4
 # tensor2tensor's get_ende_bleu.sh: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'. ASCII \s as perl's on the
 # bytes it reads; non-overlapping left to right as perl's /g, so "a-b-c" -> "a ##AT##-##AT## b-c".
 COMPOUND = re.compile(r'(\S)-(\S)', re.ASCII)
+
+
+def _data() -> types.SimpleNamespace:
+  """vit_jax_lab.data.text and .images, imported at their first use, never with this module: they load TensorFlow
+  (5.5 s, `python -X importtime`), and a config file naming this task loads without it (1.5 s), so a mistake in
+  the config is reported at once."""
+  from vit_jax_lab.data import images, text
+
+  return types.SimpleNamespace(images=images, text=text)
+
+
+def _sacremoses() -> types.ModuleType:
+  """sacremoses, imported at its first use: 0.6 s that every config load would pay, for task.tokenized_bleu only."""
+  import sacremoses
+
+  return sacremoses
 
 
 def decoder_inputs(targets: jax.Array, positions: jax.Array | None = None) -> jax.Array:
@@ -62,6 +78,8 @@ class Seq2Seq(Task):
     `bleu_tokenized`, the Transformer paper's BLEU (tensor2tensor's get_ende_bleu.sh: Moses tokenisation,
     compound splitting, multi-bleu.perl without smoothing), to compare with papers; None: only sacreBLEU.
   """
+
+  predicts = 'text'
 
   def __init__(
     self,
@@ -102,9 +120,7 @@ class Seq2Seq(Task):
   # --- Data --------------------------------------------------------------------------------------------------
 
   def dataset_info(self, builder, data_config, workdir: str | None) -> text.TextInfo:
-    from vit_jax_lab.data import text
-
-    return text.dataset_info(builder, data_config, workdir)
+    return _data().text.dataset_info(builder, data_config, workdir)
 
   def model_kwargs(self, info: text.TextInfo) -> dict[str, Any]:
     tokens = info.input_vocab is not None
@@ -116,14 +132,11 @@ class Seq2Seq(Task):
     )
 
   def prepare(self, info: text.TextInfo, train: bool) -> Callable:
-    from vit_jax_lab.data import text
-
-    return text.prepare_fn(info, train)
+    return _data().text.prepare_fn(info, train)
 
   def preprocess(self, data_config, info: text.TextInfo, train: bool) -> Preprocess:
     """(example, seed) -> {'inputs': padded token ids or a preprocessed image, 'targets': padded ids}."""
-    from vit_jax_lab.data import images, text
-
+    images, text = _data().images, _data().text
     image_fn = None if info.input_vocab is not None else images.preprocess_fn(data_config, info.input_shape, train)
 
     def fn(example: dict, seed: tf.Tensor) -> dict:
@@ -137,14 +150,10 @@ class Seq2Seq(Task):
 
   def pack(self, data_config) -> tuple[int, Callable] | None:
     """(examples per row, the batch map) when `data.pack_factor` asks for sequence packing."""
-    from vit_jax_lab.data import text
-
-    return (data_config.pack_factor, text.pack_batch) if data_config.pack_factor > 1 else None
+    return (data_config.pack_factor, _data().text.pack_batch) if data_config.pack_factor > 1 else None
 
   def buckets(self, data_config, info: text.TextInfo) -> pipeline.Buckets | None:
     """Length buckets when `data.token_budget` asks for batches by tokens (the paper's batching)."""
-    from vit_jax_lab.data import text
-
     if data_config.token_budget == 0:
       return None
     if data_config.pack_factor > 1:
@@ -152,7 +161,7 @@ class Seq2Seq(Task):
         f'data.token_budget={data_config.token_budget} and data.pack_factor={data_config.pack_factor}: batches are '
         'either by token budget or packed; set data.pack_factor=1 or data.token_budget=0'
       )
-    return text.buckets(info)
+    return _data().text.buckets(info)
 
   # --- Training ----------------------------------------------------------------------------------------------
 
@@ -203,6 +212,30 @@ class Seq2Seq(Task):
     return decode.beam_search(
       s, batch, length, beam_size=self.beam_size, alpha=self.alpha, length_penalty=self.length_penalty
     )[0][:, 0]
+
+  def predict(self, model: nnx.Module, batch: Batch, info: text.TextInfo, top_k: int) -> jax.Array:
+    """Token ids (batch, length) decoded as evaluation decodes them, of task.max_decode_length or
+    data.max_target_length tokens; `top_k` is for classes."""
+    del top_k
+    return self.generate(model, batch['inputs'], self.max_decode_length or info.max_target_length)
+
+  def input_kind(self, info: text.TextInfo) -> str:
+    return 'text' if info.input_vocab is not None else 'image'
+
+  def blank_targets(self, info: text.TextInfo) -> dict[str, Any]:
+    return {info.target_key: ''}
+
+  def synthetic_batch(self, shape: str, batch_size: int) -> tuple[text.TextInfo, Batch]:
+    """LENGTH,VOCAB: random source and target tokens of one shared word vocabulary."""
+    data = _data().text
+    length, size = synthetic_dims(shape, (2,), 'LENGTH,VOCAB')
+    vocab = data.WordVocab([f'w{i}' for i in range(max(size - len(data.SPECIALS), 1))])
+    info = data.TextInfo('inputs', 'targets', vocab, vocab, (length,), length, 0, 0)
+    keys = jax.random.split(jax.random.key(0))
+    return info, {
+      k: jax.random.randint(key, (batch_size, length), len(data.SPECIALS), vocab.size)
+      for k, key in zip(('inputs', 'targets'), keys)
+    }
 
   def eval_sums(self, model: nnx.Module, batch: Batch) -> dict[str, Any]:
     """Sums over the real (mask=1) examples, and under 'host' the arrays BLEU is computed from on the host."""
@@ -264,9 +297,7 @@ def token_sums(
 
 def moses_languages() -> list[str]:
   """Language codes sacremoses has nonbreaking prefixes for: it tokenises any other code as English, silently."""
-  from sacremoses.corpus import NonbreakingPrefixes
-
-  return sorted(set(NonbreakingPrefixes().available_langs.values()))
+  return sorted(set(_sacremoses().corpus.NonbreakingPrefixes().available_langs.values()))
 
 
 def split_compounds(text: str) -> str:
@@ -279,8 +310,7 @@ def split_compounds(text: str) -> str:
 def moses_tokens(lang: str) -> Callable[[str], list[str]]:
   """text -> tokens as tensor2tensor's get_ende_bleu.sh: Moses replace-unicode-punctuation.perl, then
   tokenizer.perl -l LANG (its defaults: XML escaping, no -a hyphen splitting), then compound splitting."""
-  import sacremoses
-
+  sacremoses = _sacremoses()
   normalizer, tokenizer = sacremoses.MosesPunctNormalizer(lang), sacremoses.MosesTokenizer(lang)
 
   def tokenize(text: str) -> list[str]:
@@ -297,8 +327,6 @@ def bleu_stats(
   length, then n-gram matches and hypothesis n-gram counts for n = 1..4, of the tokens `tokenize` gives
   (default: sacreBLEU's 13a tokenisation)."""
   if tokenize is None:
-    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
-
     tokenizer_13a = Tokenizer13a()
 
     def tokenize(text: str) -> list[str]:
@@ -319,8 +347,6 @@ def bleu_stats(
 def bleu(stats: np.ndarray, smoothing: str = 'exp') -> float:
   """Corpus BLEU (0-100) from summed `bleu_stats`. smoothing: 'exp', sacreBLEU's default; 'none', as
   multi-bleu.perl (0 when an n-gram precision is 0)."""
-  from sacrebleu.metrics import BLEU
-
   if smoothing not in ('exp', 'none'):
     raise ValueError(f"smoothing={smoothing!r} is not one of 'exp', 'none'")
   stats = [int(x) for x in stats]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
+import types
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import jax
@@ -27,6 +28,17 @@ NORM_PRECISION_THRESHOLDS = np.linspace(0.0, 0.5, 51)  # TrackingNet's normalise
 PRECISION_PIXELS = 20.0  # OTB's precision: centre error within 20 pixels.
 OTB = ('auc', 'precision', 'norm_precision')  # Scored per sequence, then averaged over sequences.
 POOLED = ('ao', 'sr50', 'sr75')  # GOT-10k's scores: means over the frames of all sequences together.
+
+
+def _data() -> types.SimpleNamespace:
+  """TensorFlow and vit_jax_lab.data.tracking, imported at their first use, never with this module: they take 5.6 s
+  (`python -X importtime`), and a config file naming this task loads without them (1.5 s), so a mistake in the
+  config is reported at once."""
+  import tensorflow as tf
+
+  from vit_jax_lab.data import tracking
+
+  return types.SimpleNamespace(tf=tf, tracking=tracking)
 
 
 def iou_giou(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -277,6 +289,7 @@ class Tracking(Task):
   """
 
   float32_keys = ('box', 'boxes')  # The training pairs' and the evaluated sequences' true boxes.
+  predicts = 'boxes'
 
   def __init__(
     self,
@@ -312,16 +325,14 @@ class Tracking(Task):
 
   def dataset_info(self, builder, data_config, workdir: str | None) -> tracking.TrackingInfo:
     del workdir  # Nothing is derived from the data.
-    from vit_jax_lab.data import tracking
-
-    self.geometry = tracking.dataset_info(builder, data_config)
+    self.geometry = _data().tracking.dataset_info(builder, data_config)
     return self.geometry
 
   def model_kwargs(self, info: tracking.TrackingInfo) -> dict[str, Any]:
     return dict(template_size=info.template_size, search_size=info.search_size, channels=info.channels)
 
   def prepare(self, info: tracking.TrackingInfo, train: bool) -> Callable:
-    import tensorflow as tf
+    tf = _data().tf
 
     def select(ex):
       absent = ex['absent'] if 'absent' in ex else tf.zeros(tf.shape(ex['boxes'])[:1], tf.bool)
@@ -331,9 +342,7 @@ class Tracking(Task):
     return lambda ds: ds.map(select)
 
   def preprocess(self, data_config, info: tracking.TrackingInfo, train: bool) -> Preprocess:
-    from vit_jax_lab.data import tracking
-
-    return tracking.preprocess_fn(data_config, info, train)
+    return _data().tracking.preprocess_fn(data_config, info, train)
 
   def loss(self, model: nnx.Module, batch: Batch, rng: jax.Array, step: jax.Array) -> tuple[jax.Array, dict]:
     del step  # No schedule of its own.
@@ -380,12 +389,10 @@ class Tracking(Task):
   def sequential_sums(self, predict: Callable, examples: Iterator[dict]) -> dict[str, np.ndarray]:
     """`metric_sums` over sequences stored as encoded frames, each tracked by `track_frames`, and 'frames' tracked
     in 'seconds' (wall time, decoding and the first compiles included) for `summarize`'s frames per second."""
-    from vit_jax_lab.data import tracking
-
     sums = {'frames': np.float64(0), 'seconds': np.float64(0)}
     for example in examples:
       start = time.perf_counter()
-      frames = tracking.decoded_frames(example['frames'], self.geometry)
+      frames = _data().tracking.decoded_frames(example['frames'], self.geometry)
       first = next(frames)  # Its size bounds the boxes GOT-10k scores.
       predicted, _ = track_frames(
         predict, itertools.chain([first], frames), example['boxes'][0], self.geometry, self.online

@@ -15,9 +15,10 @@ import sys
 
 import jax
 import numpy as np
+import tensorflow as tf
 from PIL import Image
 
-from vit_jax_lab import console, train
+from vit_jax_lab import console, models, train
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tools import common
 
@@ -79,10 +80,11 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--out', required=True, help='the PNG to write')
   args, overrides = parser.parse_known_args(argv)
   config = _config(args, overrides)
-  if config.model.name != 'vit' or config.model.scan:
+  if not models.get(config.model.name).offers('attention_maps') or config.model.get('scan'):
+    drawn = [name for name, family in models.MODELS.items() if family.offers('attention_maps')]
     raise ConfigError(
-      'attention maps are drawn for image ViTs with unscanned layers; this run has '
-      f'model.name={config.model.name!r}, model.scan={config.model.scan}'
+      f'attention maps are drawn for models of {", ".join(drawn)} with unscanned layers; this run has '
+      f'model.name={config.model.name!r}, model.scan={config.model.get("scan")}'
     )
   s = train.setup(config, jax.devices()[:1])
   model = common.load_model(s, args.workdir)
@@ -100,8 +102,6 @@ def _config(args, overrides):
 
 def _input(s, args) -> tuple[np.ndarray, np.ndarray]:
   """(the image for display as uint8, the preprocessed model input)."""
-  import tensorflow as tf
-
   if args.image:
     if not os.path.exists(args.image):
       raise ConfigError(f'--image {args.image} does not exist')

@@ -21,7 +21,12 @@ import sys
 import time
 from typing import Any
 
-from vit_jax_lab import console
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from vit_jax_lab import checkpoints, config as config_lib, console, cost, decode, parallel, tasks, train
+from vit_jax_lab.errors import ConfigError
 
 PEAK_TFLOPS = {  # Dense bf16 peak per chip, by a substring of jax.Device.device_kind (first match wins).
   'H200': 989.0,
@@ -37,8 +42,6 @@ PEAK_TFLOPS = {  # Dense bf16 peak per chip, by a substring of jax.Device.device
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[tuple[str, list[str]]]]:
   """(options, [(config spec, its overrides), ...])."""
-  from vit_jax_lab.errors import ConfigError
-
   parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.bench', description=__doc__.splitlines()[0])
   parser.add_argument('--steps', type=int, default=10, help='timed steps (the median is reported); 0: compile only')
   parser.add_argument('--warmup', type=int, default=2, help='untimed steps after compilation')
@@ -81,11 +84,6 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[tuple[str, list[str
 def matmul_flops_per_second(n: int = 2048, repeats: int = 5) -> float:
   """The best float32 n x n matmul throughput of the first device: the ceiling MFU is taken against on CPU.
   Best of XLA's default kernels and those the steps are compiled with (`parallel.compiler_options`)."""
-  import jax
-  import jax.numpy as jnp
-
-  from vit_jax_lab import parallel
-
   a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
   mesh = jax.sharding.Mesh(jax.devices()[:1], ('data',))
   best = float('inf')
@@ -111,41 +109,12 @@ def peak_flops_per_second(devices) -> tuple[float, str]:
 
 
 def synthetic_setup(config, shape: str):
-  """A Setup whose data is random inputs of `shape`, and its batch: H,W,C,CLASSES or T,H,W,C,CLASSES for
-  classification; LENGTH,VOCAB (source and target tokens, one shared vocabulary) for seq2seq."""
-  import jax
-  import jax.numpy as jnp
-
-  from vit_jax_lab import parallel, train
-  from vit_jax_lab.data import text
-  from vit_jax_lab.data.labels import LabelInfo
-  from vit_jax_lab.errors import ConfigError
-
-  forms = {'classification': ((3, 4), 'H,W,C,CLASSES or T,H,W,C,CLASSES'), 'seq2seq': ((1,), 'LENGTH,VOCAB')}
-  if config.task.name not in forms:
-    raise ConfigError(f'--synthetic has no inputs for a {config.task.name} task; time it on its dataset')
-  ranks, form = forms[config.task.name]
+  """A Setup whose data is random inputs of `shape`, in the form its task takes (classification: H,W,C,CLASSES or
+  T,H,W,C,CLASSES; seq2seq: LENGTH,VOCAB, source and target tokens of one shared vocabulary), and its batch."""
   try:
-    *input_shape, classes = (int(n) for n in shape.split(','))
-  except ValueError:
-    raise ConfigError(f'--synthetic {shape}: expected {form} for a {config.task.name} config') from None
-  if len(input_shape) not in ranks or min(input_shape + [classes]) < 1:
-    raise ConfigError(f'--synthetic {shape}: expected {form} for a {config.task.name} config')
-  b, keys = config.data.batch_size, jax.random.split(jax.random.key(0))
-  if config.task.name == 'seq2seq':
-    (length,) = input_shape
-    vocab = text.WordVocab([f'w{i}' for i in range(max(classes - len(text.SPECIALS), 1))])
-    info = text.TextInfo('inputs', 'targets', vocab, vocab, (length,), length, 0, 0)
-    batch = {
-      k: jax.random.randint(key, (b, length), len(text.SPECIALS), vocab.size)
-      for k, key in zip(('inputs', 'targets'), keys)
-    }
-  else:
-    info = LabelInfo(classes, 'image' if len(input_shape) == 3 else 'video', tuple(input_shape), 0, 0)
-    batch = {
-      'inputs': jax.random.normal(keys[0], (b, *input_shape), jnp.float32),
-      'label': jax.random.randint(keys[1], (b,), 0, classes),
-    }
+    info, batch = tasks.build(config.task).synthetic_batch(shape, config.data.batch_size)
+  except ConfigError as e:
+    raise ConfigError(f'--synthetic {shape}: {e}') from None
   s = train.setup(config, data=(None, info))
   return s, jax.device_put(batch, jax.sharding.NamedSharding(s.mesh, parallel.BATCH))
 
@@ -156,8 +125,6 @@ def step_flops(s, config, batch) -> float:
   a loop's body once and nothing inside cuDNN's fused attention (a custom call), so such a model is counted
   through its twin with unscanned layers and XLA's attention: the same arithmetic. On a GPU, where XLA counts
   nothing before compiling, the count is the step's matmuls alone (`cost.jaxpr_macs`, forward and backward)."""
-  from vit_jax_lab import checkpoints, cost, train
-
   twin = {'scan': False} if config.model.get('scan') else {}
   twin |= {'attention_impl': 'xla'} if config.model.get('attention_impl') == 'cudnn' else {}
   if twin:
@@ -174,10 +141,6 @@ def step_flops(s, config, batch) -> float:
 
 def measure(config, args) -> dict[str, Any]:
   """One config's numbers."""
-  import jax
-
-  from vit_jax_lab import train
-
   if args.synthetic:
     s, batch = synthetic_setup(config, args.synthetic)
     input_rate = None
@@ -250,15 +213,11 @@ def measure(config, args) -> dict[str, Any]:
 def decode_speed(s, params, lengths: list[int], repeats: int = 3) -> list[dict[str, Any]]:
   """Greedy decoding of exactly L tokens (EOS held back) for each L of `lengths`, for a batch of
   data.eval_batch_size random inputs, with the cache and without: seconds (best of `repeats`) and tokens/s."""
-  import jax
-  import jax.numpy as jnp
-  from flax import nnx
-
-  from vit_jax_lab import decode, parallel
-  from vit_jax_lab.errors import ConfigError
-
-  if s.config.task.name != 'seq2seq':
-    raise ConfigError(f'--decode times seq2seq models; this config is a {s.config.task.name} task')
+  if s.task.predicts != 'text':
+    raise ConfigError(
+      f'--decode times decoding, and task.name={s.config.task.name!r} predicts {s.task.predicts}: give a seq2seq '
+      'config, or leave --decode out'
+    )
   b, info = s.config.data.eval_batch_size, s.info
   if info.input_vocab is None:
     inputs = jax.random.normal(jax.random.key(0), (b, *info.input_shape), jnp.float32)
@@ -359,8 +318,6 @@ def table(results: list[dict[str, Any]]) -> str:
 @console.command
 def main(argv: list[str]) -> int:
   args, entries = parse(argv)
-  from vit_jax_lab import config as config_lib, parallel
-
   configs = []
   for spec, overrides in entries:  # Every config is checked before the first one runs.
     config = config_lib.load(spec)

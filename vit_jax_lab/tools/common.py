@@ -4,10 +4,12 @@ import os
 
 import jax
 import ml_collections
+import numpy as np
 from flax import nnx
 
-from vit_jax_lab import checkpoints, config as config_lib, train, workdir as workdir_lib
+from vit_jax_lab import checkpoints, config as config_lib, models, train, workdir as workdir_lib
 from vit_jax_lab.errors import ConfigError, check
+from vit_jax_lab.models import layers
 
 
 def config_of(workdir: str | None, spec: str | None, overrides: list[str]) -> ml_collections.ConfigDict:
@@ -34,13 +36,39 @@ def one_device_one_example(config: ml_collections.ConfigDict) -> ml_collections.
 
 
 def params_of(s: train.Setup, workdir: str | None) -> nnx.State:
-  """The parameters of `s`, placed as training places them: the run's in `workdir` (its newest checkpoint), or,
-  without one, as the config starts them (with --config.init_from applied)."""
-  params = train.init_state(s).params
-  if workdir:
-    params.replace_by_pure_dict(checkpoints.read_params(workdir))
-    params = jax.device_put(params, s.state_shardings.params)
-  return params
+  """The parameters a command evaluates, placed as training places them: the newest checkpoint of the run in
+  `workdir` (its parameter average, with ema_decay), or, without one, those of --config.init_from: one of our runs
+  whose parameters fit the model exactly is taken as it is, other weights are loaded as training loads them (the
+  family's load_pretrained); without init_from, the config's initialisation."""
+  source = workdir or s.config.init_from
+  if source is not None and (workdir is not None or not source.endswith('.npz')):
+    read = _read_checkpoint(source)
+    mismatch = layers.first_mismatch(read, s.abstract_state.params.to_pure_dict())
+    if mismatch is None:
+      params = jax.tree.map(lambda x: x, s.abstract_state.params)
+      params.replace_by_pure_dict(jax.tree.map(lambda x, a: np.asarray(x, a.dtype), read, params.to_pure_dict()))
+      return jax.device_put(params, s.state_shardings.params)
+    check(
+      workdir is None,
+      f'--workdir {workdir}: its checkpoint does not fit the model of its config.json ({mismatch}); was a '
+      '--config.model key overridden?',
+    )
+  check(
+    source is None or models.get(s.config.model.name).offers('load_pretrained'),
+    f'init_from={source!r}: model.name={s.config.model.name!r} loads only its own runs whose parameters fit it '
+    'exactly; this one does not: give --workdir of the run instead',
+  )
+  return train.init_state(s).eval_params()
+
+
+def _read_checkpoint(path: str) -> dict:
+  """The parameters of the newest checkpoint of the run `path`; one line for a damaged one."""
+  try:
+    return checkpoints.read_params(path)
+  except ConfigError:
+    raise
+  except Exception as e:  # Whatever orbax raises for a damaged checkpoint.
+    raise ConfigError(f'{path}: the newest checkpoint does not read ({checkpoints.first_line(e)})') from None
 
 
 def load_model(s: train.Setup, workdir: str | None) -> nnx.Module:

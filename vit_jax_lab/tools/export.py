@@ -1,5 +1,5 @@
-"""Exports a run: its parameters in the vision_transformer .npz layout (readable by other tools), or a TensorFlow
-SavedModel that serves it, the run's evaluation preprocessing inside.
+"""Exports a run: its parameters in its family's release .npz layout (vit: vision_transformer's, readable by other
+tools), or a TensorFlow SavedModel that serves it, the run's evaluation preprocessing inside.
 
 python -m vit_jax_lab.tools.export --workdir runs/vit_digits --out runs/vit_digits/vit.npz
 python -m vit_jax_lab.tools.export --format saved_model --workdir runs/vit_digits --out runs/vit_digits/serving
@@ -23,27 +23,40 @@ import sys
 from typing import Iterator
 
 import jax
+import jax.extend as jex
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import tensorflow as tf
 from flax import nnx
+from jax._src.export import _export
+from jax.experimental import jax2tf
+from jax.extend.mlir import ir
+from jax.extend.mlir.dialects import func, stablehlo
+from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
 
-from vit_jax_lab import checkpoints, console, train, workdir as workdir_lib
+from vit_jax_lab import checkpoints, console, models, tasks, train
 from vit_jax_lab.errors import ConfigError, check
-from vit_jax_lab.models import release, vit
 from vit_jax_lab.tools import common
 
 PLATFORMS = ('cpu', 'cuda', 'tpu')
 
 
 def export(workdir: str, out: str) -> dict:
-  """Exports the newest checkpoint of `workdir` to `out` and returns the flat arrays written."""
-  model = workdir_lib.load_run(workdir).model
-  if model.name != 'vit':
-    raise ConfigError(f'--workdir {workdir} holds a {model.name!r} model; only vit has a release layout')
+  """Exports the newest checkpoint of `workdir` to `out` in its family's release layout and returns the flat arrays
+  written."""
+  config = common.config_of(workdir, None, [])
+  family = models.get(config.model.name)
+  if family.RELEASE_LAYOUT is None:
+    with_layout = [name for name, f in models.MODELS.items() if f.RELEASE_LAYOUT is not None]
+    raise ConfigError(
+      f'--workdir {workdir} holds a {config.model.name!r} model, which has no release layout (those of '
+      f'{", ".join(with_layout)} have): export it with --format saved_model, or keep the run'
+    )
   _check_checkpoint(workdir)
-  num_heads = model.num_heads or vit.decode_variant(model.variant)['num_heads']
-  flat = release.to_release(checkpoints.read_params(workdir), num_heads)
+  s = train.setup(common.one_device_one_example(config), jax.devices()[:1])  # The model's shape, nothing allocated.
+  model = nnx.merge(s.graphdef, s.abstract_state.params)
+  flat = model.release_params(checkpoints.read_params(workdir))
   checkpoints.write_npz(out, flat)
   return flat
 
@@ -58,10 +71,11 @@ def _check_checkpoint(workdir: str) -> None:
 
 def serving_config(config: ml_collections.ConfigDict, source: str) -> ml_collections.ConfigDict:
   """`config` for building the served model on one device; refuses what the SavedModel cannot serve."""
+  predicts = tasks.get(config.task.name).predicts
   check(
-    config.task.name == 'classification',
-    f'{source} is a {config.task.name} run (model {config.model.name!r}): the SavedModel serves classification runs '
-    '(vit, vivit); use --format npz for a vit, or decode with the run itself',
+    predicts == 'classes',
+    f'{source} is a {config.task.name} run (model {config.model.name!r}), which predicts {predicts}: the SavedModel '
+    'serves the classes of classification runs (vit, vivit); use --format npz for a vit, or use the run itself',
   )
   config = common.one_device_one_example(copy.deepcopy(config))
   if config.model.get('attention_impl') == 'cudnn':  # A kernel of NVIDIA GPUs only; XLA's is the same product.
@@ -72,9 +86,6 @@ def serving_config(config: ml_collections.ConfigDict, source: str) -> ml_collect
 def saved_model(config: ml_collections.ConfigDict, params: dict | None, out: str, platforms: tuple[str, ...]) -> str:
   """Writes the SavedModel of `config`'s model with `params` (a pure dict; None: config.init_from's weights)
   to the folder `out`, and returns a line saying what its signature takes and returns."""
-  import tensorflow as tf
-  from jax.experimental import jax2tf
-
   s = train.setup(config, jax.devices()[:1])
   if params is None:
     state = train.init_state(s).params  # config.init_from loaded and adapted, with its notes printed.
@@ -91,8 +102,9 @@ def saved_model(config: ml_collections.ConfigDict, params: dict | None, out: str
   preprocess = s.task.preprocess(data, info, train=False)  # The evaluation's own function.
 
   def one(raw: tf.Tensor) -> dict:
-    features = preprocess({info.input_key: raw, 'label': tf.zeros([], tf.int64)}, tf.zeros([2], tf.int64))
-    return {k: v for k, v in features.items() if k != 'label'}
+    blank = s.task.blank_targets(info)
+    features = preprocess({info.input_key: raw} | blank, tf.zeros([2], tf.int64))
+    return {k: v for k, v in features.items() if k not in blank}
 
   raw_shape = (None,) * (2 if info.input_key == 'image' else 3) + (channels,)
   traced = tf.function(one, autograph=False).get_concrete_function(tf.TensorSpec(raw_shape, tf.uint8))
@@ -143,11 +155,6 @@ def _for_tensorflow() -> Iterator[None]:
   GELU's erf) as composites, whose bodies TensorFlow 2.21 leaves with the batch dimension unknown ("Module has
   dynamic shapes"), so each composite becomes a call of its body (the same ops), which TensorFlow specialises.
   jax.export has no option for either: its private bytecode writer is replaced for the time of the export."""
-  import jax.extend as jex
-  from jax._src.export import _export
-  from jax.extend.mlir.dialects import stablehlo
-  from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
-
   newest = stablehlo.get_version_from_compatibility_requirement(stablehlo.StablehloCompatibilityRequirement.WEEK_4)
   target = stablehlo.get_smaller_version(newest, tf_stablehlo.get_current_version())
   original = _export._module_to_bytecode
@@ -168,9 +175,6 @@ def _for_tensorflow() -> Iterator[None]:
 
 def _composites_to_calls(module) -> None:
   """Replaces each stablehlo.composite op of the MLIR `module` by a func.call of its decomposition."""
-  from jax.extend.mlir import ir
-  from jax.extend.mlir.dialects import func
-
   composites = []
 
   def collect(op):

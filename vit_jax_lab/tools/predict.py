@@ -31,10 +31,18 @@ from typing import Any, Callable, Iterator, TextIO
 
 import jax
 import numpy as np
+import tensorflow as tf
 from flax import nnx
 
-from vit_jax_lab import config as config_lib, console
+from vit_jax_lab import config as config_lib, console, parallel, tasks, train
+from vit_jax_lab.data.builders import folder
 from vit_jax_lab.errors import ConfigError, check
+from vit_jax_lab.tools import common
+
+try:
+  import av
+except ImportError:  # PyAV is optional: only video files need it.
+  av = None
 
 DEFAULT_BATCH = {'image': 64, 'video': 8, 'text': 64}  # Inputs per compiled batch (videos: x their views).
 JPEG_PNG = (b'\xff\xd8', b'\x89PNG')  # How the files begin.
@@ -57,24 +65,18 @@ class Unreadable(Exception):
 # --- The inputs ---------------------------------------------------------------------------------------------------
 
 
-def _folders():
-  """data/builders/folder.py, whose file kinds and order folder datasets share (imported once TF is quiet)."""
-  from vit_jax_lab.data.builders import folder
-
-  return folder
-
-
 def _has(name: str, kind: str) -> bool:
-  """Whether a file name is an image ('image': JPEG or PNG) or a video file ('video'), by its extension."""
-  folder = _folders()
+  """Whether a file name is an image ('image': JPEG or PNG) or a video file ('video'), by its extension (the file
+  kinds of folder datasets)."""
   return name.lower().endswith(folder.IMAGE_EXTENSIONS if kind == 'image' else folder.VIDEO_EXTENSIONS)
 
 
-def _walk(folder: str) -> Iterator[tuple[str, list[str], list[str]]]:
-  """(folder, its visible files, its visible subfolders) below `folder`, each in natural order, depth first."""
-  for root, dirs, names in os.walk(folder):
-    dirs[:] = sorted((d for d in dirs if not d.startswith('.')), key=_folders().natural_key)
-    files = sorted((n for n in names if not n.startswith('.')), key=_folders().natural_key)
+def _walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+  """(folder, its visible files, its visible subfolders) below the folder `top`, each in natural order, depth
+  first."""
+  for root, dirs, names in os.walk(top):
+    dirs[:] = sorted((d for d in dirs if not d.startswith('.')), key=folder.natural_key)
+    files = sorted((n for n in names if not n.startswith('.')), key=folder.natural_key)
     yield root, [os.path.join(root, n) for n in files], dirs
 
 
@@ -122,26 +124,26 @@ def _file_item(kind: str, path: str) -> Item:
   if _has(path, 'video'):
     check(kind == 'video', f'{path} is a video, and this model reads images: give JPEG or PNG files')
     return Item(path, 'video', (path,))
-  wanted = 'a JPEG or PNG image' if kind == 'image' else f'a video file ({" ".join(_folders().VIDEO_EXTENSIONS)})'
+  wanted = 'a JPEG or PNG image' if kind == 'image' else f'a video file ({" ".join(folder.VIDEO_EXTENSIONS)})'
   raise ConfigError(f'{path} is not {wanted} (by its extension)')
 
 
-def _folder_items(kind: str, folder: str) -> list[Item]:
-  """Images: every image below `folder`. Videos: `folder` itself if it holds frames, else every frame folder and
-  video file below it."""
-  walked = list(_walk(folder))
+def _folder_items(kind: str, given: str) -> list[Item]:
+  """Images: every image below the folder `given`. Videos: the folder itself if it holds frames, else every frame
+  folder and video file below it."""
+  walked = list(_walk(given))
   images = [f for _, files, _ in walked for f in files if _has(f, 'image')]
   videos = [f for _, files, _ in walked for f in files if _has(f, 'video')]
   if kind == 'image':
     check(
       images or not videos,
-      f'{folder} holds videos, and this model reads images: give a folder of JPEG or PNG files',
+      f'{given} holds videos, and this model reads images: give a folder of JPEG or PNG files',
     )
-    check(images, f'{folder} holds no JPEG or PNG images')
+    check(images, f'{given} holds no JPEG or PNG images')
     return [Item(path, 'image', (path,)) for path in images]
   frames_here = [f for f in walked[0][1] if _has(f, 'image')]
   if frames_here:
-    return [Item(folder, 'frames', tuple(frames_here))]
+    return [Item(given, 'frames', tuple(frames_here))]
   items = []
   for root, files, _ in walked[1:]:
     frames = [f for f in files if _has(f, 'image')]
@@ -149,23 +151,17 @@ def _folder_items(kind: str, folder: str) -> list[Item]:
       items.append(Item(root, 'frames', tuple(frames)))
     items += [Item(f, 'video', (f,)) for f in files if _has(f, 'video')]
   items += [Item(f, 'video', (f,)) for f in walked[0][1] if _has(f, 'video')]
-  check(items, f'{folder} holds no videos: frame folders (JPEG or PNG frames) or video files')
-  return sorted(items, key=lambda item: _folders().natural_key(item.name))
+  check(items, f'{given} holds no videos: frame folders (JPEG or PNG frames) or video files')
+  return sorted(items, key=lambda item: folder.natural_key(item.name))
 
 
 def _av(path: str):
-  try:
-    import av
-  except ImportError:
-    raise ConfigError(
-      f'{path}: video files need PyAV (`pip install av`); or give a folder of its frames instead'
-    ) from None
+  check(av is not None, f'{path}: video files need PyAV (`pip install av`); or give a folder of its frames instead')
   return av
 
 
 def _read(item: Item, channels: int) -> Any:
   """The raw input: a file's bytes, a video's uint8 frames (T, H, W, C), or the text. Raises Unreadable."""
-  import tensorflow as tf
 
   def data(path: str) -> bytes:
     try:
@@ -223,24 +219,19 @@ class Predictor:
   """A run's model with its evaluation parameters, the run's evaluation preprocessing of one input (a tf.function,
   traced once), and the compiled step from a batch to top-k probabilities or decoded token ids."""
 
-  kind: str  # What the model reads: 'image', 'video' or 'text'.
+  kind: str  # What the model reads: 'image', 'video' or 'text' (the task's input_kind).
   config: Any
   s: Any  # train.Setup on one device.
   params: Any  # Evaluation parameters, on the device.
-  labels: list[str] | None  # Class names (classification).
+  labels: list[str] | None  # Class names ('classes' predictions).
   top_k: int
 
   def __post_init__(self):
-    import tensorflow as tf
-
     info, task, data = self.s.info, self.s.task, self.config.data
-    self.classify = self.s.config.task.name == 'classification'
+    self.classify = task.predicts == 'classes'  # Else 'text'.
     prepare, preprocess = task.prepare(info, False), task.preprocess(data, info, train=False)
     channels = info.input_shape[-1]
-    if self.classify:
-      dummy = {'label': tf.constant(0, tf.int64)}
-    else:
-      dummy = {info.target_key: tf.constant('')}
+    dummy = task.blank_targets(info)
 
     def model_input(raw: tf.Tensor) -> tuple[dict, tf.Tensor]:
       """The run's evaluation pipeline on one raw input; and whether it was adapted (resized, cut)."""
@@ -268,8 +259,6 @@ class Predictor:
   def _fit(self, raw):
     """Images (frames) of another size than the run's data, when its config resizes nothing (no data.image_size
     or resize_size; its preprocessing then takes the dataset's size only): squashed to that size first."""
-    import tensorflow as tf
-
     data = self.config.data
     if data.image_size is not None or data.resize_size is not None:
       return raw, tf.constant(False)
@@ -283,26 +272,17 @@ class Predictor:
     return tf.cond(same, lambda: raw, resized), ~same
 
   def _compile(self) -> Callable:
-    from vit_jax_lab import parallel, train
-
     s, config = self.s, self.config
 
     def step(params, batch):
       model = nnx.merge(s.graphdef, train.in_compute_dtype(params, config))
-      batch = train.in_compute_dtype(batch, config)
-      if self.classify:
-        probabilities = jax.nn.softmax(s.task.logits(model, batch))
-        return jax.lax.top_k(probabilities, min(self.top_k, probabilities.shape[-1]))
-      length = s.task.max_decode_length or s.info.max_target_length
-      return s.task.generate(model, batch['inputs'], length)
+      return s.task.predict(model, train.in_compute_dtype(batch, config), s.info, self.top_k)
 
     return jax.jit(step, compiler_options=parallel.compiler_options(s.mesh))
 
   def results(self, items: list[Item], batch: int) -> Iterator[tuple[Item, Any, bool]]:
     """(item, its prediction or the one-line reason it could not be read, whether it was adapted), in order.
     Threads read and preprocess the inputs while the device runs the batch before."""
-    import tensorflow as tf
-
     channels = self.s.info.input_shape[-1]
 
     def prepared(item):
@@ -378,8 +358,6 @@ def _in_order(fn: Callable, items: list, ahead: int) -> Iterator[tuple[Any, Any]
 
 def _config(args: argparse.Namespace, overrides: list[str]):
   """The run's config (or the given one), on one device, with batches of one for the trainer's checks."""
-  from vit_jax_lab.tools import common
-
   config = common.config_of(args.workdir, args.config, overrides)
   if args.config is not None:
     check(
@@ -388,21 +366,27 @@ def _config(args: argparse.Namespace, overrides: list[str]):
       'model would predict with random ones',
     )
   config_lib.validate(common.one_device_one_example(config))
+  predicts = tasks.get(config.task.name).predicts
+  check(
+    predicts in ('classes', 'text'),
+    f'task.name={config.task.name!r} predicts {predicts}, and this command prints classes or text: a tracking run '
+    'is drawn by python -m vit_jax_lab.tools.track and run on a split by python -m vit_jax_lab.tools.results',
+  )
   return config
 
 
 def _vocab_dir(config, workdir: str | None) -> str | None:
   """Where the run keeps a trained SentencePiece vocabulary: its workdir, or the run init_from names. Predicting
   must use the run's, never train another."""
-  if config.task.name != 'seq2seq' or config.data.vocab != 'sentencepiece':
+  if config.data.vocab != 'sentencepiece':
     return workdir
   candidates = [workdir] if workdir else []
   if config.init_from and not config.init_from.endswith('.npz'):
     path = os.path.abspath(config.init_from)
     candidates += [path, os.path.dirname(path), os.path.dirname(os.path.dirname(path))]
-  for folder in candidates:
-    if os.path.isfile(os.path.join(folder, 'sentencepiece.model')):
-      return folder
+  for directory in candidates:
+    if os.path.isfile(os.path.join(directory, 'sentencepiece.model')):
+      return directory
   raise ConfigError(
     "data.vocab='sentencepiece': the run's trained vocabulary (sentencepiece.model in its workdir) is not there; "
     'give --workdir of the run, or --config.data.vocab=PATH/sentencepiece.model'
@@ -411,51 +395,15 @@ def _vocab_dir(config, workdir: str | None) -> str | None:
 
 def load(args: argparse.Namespace, overrides: list[str], devices=None) -> Predictor:
   """The model of --workdir (or --config and its init_from) with its evaluation parameters on one device."""
-  from vit_jax_lab import train
-
   config = _config(args, overrides)
   with contextlib.redirect_stdout(sys.stderr):  # Dataset preparation and init_from notes: not predictions.
     s = train.setup(config, (devices or jax.devices())[:1], workdir=_vocab_dir(config, args.workdir))
-    params = _params(s, args.workdir)
-  if config.task.name == 'classification':
-    kind = s.info.input_key  # 'image' or 'video'.
+    params = common.params_of(s, args.workdir)
+  labels = None
+  if s.task.predicts == 'classes':
     labels = [str(n) for n in s.builder.info.features['label'].names]
-  else:
-    kind = 'text' if s.info.input_vocab is not None else 'image'
-    labels = None
+  kind = s.task.input_kind(s.info)
   return Predictor(kind, config, s, jax.device_put(params, s.mesh.devices.flat[0]), labels, args.top_k)
-
-
-def _params(s, workdir: str | None):
-  """Evaluation parameters (nnx.State) of the run's newest checkpoint; with --config, init_from's, loaded as
-  training loads them (one of our runs whose parameters fit this model exactly is taken as it is)."""
-  from vit_jax_lab import checkpoints, models, train
-  from vit_jax_lab.models import layers
-
-  source = s.config.init_from if workdir is None else workdir
-  if workdir is not None or not source.endswith('.npz'):
-    try:
-      read = checkpoints.read_params(source)
-    except ConfigError:
-      raise
-    except Exception as e:  # Whatever orbax raises for a damaged checkpoint.
-      raise ConfigError(f'{source}: the newest checkpoint does not read ({checkpoints.first_line(e)})') from None
-    mismatch = layers.first_mismatch(read, s.abstract_state.params.to_pure_dict())
-    if mismatch is None:
-      params = jax.tree.map(lambda x: x, s.abstract_state.params)
-      params.replace_by_pure_dict(jax.tree.map(lambda x, a: np.asarray(x, a.dtype), read, params.to_pure_dict()))
-      return params
-    check(
-      workdir is None,
-      f'--workdir {workdir}: its checkpoint does not fit the model of its config.json ({mismatch}); was a '
-      '--config.model key overridden?',
-    )
-  check(
-    hasattr(models.get(s.config.model.name), 'load_pretrained'),
-    f'init_from={source!r}: model.name={s.config.model.name!r} loads only its own runs whose parameters fit it '
-    'exactly; this one does not: give --workdir of the run instead',
-  )
-  return train.init_state(s).eval_params()
 
 
 # --- The command --------------------------------------------------------------------------------------------------
@@ -515,11 +463,6 @@ def main(argv: list[str]) -> int:
   check(args.top_k >= 1, f'--top_k={args.top_k} must be a positive integer')
   check(args.batch_size is None or args.batch_size >= 1, f'--batch_size={args.batch_size} must be positive')
   check(inputs or args.lines, 'no inputs: give image or video files, folders of them, text (seq2seq), or --lines FILE')
-  if args.workdir is None:  # A mistake in the config costs a second, before TensorFlow loads.
-    _config(args, overrides)
-  console.quiet_libraries()
-  from vit_jax_lab import parallel
-
   parallel.enable_compilation_cache()
   start = time.perf_counter()
   predictor = load(args, overrides)

@@ -24,7 +24,7 @@ from typing import Iterator
 import jax
 import numpy as np
 
-from vit_jax_lab import console, train
+from vit_jax_lab import console, tasks, train
 from vit_jax_lab.data import tracking as data_tracking
 from vit_jax_lab.errors import check
 from vit_jax_lab.tasks import tracking
@@ -64,7 +64,8 @@ def run(argv: list[str]) -> tuple[list[str], int]:
   args, overrides = parser.parse_known_args(argv)
   common.check_new(args.out)
   config = common.one_device_one_example(common.config_of(args.workdir, args.config, overrides))
-  check(config.task.name == 'tracking', f'this run has task.name={config.task.name!r}: results tracks tracking runs')
+  predicts = tasks.get(config.task.name).predicts
+  check(predicts == 'boxes', f'task.name={config.task.name!r} predicts {predicts}: results tracks tracking runs')
   layout = args.layout or ('got10k' if config.data.name.endswith('got10k') else 'otb')
   if layout == 'got10k':
     common.check_new(args.out + '.zip')

@@ -19,7 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from PIL import Image, ImageDraw
 
-from vit_jax_lab import boxes, console, train
+from vit_jax_lab import boxes, console, tasks, train
+from vit_jax_lab.data import tracking as data_tracking
+from vit_jax_lab.data.builders import folder
 from vit_jax_lab.errors import ConfigError, check
 from vit_jax_lab.tasks import tracking
 from vit_jax_lab.tools import common
@@ -30,8 +32,6 @@ TILE = 128  # Pixels per tile side.
 
 def read_video(path: str, channels: int) -> np.ndarray:
   """(T, H, W, channels) uint8 frames of a video file or a folder of images; one line for an empty or bad one."""
-  from vit_jax_lab.data.builders import folder
-
   check(os.path.exists(path), f'--video {path} does not exist: give a video file or a folder of frames')
   if os.path.isdir(path):
     names = sorted((n for n in os.listdir(path) if n.lower().endswith(folder.IMAGE_EXTENSIONS)), key=folder.natural_key)
@@ -70,8 +70,6 @@ def parse_box(text: str, height: int, width: int) -> np.ndarray:
 def load_sequence(s: train.Setup, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(frames uint8 (T, H, W, C), true boxes (T, 4), absent (T,): frames without the target) of sequence `index`
   of the eval split; a benchmark's encoded frames decoded."""
-  from vit_jax_lab.data import tracking as data_tracking
-
   count = s.builder.info.splits[s.config.data.eval_split].num_examples
   check(0 <= index < count, f'--sequence={index}: the eval split has {count} sequences (0 to {count - 1})')
   split = f'{s.config.data.eval_split}[{index}:{index + 1}]'
@@ -164,7 +162,8 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--out', required=True, help='the .png (or .gif) to write')
   args, overrides = parser.parse_known_args(argv)
   config = common.one_device_one_example(common.config_of(args.workdir, args.config, overrides))
-  check(config.task.name == 'tracking', f'this run has task.name={config.task.name!r}: track draws tracking runs')
+  predicts = tasks.get(config.task.name).predicts
+  check(predicts == 'boxes', f'task.name={config.task.name!r} predicts {predicts}: track draws tracking runs')
   check(not config.model.scan, 'track draws attention of unscanned layers: this run has model.scan=True')
   check((args.video is None) == (args.box is None), "give --video and --box together (the first frame's box)")
   s = train.setup(config, jax.devices()[:1])
