@@ -164,12 +164,6 @@ def test_mistakes_are_one_line(digits_run, digit_files, data_dir, tmp_path, caps
     assert len(err) == 1 and err[0].startswith('error: ') and message in err[0], (argv, err)
 
 
-def test_forwarding_module_runs_the_command():
-  from vit_jax_lab import predict as forwarding
-
-  assert forwarding.main is predict.main
-
-
 @pytest.fixture(scope='module')
 def scan_run(data_dir, tmp_path_factory):
   builders.register('scan/simple')
