@@ -5,6 +5,7 @@ A family is a subclass of `Model` registered in `models/__init__.py`; its constr
 family declares what it has and implements the optional methods it offers.
 """
 
+import inspect
 from typing import Any, ClassVar
 
 import jax
@@ -36,7 +37,7 @@ class Model(nnx.Module):
     'load_pretrained', 'release_params')."""
     if ability not in _ABILITIES:
       raise KeyError(f'{ability!r} is not one of the optional abilities {", ".join(_ABILITIES)}')
-    return getattr(cls, ability) is not getattr(Model, ability)
+    return inspect.getattr_static(cls, ability) is not inspect.getattr_static(Model, ability)
 
   def features(self, *inputs: jax.Array, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
     """(batch, dim): the pooled representation the head reads; what few-shot linear evaluation fits on."""
@@ -53,8 +54,10 @@ class Model(nnx.Module):
     has nothing (a head for another class count)."""
     raise NotImplementedError
 
-  def release_params(self, params: dict[str, Any]) -> dict[str, np.ndarray]:
-    """This model's parameters (a pure nested dict) in the flat naming of its RELEASE_LAYOUT."""
+  @classmethod
+  def release_params(cls, params: dict[str, Any], model_config: Any) -> dict[str, np.ndarray]:
+    """The parameters (a pure nested dict) of a run whose `config.model` is `model_config`, in the flat naming of
+    RELEASE_LAYOUT: from the run alone, without its data."""
     raise NotImplementedError
 
 

@@ -190,9 +190,10 @@ class ViT(base.Model):
     params, adapted = release.from_release(source, self, params)
     return params, notes + adapted
 
-  def release_params(self, params: dict) -> dict:
+  @classmethod
+  def release_params(cls, params: dict, model_config: Any) -> dict:
     """`params` in the vision_transformer / big_vision .npz naming (what `tools.export` writes)."""
-    return release.to_release(params, self.num_heads)
+    return release.to_release(params, model_config.num_heads or decode_variant(model_config.variant)['num_heads'])
 
   def attention_maps(self, images: jax.Array) -> list[jax.Array]:
     """Every block's attention probabilities (batch, heads, tokens, tokens), in inference mode."""

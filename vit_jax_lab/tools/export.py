@@ -54,9 +54,7 @@ def export(workdir: str, out: str) -> dict:
       f'{", ".join(with_layout)} have): export it with --format saved_model, or keep the run'
     )
   _check_checkpoint(workdir)
-  s = train.setup(common.one_device_one_example(config), jax.devices()[:1])  # The model's shape, nothing allocated.
-  model = nnx.merge(s.graphdef, s.abstract_state.params)
-  flat = model.release_params(checkpoints.read_params(workdir))
+  flat = family.release_params(checkpoints.read_params(workdir), config.model)  # The run alone, not its data.
   checkpoints.write_npz(out, flat)
   return flat
 
