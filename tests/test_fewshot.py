@@ -1,5 +1,5 @@
-"""Few-shot linear evaluation (vit_jax_lab/fewshot.py): the ridge solve, the draws, the features in split order, the
-periodic evaluator of a run and the command (vit_jax_lab/tools/fewshot.py)."""
+"""Few-shot linear evaluation (vit_jax_lab/evaluators/fewshot.py): the ridge solve, the draws, the features in split
+order, the periodic evaluator of a run and the command (vit_jax_lab/tools/fewshot.py)."""
 
 import json
 import os
@@ -8,8 +8,9 @@ import jax
 import numpy as np
 import pytest
 
-from vit_jax_lab import config as config_lib, fewshot, train
+from vit_jax_lab import config as config_lib, train
 from vit_jax_lab.errors import ConfigError
+from vit_jax_lab.evaluators import fewshot
 from vit_jax_lab.tools import fewshot as fewshot_tool
 
 

@@ -36,8 +36,8 @@ def pixels() -> dict[int, np.ndarray]:
   """k -> per-draw accuracy of the same ridge regression on the raw pixels (the same draws: seed 0)."""
   import tensorflow_datasets as tfds
 
-  from vit_jax_lab import fewshot
   from vit_jax_lab.data import builders
+  from vit_jax_lab.evaluators import fewshot
 
   builders.register('digits')
   builder = tfds.builder('digits')

@@ -6,7 +6,7 @@ import jax
 import ml_collections
 from flax import nnx
 
-from vit_jax_lab import fewshot
+from vit_jax_lab.evaluators import fewshot
 
 
 class Evaluator(Protocol):

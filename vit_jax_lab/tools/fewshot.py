@@ -1,4 +1,4 @@
-"""Few-shot linear evaluation of a run or a released checkpoint, printed as a table (vit_jax_lab/fewshot.py).
+"""Few-shot linear evaluation of a run or a released checkpoint, printed as a table (vit_jax_lab/evaluators/fewshot.py).
 
 python -m vit_jax_lab.tools.fewshot --workdir runs/vit_digits [--dataset digits] [--shots 1,5,10,25] [--draws 5]
 python -m vit_jax_lab.tools.fewshot --config configs/vit/finetune.py:cifar10,B/16 --config.init_from=ViT-B_16.npz \
@@ -16,8 +16,9 @@ import sys
 import ml_collections
 import numpy as np
 
-from vit_jax_lab import console, fewshot, train
+from vit_jax_lab import console, train
 from vit_jax_lab.errors import ConfigError
+from vit_jax_lab.evaluators import fewshot
 from vit_jax_lab.tools import common
 
 
