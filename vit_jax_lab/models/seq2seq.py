@@ -233,6 +233,7 @@ class Transformer(base.Model):
     pattern = options.pattern
     embed_init = nnx.initializers.normal(d**-0.5)  # Scaled by sqrt(d) at the input: unit-variance tokens.
     self.target_embedding = layers.Embed(vocab_size, d, embedding_init=embed_init, rngs=rngs)
+    self.images = images
     if images:
       height, wide, channels = input_shape
       layers.check_patch(patch_size, (height, wide))
@@ -279,7 +280,7 @@ class Transformer(base.Model):
     rngs: nnx.Rngs | None = None,
   ) -> tuple[jax.Array, jax.Array]:
     """Source tokens (B, S) or images -> encoder outputs (B, S', D) and their segment ids (B, S')."""
-    if hasattr(self, 'patch_embedding'):
+    if self.images:
       x = self.patch_embedding(inputs) + self.image_posemb[...]
       segments = jnp.ones(x.shape[:2], jnp.int32)
       mask = None
