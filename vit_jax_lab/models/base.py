@@ -23,7 +23,8 @@ class Model(nnx.Module):
   # Parameter names kept out of weight decay, besides every 1-D array (biases, norms).
   NO_DECAY: ClassVar[tuple[str, ...]] = ()
   # The weights `load_pretrained` reads, for init_from: 'npz' (a vision_transformer / big_vision release .npz),
-  # 'run' (one of our workdirs of another shape or family). (): none; the family resumes only its own runs.
+  # 'run' (one of our workdirs of another shape or family), a hub folder's layout (a key of hub.LAYOUTS: 'timm_vit').
+  # (): none; the family resumes only its own runs.
   PRETRAINED: ClassVar[tuple[str, ...]] = ()
   # The encoder options the family takes as `**encoder` keywords, with its defaults (layers.EncoderOptions, or a
   # subclass): config keys beside its constructor's own.
@@ -49,9 +50,9 @@ class Model(nnx.Module):
     raise NotImplementedError
 
   def load_pretrained(self, source: dict[str, Any], params: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """(this model's parameters from `source`, notes of what was adapted). `source` is a release .npz's flat dict
-    or another run's parameters (a pure nested dict); `params` are the model's initial ones, kept where the source
-    has nothing (a head for another class count)."""
+    """(this model's parameters from `source`, notes of what was adapted). `source` is a release .npz's flat dict,
+    another run's parameters (a pure nested dict) or a hub folder (hub.HubWeights) of a layout in PRETRAINED;
+    `params` are the model's initial ones, kept where the source has nothing (a head for another class count)."""
     raise NotImplementedError
 
   @classmethod

@@ -64,27 +64,37 @@ def _mlp_to_release(mlp: dict) -> dict:
   return {'Dense_0': _dense(mlp['fc1']), 'Dense_1': _dense(mlp['fc2'])}
 
 
+def _block_to_release(b: dict, num_heads: int) -> dict:
+  out = {
+    'LayerNorm_0': _norm(b['norm1']),
+    'LayerNorm_2': _norm(b['norm2']),
+    'MultiHeadDotProductAttention_1': _attention_to_release(b['attn'], num_heads),
+    'MlpBlock_3': _mlp_to_release(b['mlp']),
+  }
+  if 'ls1' in b:  # LayerScale (model.layerscale), which the Google releases lack: named here.
+    out |= {'LayerScale_0': {'gamma': b['ls1']}, 'LayerScale_1': {'gamma': b['ls2']}}
+  return out
+
+
 def to_release(params: dict, num_heads: int) -> dict[str, np.ndarray]:
-  """Our parameters (a pure dict) -> the vision_transformer .npz layout (MAP heads in big_vision's)."""
+  """Our parameters (a pure dict) -> the vision_transformer .npz layout (MAP heads in big_vision's). What the
+  Google layout lacks keeps our names: the distillation token `dist` and its head `head_dist`, register tokens
+  `reg`, LayerScale gammas `LayerScale_0/gamma` and `LayerScale_1/gamma` in each block."""
   params = layers.unscanned(params)
   tree = {'embedding': _dense(params['embedding']), 'head': _dense(params['head'])}
   tree['Transformer'] = {
-    f'encoderblock_{i}': {
-      'LayerNorm_0': _norm(b['norm1']),
-      'LayerNorm_2': _norm(b['norm2']),
-      'MultiHeadDotProductAttention_1': _attention_to_release(b['attn'], num_heads),
-      'MlpBlock_3': _mlp_to_release(b['mlp']),
-    }
-    for i, b in params['encoder']['blocks'].items()
+    f'encoderblock_{i}': _block_to_release(b, num_heads) for i, b in params['encoder']['blocks'].items()
   }
   if params['encoder'].get('norm'):
     tree['Transformer']['encoder_norm'] = _norm(params['encoder']['norm'])
   if 'pos_embedding' in params:
     tree['Transformer']['posembed_input'] = {'pos_embedding': params['pos_embedding']}
-  if 'cls' in params:
-    tree['cls'] = params['cls']
-  if 'pre_logits' in params:
-    tree['pre_logits'] = _dense(params['pre_logits'])
+  for key in ('cls', 'dist', 'reg'):
+    if key in params:
+      tree[key] = params[key]
+  for key in ('pre_logits', 'head_dist'):
+    if key in params:
+      tree[key] = _dense(params[key])
   if 'map_head' in params:
     m = params['map_head']
     tree['MAPHead_0'] = {
@@ -145,12 +155,15 @@ POSEMB_RESIZE = {
 }
 
 
-def resample_posemb(pos: np.ndarray, grid: tuple[int, int], class_token_row: bool, method: str = 'zoom') -> np.ndarray:
+def resample_posemb(
+  pos: np.ndarray, grid: tuple[int, int], class_token_row: bool | int, method: str = 'zoom'
+) -> np.ndarray:
   """A square grid of position embeddings resampled to `grid` by `method` (a key of POSEMB_RESIZE); the
-  class-token row is kept. 'zoom' is the releases' own resampling, so fine-tuning one reproduces theirs."""
+  class-token row (or `class_token_row` leading rows: class, distillation, register tokens) is kept. 'zoom' is
+  the releases' own resampling, so fine-tuning one reproduces theirs."""
   if method not in POSEMB_RESIZE:
     raise ConfigError(f'model.posemb_resize={method!r} is not one of {", ".join(map(repr, POSEMB_RESIZE))}')
-  cls, pos = (pos[:, :1], pos[:, 1:]) if class_token_row else (pos[:, :0], pos)
+  cls, pos = pos[:, : int(class_token_row)], pos[:, int(class_token_row) :]
   side = math.isqrt(pos.shape[1])
   if side * side != pos.shape[1]:
     raise ConfigError(f'init_from: cannot resample {pos.shape[1]} position embeddings: not a square grid')
@@ -165,16 +178,22 @@ def resample_posemb(pos: np.ndarray, grid: tuple[int, int], class_token_row: boo
   return np.concatenate([cls, pos], axis=1)
 
 
-def from_release(flat: dict[str, np.ndarray], model: Any, target: dict) -> tuple[dict, list[str]]:
+def from_release(
+  flat: dict[str, np.ndarray], model: Any, target: dict, *, posemb_resize: tuple[str, str] | None = None
+) -> tuple[dict, list[str]]:
   """A release .npz (any layout) -> parameters shaped like `target` (a pure dict of `model`'s params).
 
-  Adapts what fine-tuning changes: a head of another class count stays at its initialisation, a
-  pre-logits layer the model lacks is dropped, position embeddings are resampled to the model's grid
-  (by `model.posemb_resize`).
+  Adapts what fine-tuning changes: a head of another class count (or one the source lacks: a backbone
+  released without a head) stays at its initialisation, a pre-logits layer the model lacks is dropped,
+  position embeddings are resampled to the model's grid (by `model.posemb_resize`, or by `posemb_resize`:
+  (method, why), the source library's own resampling).
   Anything else that is missing, unexpected or mis-shaped is a ConfigError naming every such key.
   Returns the parameters and notes on what was adapted.
   """
-  has_cls_row = model.pool == 'tok' and model.posemb_type == 'learn'
+  # Leading position-embedding rows before the patch grid: the class token's (and the ViT's distillation and
+  # register tokens' when its position embeddings cover them).
+  prefix_rows = getattr(model, 'posemb_prefix_rows', int(model.pool == 'tok' and model.posemb_type == 'learn'))
+  has_cls_row = prefix_rows > 0
   target, layout = layers.unscanned(target), target
   flat = normalise_release(flat, class_token_row=has_cls_row)
   expected = to_release(target, model.num_heads)
@@ -187,15 +206,25 @@ def from_release(flat: dict[str, np.ndarray], model: Any, target: dict) -> tuple
     if pos_key in expected and rows > 1 and math.isqrt(rows - 1) ** 2 == rows - 1:  # Class-token row + grid.
       flat[pos_key] = flat[pos_key][:, 1:]
   if pos_key in flat and pos_key in expected and flat[pos_key].shape != expected[pos_key].shape:
-    method = model.posemb_resize
+    if posemb_resize is None:
+      method, how = model.posemb_resize, f'model.posemb_resize={model.posemb_resize!r}'
+    else:
+      method, how = posemb_resize
     notes.append(
       f'position embeddings resampled {flat[pos_key].shape} -> {expected[pos_key].shape} by '
-      f'model.posemb_resize={method!r} ({POSEMB_RESIZE[method]})'
+      f'{how} ({POSEMB_RESIZE[method]})'
     )
-    flat[pos_key] = resample_posemb(flat[pos_key], model.grid, has_cls_row, method)
-  if 'head/kernel' in flat and flat['head/kernel'].shape != expected['head/kernel'].shape:
-    notes.append(f'head {flat["head/kernel"].shape} re-initialised for {expected["head/kernel"].shape}')
-    flat['head/kernel'], flat['head/bias'] = expected['head/kernel'], expected['head/bias']
+    flat[pos_key] = resample_posemb(flat[pos_key], model.grid, prefix_rows, method)
+  for head in ('head', 'head_dist'):
+    kernel, bias = f'{head}/kernel', f'{head}/bias'
+    if kernel not in expected:
+      continue
+    if kernel not in flat and bias not in flat:
+      notes.append(f'{head} {expected[kernel].shape} initialised: the source has none (a backbone without a head)')
+      flat[kernel], flat[bias] = expected[kernel], expected[bias]
+    elif kernel in flat and flat[kernel].shape != expected[kernel].shape:
+      notes.append(f'{head} {flat[kernel].shape} re-initialised for {expected[kernel].shape}')
+      flat[kernel], flat[bias] = expected[kernel], expected[bias]
   if 'pre_logits/kernel' in flat and 'pre_logits/kernel' not in expected:
     notes.append('pre-logits layer dropped (model.representation_size is None)')
     del flat['pre_logits/kernel'], flat['pre_logits/bias']
@@ -232,7 +261,7 @@ def _unflatten_like(flat: dict[str, np.ndarray], target: dict) -> dict:
     return {'fc1': m['Dense_0'], 'fc2': m['Dense_1']}
 
   params = {'embedding': t['embedding'], 'head': t['head'], 'encoder': {'blocks': {}}}
-  for i in target['encoder']['blocks']:
+  for i, like in target['encoder']['blocks'].items():
     b = t['Transformer'][f'encoderblock_{i}']
     params['encoder']['blocks'][i] = {
       'norm1': b['LayerNorm_0'],
@@ -240,11 +269,13 @@ def _unflatten_like(flat: dict[str, np.ndarray], target: dict) -> dict:
       'mlp': unmlp(b['MlpBlock_3']),
       'attn': _attention_from_release(b['MultiHeadDotProductAttention_1']),
     }
+    if 'ls1' in like:
+      params['encoder']['blocks'][i] |= {'ls1': b['LayerScale_0']['gamma'], 'ls2': b['LayerScale_1']['gamma']}
   if 'norm' in target['encoder']:
     params['encoder']['norm'] = t['Transformer']['encoder_norm']
   if 'pos_embedding' in target:
     params['pos_embedding'] = t['Transformer']['posembed_input']['pos_embedding']
-  for key in ('cls', 'pre_logits'):
+  for key in ('cls', 'dist', 'reg', 'pre_logits', 'head_dist'):
     if key in target:
       params[key] = t[key]
   if 'map_head' in target:

@@ -1,14 +1,17 @@
 """Vision Transformer (Dosovitskiy et al. 2021), sized by variant strings such as "B/16"."""
 
+import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+import vit_jax_lab.hub as hub
 import vit_jax_lab.models.base as base
 import vit_jax_lab.models.layers as layers
 import vit_jax_lab.models.release as release
+import vit_jax_lab.models.timm_layout as timm_layout
 from vit_jax_lab.errors import ConfigError
 
 # width, depth, mlp_dim, num_heads. "mu" is a tiny size for small images and tests.
@@ -36,6 +39,20 @@ def decode_variant(variant: str | None) -> dict[str, int]:
   return dims | ({'patch_size': int(patch)} if patch else {})
 
 
+class LayerScaleBlock(layers.EncoderBlock):
+  """An encoder block whose two residual branches are scaled channel-wise by learned gammas `ls1`, `ls2` before
+  they are added (LayerScale, Touvron et al. 2021 "Going deeper with image transformers"; DINOv2)."""
+
+  def __init__(self, width: int, *args: Any, layerscale: float, **kwargs: Any):
+    super().__init__(width, *args, **kwargs)
+    self.ls1 = nnx.Param(jnp.full((width,), layerscale, jnp.float32))
+    self.ls2 = nnx.Param(jnp.full((width,), layerscale, jnp.float32))
+
+  def residual(self, x: jax.Array, norm: nnx.LayerNorm, fn: Any, **kwargs: Any) -> jax.Array:
+    gamma = self.ls1 if norm is self.norm1 else self.ls2
+    return super().residual(x, norm, lambda y: fn(y) * gamma[...], **kwargs)
+
+
 class ViT(base.Model):
   """Images (B, H, W, C) -> class logits (B, num_classes).
 
@@ -58,12 +75,21 @@ class ViT(base.Model):
       shrinking) or 'bicubic' (the same, bicubic: timm's resample_abs_pos_embed).
     representation_size: if set, a dense layer of this size with tanh before the head ("pre-logits").
     head_zero_init: start the classification head at zero (as the ViT paper fine-tunes).
+    distilled: a distillation token after the class token, read by a second head `head_dist`; the logits are the
+      mean of the two heads', the features the mean of the two tokens (DeiT's distilled models; pool 'tok').
+    reg_tokens: this many learned register tokens after the class (and distillation) token, read by no head
+      (Darcet et al. 2024; DINOv2 "reg4"); 'gap' and 'map' pool the patch tokens alone.
+    posemb_prefix: learned position embeddings have rows for the tokens before the patches (class, distillation,
+      register tokens), as vision_transformer and timm's default; False: for the patches only (timm's
+      no_embed_class: DINOv2 with registers, DeiT III).
+    layerscale: if set, LayerScale on both residual branches of every block, its gammas starting at this value
+      (DINOv2: 1e-5); None: none.
     encoder: the encoder options, as keywords: layers.EncoderOptions (dropout, drop_path, attention kind, remat,
       scan, ...).
   """
 
-  NO_DECAY = ('pos_embedding', 'cls')
-  PRETRAINED = ('npz', 'run')
+  NO_DECAY = ('pos_embedding', 'cls', 'dist', 'reg')
+  PRETRAINED = ('npz', 'run', 'timm_vit')
   RELEASE_LAYOUT = 'vision_transformer'
 
   def __init__(
@@ -82,6 +108,10 @@ class ViT(base.Model):
     posemb_resize: str = 'zoom',
     representation_size: int | None = None,
     head_zero_init: bool = True,
+    distilled: bool = False,
+    reg_tokens: int = 0,
+    posemb_prefix: bool = True,
+    layerscale: float | None = None,
     rngs: nnx.Rngs,
     **encoder: Any,
   ):
@@ -102,28 +132,58 @@ class ViT(base.Model):
         pool=(pool, ('tok', 'gap', 'map')),
         posemb=(posemb, ('learn', 'sincos2d')),
         posemb_resize=(posemb_resize, tuple(release.POSEMB_RESIZE)),
+        distilled=(distilled, (False, True)),
+        posemb_prefix=(posemb_prefix, (True, False)),
       ),
       {},
     )
+    if distilled and (pool != 'tok' or representation_size is not None):
+      raise ConfigError(
+        "model.distilled=True needs model.pool='tok' and no model.representation_size: the two heads read the "
+        'class and distillation tokens'
+      )
+    if not isinstance(reg_tokens, int) or isinstance(reg_tokens, bool) or reg_tokens < 0:
+      raise ConfigError(f'model.reg_tokens={reg_tokens!r} must be a non-negative integer')
+    if layerscale is not None and (isinstance(layerscale, bool) or not isinstance(layerscale, (int, float))):
+      raise ConfigError(f"model.layerscale={layerscale!r} must be a number (the gammas' start) or None")
     self.options = options = self.ENCODER.of(encoder)
     p, d = dims['patch_size'], dims['width']
     self.grid = (height // p, wide // p)
     self.num_heads = dims['num_heads']
     self.pool, self.posemb_type, self.posemb_resize = pool, posemb, posemb_resize
+    self.distilled, self.posemb_prefix = distilled, posemb_prefix
+    # The tokens before the patches, and how many of them the learned position embeddings cover.
+    self.num_prefix = int(pool == 'tok') + int(distilled) + reg_tokens
+    self.posemb_prefix_rows = self.num_prefix if posemb == 'learn' and posemb_prefix else 0
+    # What a pretrained folder must agree on (timm_layout.vit_options): the rest is adapted or resampled.
+    self.structure = dims | dict(
+      pool=pool,
+      posemb=posemb,
+      posemb_prefix=posemb_prefix or self.num_prefix == 0,
+      distilled=distilled,
+      reg_tokens=reg_tokens,
+      layerscale=layerscale,
+    )
 
     self.embedding = layers.PatchEmbedding(p, channels, d, rngs=rngs)
     if pool == 'tok':
       self.cls = nnx.Param(jnp.zeros((1, 1, d)))
+    if distilled:
+      self.dist = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (1, 1, d)))
+    if reg_tokens:
+      self.reg = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (1, reg_tokens, d)))
     if posemb == 'learn':
-      num_tokens = self.grid[0] * self.grid[1] + (pool == 'tok')
+      num_tokens = self.grid[0] * self.grid[1] + self.posemb_prefix_rows
       self.pos_embedding = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (1, num_tokens, d)))
     self.dropout = layers.Dropout(options.dropout)
+    block = layers.EncoderBlock if layerscale is None else functools.partial(LayerScaleBlock, layerscale=layerscale)
     self.encoder = layers.Encoder(
       dims['depth'],
       d,
       dims['mlp_dim'],
       dims['num_heads'],
-      pattern=options.pattern(self.grid, num_global=int(pool == 'tok')),
+      pattern=options.pattern(self.grid, num_global=self.num_prefix),
+      block=block,
       rngs=rngs,
       **options.stack(),
     )
@@ -140,33 +200,46 @@ class ViT(base.Model):
       self.pre_logits = nnx.Linear(d, representation_size, rngs=rngs)
     head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
     self.head = nnx.Linear(representation_size or d, num_classes, kernel_init=head_init, rngs=rngs)
+    if distilled:
+      self.head_dist = nnx.Linear(d, num_classes, kernel_init=head_init, rngs=rngs)
 
   def tokens(self, images: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
-    """Embedded patches with position embeddings (and the class token first, for 'tok')."""
+    """Embedded patches with position embeddings, after the class, distillation and register tokens there are."""
     x = self.embedding(images)
-    x = layers.add_positions(
-      x,
-      fixed=layers.sincos_2d(*self.grid, x.shape[-1]) if self.posemb_type == 'sincos2d' else None,
-      cls=self.cls if self.pool == 'tok' else None,
-      learned=self.pos_embedding if self.posemb_type == 'learn' else None,
-    )
+    if self.posemb_type == 'sincos2d':  # A float32 constant would promote bf16 tokens, and every layer after them.
+      x = x + layers.sincos_2d(*self.grid, x.shape[-1]).astype(x.dtype)
+    learned = self.pos_embedding[...] if self.posemb_type == 'learn' else None
+    if learned is not None and not self.posemb_prefix_rows:
+      x = x + learned
+    prefix = [getattr(self, name, None) for name in ('cls', 'dist', 'reg')]
+    prefix = [jnp.broadcast_to(t[...], (x.shape[0], *t.shape[1:])) for t in prefix if t is not None]
+    if prefix:
+      x = jnp.concatenate([*prefix, x], axis=1)
+    if learned is not None and self.posemb_prefix_rows:
+      x = x + learned
     return self.dropout(x, train=train, rngs=rngs)
 
   def __call__(self, images: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
+    if self.distilled:  # As timm's distilled DeiT outside distillation training: the two heads' mean.
+      x = self.encoder(self.tokens(images, train=train, rngs=rngs), train=train, rngs=rngs)
+      return (self.head(x[:, 0]) + self.head_dist(x[:, 1])) / 2
     return self.head(self.features(images, train=train, rngs=rngs))
 
   def features(self, images: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
     """(B, width or representation_size): the pooled representation the head classifies, after the pre-logits
-    layer if there is one (big_vision's `pre_logits`); what few-shot linear evaluation reads."""
+    layer if there is one (big_vision's `pre_logits`); what few-shot linear evaluation reads. Distilled: the mean
+    of the class and distillation tokens (timm's pre-logits)."""
     x = self.encoder(self.tokens(images, train=train, rngs=rngs), train=train, rngs=rngs)
 
     def pooled(x):
+      if self.distilled:
+        return (x[:, 0] + x[:, 1]) / 2
       if self.pool == 'tok':
         return x[:, 0]
       if self.pool == 'gap':
-        return x.mean(axis=1)
+        return x[:, self.num_prefix :].mean(axis=1)
       if self.pool == 'map':
-        return self.map_head(x)
+        return self.map_head(x[:, self.num_prefix :])
       raise KeyError(self.pool)
 
     x = pooled(x)
@@ -174,9 +247,12 @@ class ViT(base.Model):
       x = jnp.tanh(self.pre_logits(x))
     return x
 
-  def load_pretrained(self, source: dict, params: dict) -> tuple[dict, list[str]]:
-    """Weights for this model from `source`: a release .npz's flat dict, or another ViT's parameters
-    (a pure nested dict). `params` are this model's initial ones (kept for a re-initialised head)."""
+  def load_pretrained(self, source: Any, params: dict) -> tuple[dict, list[str]]:
+    """Weights for this model from `source`: a release .npz's flat dict, another ViT's parameters (a pure nested
+    dict) or a timm hub folder (hub.HubWeights). `params` are this model's initial ones (kept for a re-initialised
+    head)."""
+    if isinstance(source, hub.HubWeights):
+      return self._load_hub(source, params)
     notes = []
     if any('/' in k for k in source):
       options = dict(gelu_approximate=self.options.gelu_approximate, layernorm_epsilon=self.options.layernorm_epsilon)
@@ -188,6 +264,28 @@ class ViT(base.Model):
     else:
       source = release.to_release(source, self.num_heads)
     params, adapted = release.from_release(source, self, params)
+    return params, notes + adapted
+
+  def _load_hub(self, weights: hub.HubWeights, params: dict) -> tuple[dict, list[str]]:
+    """A timm ViT folder: its shape must be this model's (one line naming the first key that differs); its class
+    count and image size may differ (head replaced, position embeddings resampled bicubic as timm does)."""
+    if weights.layout != 'timm_vit':
+      raise ConfigError(
+        f'init_from={weights.path!r} holds {hub.LAYOUTS[weights.layout][0]} weights, which the ViT does not read'
+      )
+    folder = timm_layout.vit_options(weights.config, weights.tensors)
+    for key, mine in self.structure.items():
+      if (folder[key] != mine) if key != 'layerscale' else ((folder[key] is None) != (mine is None)):
+        raise ConfigError(
+          f'init_from={weights.path!r} is a model with model.{key}={folder[key]!r}, this model has '
+          f'model.{key}={mine!r}: set --config.model.{key}={folder[key]!r}'
+        )
+    notes = [f'timm {weights.config.get("architecture", "ViT")} read from its safetensors']
+    options = dict(gelu_approximate=self.options.gelu_approximate, layernorm_epsilon=self.options.layernorm_epsilon)
+    if options != timm_layout.TIMM_OPTIONS:
+      notes.append(f'timm computes with {timm_layout.TIMM_OPTIONS}; this model has {options}: its outputs differ')
+    flat = timm_layout.to_release(weights.tensors, self.num_heads)
+    params, adapted = release.from_release(flat, self, params, posemb_resize=timm_layout.POSEMB_RESIZE)
     return params, notes + adapted
 
   @classmethod

@@ -1,0 +1,155 @@
+"""Hub-style weight folders (timm's and Hugging Face's): config.json + model.safetensors, or
+model.safetensors.index.json + its shards. Tensors are read with safetensors' NumPy API, one at a time when asked
+for (memory-mapped); nothing is ever unpickled and torch is never imported.
+
+A folder's layout is recognised from its tensor names (LAYOUTS); converting a layout into a model's parameters is
+the model's business (its `load_pretrained` takes a `HubWeights`).
+"""
+
+import collections.abc
+import dataclasses
+import json
+import os
+from typing import Any, Iterator
+
+import numpy as np
+import safetensors
+
+from vit_jax_lab.errors import ConfigError
+
+CONFIG = 'config.json'
+WEIGHTS = 'model.safetensors'
+INDEX = 'model.safetensors.index.json'
+PICKLED = ('.bin', '.pt', '.pth', '.ckpt', '.pkl')
+
+# layout -> (description for messages, tensor names that identify it).
+LAYOUTS = {
+  'timm_vit': (
+    "timm's VisionTransformer (patch_embed.proj.weight, blocks.N.attn.qkv.weight)",
+    ('patch_embed.proj.weight', 'blocks.0.attn.qkv.weight'),
+  ),
+}
+
+
+def _conversion_hint(name: str) -> str:
+  return (
+    f'{name} is a pickled PyTorch file, which is never unpickled here: convert it to model.safetensors in a '
+    "PyTorch environment (safetensors.torch.save_file(torch.load(f, weights_only=True), 'model.safetensors'); "
+    'timm: timm.models.save_for_hf(model, DIR, safe_serialization=True))'
+  )
+
+
+def is_folder(path: str) -> bool:
+  """Whether `path` is meant as a hub folder: a folder with config.json or (safetensors or pickled) weights, and no
+  orbax checkpoint (one of our workdirs)."""
+  if not os.path.isdir(path) or os.path.isdir(os.path.join(path, 'checkpoints')):
+    return False
+  names = os.listdir(path)
+  return CONFIG in names or any(n.endswith('.safetensors') or n.endswith(PICKLED) for n in names)
+
+
+class Tensors(collections.abc.Mapping):
+  """name -> np.ndarray, read from the folder's safetensors file(s) when asked for; iterates in file order."""
+
+  def __init__(self, files: dict[str, str]):
+    self._files = files  # name -> the file holding it.
+
+  def __getitem__(self, name: str) -> np.ndarray:
+    with safetensors.safe_open(self._files[name], framework='np') as f:
+      return f.get_tensor(name)
+
+  def shape(self, name: str) -> tuple[int, ...]:
+    """A tensor's shape, from the file's header alone."""
+    with safetensors.safe_open(self._files[name], framework='np') as f:
+      return tuple(f.get_slice(name).get_shape())
+
+  def __iter__(self) -> Iterator[str]:
+    return iter(self._files)
+
+  def __len__(self) -> int:
+    return len(self._files)
+
+
+@dataclasses.dataclass(frozen=True)
+class HubWeights:
+  """A read folder: its config.json, its tensors (read lazily) and the layout they are in (a key of LAYOUTS)."""
+
+  path: str
+  config: dict[str, Any]
+  tensors: Tensors
+  layout: str
+
+
+def refuse_pickled(path: str) -> None:
+  """A pickled PyTorch file (.bin, .pt, .pth, ...) is one error line with the conversion hint."""
+  if path.endswith(PICKLED):
+    raise ConfigError(f'init_from={path!r}: ' + _conversion_hint(os.path.basename(path)))
+
+
+def _weight_files(path: str) -> list[str]:
+  """The safetensors files of a folder: the index's shards, or model.safetensors (or the only .safetensors)."""
+  names = sorted(os.listdir(path))
+  if INDEX in names:
+    with open(os.path.join(path, INDEX)) as f:
+      shards = sorted(set(json.load(f)['weight_map'].values()))
+    missing = [s for s in shards if s not in names]
+    if missing:
+      raise ConfigError(f'init_from={path!r}: {INDEX} names shards the folder lacks: {", ".join(missing)}')
+    return [os.path.join(path, s) for s in shards]
+  found = [WEIGHTS] if WEIGHTS in names else [n for n in names if n.endswith('.safetensors')]
+  if len(found) == 1:
+    return [os.path.join(path, found[0])]
+  pickled = [n for n in names if n.endswith(PICKLED)]
+  if pickled:
+    raise ConfigError(f'init_from={path!r} holds only pickled weights: ' + _conversion_hint(pickled[0]))
+  what = f'{len(found)} .safetensors files and no {INDEX}' if found else f'no {WEIGHTS}'
+  raise ConfigError(f'init_from={path!r} is not a weights folder: it has {what}')
+
+
+def check(path: str, accepted: tuple[str, ...] | None = None) -> None:
+  """Checks a hub folder from its config and the tensors' names alone (nothing read): before a run writes.
+  `accepted`: the layouts the model reads (its PRETRAINED); None: any known one."""
+  layout = read(path).layout
+  if accepted is not None and layout not in accepted:
+    raise ConfigError(
+      f'init_from={path!r} holds {LAYOUTS[layout][0]} weights, which this model does not read (it reads: '
+      f'{", ".join(accepted) or "nothing"})'
+    )
+
+
+def read(path: str) -> HubWeights:
+  """The folder at `path`, its layout recognised; every way it is not one we read is one ConfigError line."""
+  refuse_pickled(path)
+  if not os.path.isdir(path):
+    raise ConfigError(f'init_from={path!r} is not a folder with config.json and model.safetensors')
+  if not os.path.isfile(os.path.join(path, CONFIG)):
+    raise ConfigError(
+      f'init_from={path!r} has no {CONFIG}: a hub folder holds config.json and model.safetensors (or its shards)'
+    )
+  files = _weight_files(path)
+  try:
+    with open(os.path.join(path, CONFIG)) as f:
+      config = json.load(f)
+  except (OSError, ValueError) as e:
+    raise ConfigError(f'init_from={path!r}: {CONFIG} is not readable JSON ({e})') from None
+  names = {}
+  for file in files:
+    try:
+      with safetensors.safe_open(file, framework='np') as f:
+        names |= dict.fromkeys(f.keys(), file)
+    except Exception as e:  # safetensors raises its own SafetensorError for a damaged header.
+      name = os.path.basename(file)
+      raise ConfigError(f'init_from={path!r}: {name} is not a readable safetensors file ({e})') from None
+  tensors = Tensors(names)
+  return HubWeights(path, config, tensors, layout_of(path, tensors))
+
+
+def layout_of(path: str, names: collections.abc.Iterable[str]) -> str:
+  """The key of LAYOUTS whose identifying tensors the folder has; otherwise the first names and the known layouts."""
+  names = list(names)
+  for layout, (_, needed) in LAYOUTS.items():
+    if all(n in names for n in needed):
+      return layout
+  first = ', '.join(sorted(names)[:5]) or 'no tensors'
+  known = '; '.join(description for description, _ in LAYOUTS.values())
+  raise ConfigError(f'init_from={path!r}: weights of an unknown layout (first names: {first}); known layouts: {known}')

@@ -1,0 +1,148 @@
+"""timm's VisionTransformer state dict (a hub folder's model.safetensors) -> the release flat layout that
+`release.from_release` adapts into our ViT, and the ViT constructor keys that give the folder's model.
+
+timm stores PyTorch Linear weights as (out, in) and the patch embedding as a convolution (out, in, h, w); its fused
+qkv is laid out (3, heads, head_dim) along the outputs, as our Attention's, and its attention pool's q / kv are our
+MAPHead's fused qkv split in two. timm's ViTs use the exact GELU and LayerNorm epsilon 1e-6.
+"""
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from vit_jax_lab.errors import ConfigError
+
+TIMM_OPTIONS = dict(gelu_approximate=False, layernorm_epsilon=1e-6)
+# timm size name -> heads, for folders whose config.json has no model_args (head width 64 but for huge and so400m).
+HEADS = {'tiny': 3, 'small': 6, 'medium': 8, 'base': 12, 'large': 16, 'huge': 16, 'so400m': 16}
+# How timm resamples a checkpoint's position embeddings (resample_abs_pos_embed), for release.from_release.
+POSEMB_RESIZE = ('bicubic', "'bicubic', timm's own (not model.posemb_resize)")
+
+_BLOCK = {
+  'norm1': 'LayerNorm_0',
+  'norm2': 'LayerNorm_2',
+  'mlp.fc1': 'MlpBlock_3/Dense_0',
+  'mlp.fc2': 'MlpBlock_3/Dense_1',
+  'attn.proj': 'MultiHeadDotProductAttention_1/out',
+}
+_TOP = {'norm': 'Transformer/encoder_norm', 'head': 'head', 'head_dist': 'head_dist'}
+_POOL = {
+  'attn_pool.norm': 'MAPHead_0/LayerNorm_0',
+  'attn_pool.mlp.fc1': 'MAPHead_0/MlpBlock_0/Dense_0',
+  'attn_pool.mlp.fc2': 'MAPHead_0/MlpBlock_0/Dense_1',
+  'attn_pool.proj': 'MAPHead_0/MultiHeadDotProductAttention_0/out',
+}
+_TOKENS = {'cls_token': 'cls', 'dist_token': 'dist', 'reg_token': 'reg', 'attn_pool.latent': 'MAPHead_0/probe'}
+
+
+def _linear(prefix: str, tensors: Mapping[str, np.ndarray], out: str, num_heads: int) -> dict[str, np.ndarray]:
+  """A Linear (kernel transposed; an attention output's split by heads) or LayerNorm (weight -> scale) of timm
+  under the release name `out`."""
+  w, b = tensors[f'{prefix}.weight'], tensors[f'{prefix}.bias']
+  if prefix.split('.')[-1].startswith('norm'):
+    return {f'{out}/scale': w, f'{out}/bias': b}
+  kernel = w.T.reshape(num_heads, -1, w.shape[0]) if out.endswith('/out') else w.T
+  return {f'{out}/kernel': kernel, f'{out}/bias': b}
+
+
+def _qkv(kernel: np.ndarray, bias: np.ndarray, out: str, num_heads: int) -> dict[str, np.ndarray]:
+  """A fused (in, 3 * width) kernel, laid out (3, heads, head_dim) along its outputs -> the release's query / key /
+  value (in, heads, head_dim)."""
+  d = kernel.shape[1] // 3
+  flat = {}
+  for i, name in enumerate(('query', 'key', 'value')):
+    flat[f'{out}/{name}/kernel'] = kernel[:, i * d : (i + 1) * d].reshape(kernel.shape[0], num_heads, -1)
+    flat[f'{out}/{name}/bias'] = bias[i * d : (i + 1) * d].reshape(num_heads, -1)
+  return flat
+
+
+def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> dict[str, np.ndarray]:
+  """timm names -> release names (layout of `release.to_release`); a name not recognised is kept as it is, so
+  `release.from_release` names it among the unexpected keys."""
+  flat, used = {}, set()
+
+  def take(*names):
+    used.update(names)
+
+  for name in tensors:
+    if name in _TOKENS:
+      flat[_TOKENS[name]] = tensors[name]
+      take(name)
+  if 'pos_embed' in tensors:
+    flat['Transformer/posembed_input/pos_embedding'] = tensors['pos_embed']
+    take('pos_embed')
+  if 'patch_embed.proj.weight' in tensors:
+    flat['embedding/kernel'] = tensors['patch_embed.proj.weight'].transpose(2, 3, 1, 0)
+    flat['embedding/bias'] = tensors['patch_embed.proj.bias']
+    take('patch_embed.proj.weight', 'patch_embed.proj.bias')
+  linears = _TOP | _POOL
+  for i in sorted({int(m.group(1)) for n in tensors if (m := re.match(r'blocks\.(\d+)\.', n))}):
+    for part, out in _BLOCK.items():
+      linears[f'blocks.{i}.{part}'] = f'Transformer/encoderblock_{i}/{out}'
+    qkv = f'blocks.{i}.attn.qkv'
+    if f'{qkv}.weight' in tensors and f'{qkv}.bias' in tensors:
+      out = f'Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1'
+      flat |= _qkv(tensors[f'{qkv}.weight'].T, tensors[f'{qkv}.bias'], out, num_heads)
+      take(f'{qkv}.weight', f'{qkv}.bias')
+    for j, ls in enumerate(('ls1', 'ls2')):
+      if f'blocks.{i}.{ls}.gamma' in tensors:
+        flat[f'Transformer/encoderblock_{i}/LayerScale_{j}/gamma'] = tensors[f'blocks.{i}.{ls}.gamma']
+        take(f'blocks.{i}.{ls}.gamma')
+  for prefix, out in linears.items():
+    if f'{prefix}.weight' in tensors and f'{prefix}.bias' in tensors:
+      flat |= _linear(prefix, tensors, out, num_heads)
+      take(f'{prefix}.weight', f'{prefix}.bias')
+  pool = 'attn_pool'
+  if all(f'{pool}.{n}.{w}' in tensors for n in ('q', 'kv') for w in ('weight', 'bias')):
+    kernel = np.concatenate([tensors[f'{pool}.q.weight'].T, tensors[f'{pool}.kv.weight'].T], axis=1)
+    bias = np.concatenate([tensors[f'{pool}.q.bias'], tensors[f'{pool}.kv.bias']])
+    flat |= _qkv(kernel, bias, 'MAPHead_0/MultiHeadDotProductAttention_0', num_heads)
+    take(*(f'{pool}.{n}.{w}' for n in ('q', 'kv') for w in ('weight', 'bias')))
+  return flat | {name: tensors[name] for name in tensors if name not in used}
+
+
+def _shape(tensors: Any, name: str) -> tuple[int, ...]:
+  return tensors.shape(name) if hasattr(tensors, 'shape') else tuple(np.shape(tensors[name]))
+
+
+def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
+  """The ViT constructor keys of the folder's model (its config.json and tensor shapes), with `input_shape`
+  (height, width, channels) and `num_classes` (0: a backbone released without a head)."""
+  names = set(tensors)
+  width, channels, patch, _ = _shape(tensors, 'patch_embed.proj.weight')
+  args = config.get('model_args') or {}
+  architecture = config.get('architecture', '?')
+  size = re.match(r'(?:vit|deit)\d*_([a-z0-9]+)_', architecture)
+  num_heads = args.get('num_heads') or HEADS.get(size.group(1) if size else '')
+  if num_heads is None:
+    raise ConfigError(
+      f'init_from: the number of heads of timm architecture {architecture!r} is unknown (config.json has no '
+      'model_args.num_heads): set it in config.json'
+    )
+  height, wide = (config.get('pretrained_cfg') or {}).get('input_size', [3, 224, 224])[1:]
+  pool = 'map' if 'attn_pool.latent' in names else 'tok' if 'cls_token' in names else 'gap'
+  reg_tokens = _shape(tensors, 'reg_token')[1] if 'reg_token' in names else 0
+  prefix = int('cls_token' in names) + int('dist_token' in names) + reg_tokens
+  rows = _shape(tensors, 'pos_embed')[1] if 'pos_embed' in names else None
+  grid = (height // patch) * (wide // patch)
+  if rows is not None and rows not in (grid, grid + prefix):  # The input size says nothing: a square grid then.
+    grid = rows if math.isqrt(rows) ** 2 == rows else rows - prefix
+  options = dict(
+    num_classes=_shape(tensors, 'head.weight')[0] if 'head.weight' in names else 0,
+    input_shape=(height, wide, channels),
+    patch_size=patch,
+    width=width,
+    depth=len({n.split('.')[1] for n in names if n.startswith('blocks.')}),
+    mlp_dim=_shape(tensors, 'blocks.0.mlp.fc1.weight')[0],
+    num_heads=num_heads,
+    pool=pool,
+    posemb='learn' if rows is not None else 'sincos2d',
+    posemb_prefix=rows is None or prefix == 0 or rows != grid,
+    distilled='dist_token' in names,
+    reg_tokens=reg_tokens,
+    layerscale=(args.get('init_values') or 1e-5) if 'blocks.0.ls1.gamma' in names else None,
+  )
+  return options | TIMM_OPTIONS
