@@ -2,18 +2,59 @@
 
 Options: --config PATH[:ARG] (a file with get_config(arg)), --config.KEY=VALUE (any number), --workdir DIR.
 Every way a run ends is one line: 0 done, 2 a user mistake (`error: ...`), 3 the loss diverged, 74 no space
-left, 75 stopped by SIGTERM/SIGINT with a checkpoint saved (the same command continues).
+left, 75 stopped by SIGTERM/SIGINT/SIGHUP (with a checkpoint of the current step once training has begun; the same
+command continues), 130 interrupted at once by a second Ctrl-C.
 """
 
-import argparse
+import signal
 import sys
 
-from vit_jax_lab import config as config_lib, console, parallel
+# A scheduler's SIGTERM (or a closed terminal's SIGHUP) can come while Python still imports JAX and TensorFlow, before
+# train installs its own handlers: remembered from the first line on, reported as a stop before training by main().
+_EARLY_SIGNALS: list[str] = []
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+if __name__ == '__main__':
+  for _sig in STOP_SIGNALS:
+    signal.signal(_sig, lambda sig, frame: _EARLY_SIGNALS.append(signal.Signals(sig).name))
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+
+# The user's own TensorFlow log level, read before an import sets one of its own (JAX's imports set 1).
+_TF_LOG_LEVEL = os.environ.get('TF_CPP_MIN_LOG_LEVEL')
+
+from vit_jax_lab import console, errors  # noqa: E402 (neither imports JAX)
+
+
+def _import_jax_parts():
+  """config and parallel, which import JAX: JAX reads its JAX_* environment variables then, and a bad one
+  (JAX_NUM_CPU_DEVICES=abc) is a ValueError naming the flag."""
+  try:
+    from vit_jax_lab import config as config_lib, parallel
+  except ValueError as e:
+    text = str(e)
+    if not text.startswith('Invalid value') or 'JAX flag' not in text:
+      raise
+    flag = text.rsplit('JAX flag ', 1)[1].strip()
+    value = text.split('"')[1] if '"' in text else '?'
+    raise errors.ConfigError(
+      f'{flag.upper()}={value} in the environment is not a valid value for JAX: fix or unset it'
+    ) from None
+  return config_lib, parallel
+
+
+class _Parser(argparse.ArgumentParser):
+  """argparse, but a mistake on the command line is one `error:` line (exit status 2), not its usage block."""
+
+  def error(self, message: str):
+    usage = 'python -m main --config PATH[:ARG] --workdir DIR [--config.KEY=VALUE ...]'
+    raise errors.ConfigError(f'{message} (usage: {usage})')
 
 
 def parse_args(argv: list[str]):
   """(config, workdir) from the command line, checked in full; raises ConfigError on a bad key or value."""
-  parser = argparse.ArgumentParser(prog='python -m main', description=__doc__.splitlines()[0])
+  config_lib, _ = _import_jax_parts()
+  parser = _Parser(prog='python -m main', description=__doc__.splitlines()[0])
   parser.add_argument('--config', required=True, help='PATH[:ARG], a file defining get_config(arg)')
   parser.add_argument('--workdir', required=True, help='checkpoints, metrics.jsonl, config.json, TensorBoard')
   args, rest = parser.parse_known_args(argv)
@@ -23,9 +64,20 @@ def parse_args(argv: list[str]):
   return config, args.workdir
 
 
+def _stop_before_training(sig: int, frame) -> None:
+  del frame
+  raise errors.stopped_before_training(signal.Signals(sig).name)
+
+
 @console.command
 def main(argv: list[str]) -> int:
+  if _EARLY_SIGNALS:
+    raise errors.stopped_before_training(_EARLY_SIGNALS[0])
   config, workdir = parse_args(argv)
+  _, parallel = _import_jax_parts()
+  if not console.VERBOSE:  # TensorFlow's C++ warnings too (a full disk: eight lines before our one line).
+    os.environ['TF_CPP_MIN_LOG_LEVEL'] = _TF_LOG_LEVEL or '3'
+
   console.quiet_libraries()
   parallel.initialize_distributed(config)  # Before anything touches a JAX backend.
   parallel.use_cpu_cores(config)
@@ -39,4 +91,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == '__main__':
+  for _sig in STOP_SIGNALS:  # Until train takes over at its start: a signal stops at once, nothing to save yet.
+    signal.signal(_sig, _stop_before_training)
   sys.exit(main(sys.argv[1:]))

@@ -6,7 +6,6 @@ the newest one that reads whole is restored and the damaged ones are moved to `c
 """
 
 import contextlib
-import errno
 import gc
 import os
 import shutil
@@ -19,8 +18,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from vit_jax_lab import console
-from vit_jax_lab.errors import ConfigError, DiskFull
+from vit_jax_lab import console, hub
+from vit_jax_lab.errors import ConfigError, Stopped, disk_errors, no_space  # noqa: F401 (no_space: as before)
 
 
 class Checkpointer:
@@ -64,6 +63,8 @@ class Checkpointer:
       with console.held_stderr() as held:
         try:
           state, failure = self.restore(step, abstract_state), None
+        except Stopped:  # A signal during start-up (train.StopSignals), not a damaged checkpoint.
+          raise
         except Exception as e:  # Whatever orbax or tensorstore raise for a bad file; reported, never hidden.
           state, failure = None, first_line(e)
           gc.collect()  # Finalises the abandoned reads now, while their messages are held back.
@@ -108,36 +109,10 @@ def _all_processes(ok: bool) -> bool:
   return bool(np.all(multihost_utils.process_allgather(np.asarray(ok))))
 
 
-@contextlib.contextmanager
-def disk_errors(path: str) -> Iterator[None]:
-  """Turns "no space left" from any layer (OSError, orbax or tensorstore's RESOURCE_EXHAUSTED) into DiskFull."""
-  try:
-    yield
-  except Exception as e:
-    if no_space(e):
-      raise DiskFull(
-        f'no space left at {path}: free space and run the same command again to continue from the newest checkpoint'
-      ) from None
-    raise
-
-
 def first_line(error: BaseException) -> str:
   """`Type: the first line of the message` (cut to 160 characters), for one-line reports."""
   text = str(error).strip().split(' See full TensorStore details')[0]
   return f'{type(error).__name__}: {text.splitlines()[0][:160]}' if text else type(error).__name__
-
-
-def no_space(error: BaseException) -> bool:
-  """Whether `error`, or an error it was raised from, says the disk is full."""
-  seen = set()
-  while error is not None and id(error) not in seen:
-    seen.add(id(error))
-    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-      return True
-    if 'No space left' in str(error) or 'RESOURCE_EXHAUSTED' in str(error):
-      return True
-    error = error.__cause__ or error.__context__
-  return False
 
 
 def abstract(tree: Any, shardings: Any) -> Any:
@@ -150,14 +125,25 @@ def read_npz(path: str) -> dict[str, np.ndarray]:
     return {k: f[k] for k in f.files}
 
 
-def check_init_from(path: str) -> None:
-  """Checks, without reading the weights, that `path` is an .npz archive or holds one of our checkpoints: a
-  mistake is reported before the run writes anything into its workdir."""
+def check_init_from(path: str, accepted: tuple[str, ...] | None = None) -> None:
+  """Checks, without reading the weights, that `path` is an .npz archive, a hub folder (config.json +
+  model.safetensors) of a layout in `accepted` (a model's PRETRAINED; None: any) or holds one of our checkpoints:
+  a mistake is reported before the run writes anything into its workdir."""
   if path.endswith('.npz'):
     with _npz(path):
       pass
+  elif hub.is_folder(path) or path.endswith(hub.PICKLED):
+    hub.check(path, accepted)
   else:
     _checkpoint_dir(path)
+
+
+def read_init_from(path: str) -> Any:
+  """The weights `init_from` names, for a model's load_pretrained: a release .npz's flat dict, a hub folder
+  (hub.HubWeights, read lazily) or a run's parameters."""
+  if path.endswith('.npz'):
+    return read_npz(path)
+  return hub.read(path) if hub.is_folder(path) else read_params(path)
 
 
 @contextlib.contextmanager

@@ -7,10 +7,13 @@ message names the key and what would be valid; `main` prints it as one line and 
 """
 
 import ast
+import contextlib
 import importlib.util
+import inspect
 import math
 import os
-from typing import Any
+import traceback
+from typing import Any, Iterator
 
 import ml_collections
 from ml_collections import config_dict
@@ -84,18 +87,49 @@ def _leaves(node: ml_collections.ConfigDict, prefix: str = '') -> list[tuple[str
 
 
 def load(spec: str) -> ml_collections.ConfigDict:
-  """Loads `path/to/config.py[:arg]` by calling its `get_config(arg)`."""
+  """Loads `path/to/config.py[:arg]` by calling its `get_config(arg)` (or `get_config()`, ml_collections' plain
+  form, when no arg is given). A mistake in the file is one line: its own last frame and the message."""
   path, _, arg = spec.partition(':')
   if not os.path.isfile(path):
     raise ConfigError(f'--config: no file {path!r}; pass a config file such as configs/vit/digits.py')
   module_spec = importlib.util.spec_from_file_location('_experiment_config', path)
   module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  with _config_file_errors(path):
+    module_spec.loader.exec_module(module)
   if not hasattr(module, 'get_config'):
     raise ConfigError(f'--config: {path} defines no get_config(arg)')
-  config = module.get_config(arg or None)
+  try:
+    takes_arg = bool(inspect.signature(module.get_config).parameters)
+  except (TypeError, ValueError):
+    takes_arg = True
+  check(takes_arg or not arg, f'--config {spec}: get_config() of {path} takes no argument; drop :{arg}')
+  with _config_file_errors(path):
+    config = module.get_config(arg or None) if takes_arg else module.get_config()
+  check(
+    isinstance(config, ml_collections.ConfigDict),
+    f'--config: get_config of {path} returned {type(config).__name__}, not a ConfigDict',
+  )
   config.lock()
   return config
+
+
+@contextlib.contextmanager
+def _config_file_errors(path: str) -> Iterator[None]:
+  """What the config file raises (a syntax error, its own exception) as one ConfigError: the file's deepest frame
+  (`file:line`) and the message; ours pass as they are."""
+  try:
+    yield
+  except ConfigError:
+    raise
+  except SyntaxError as e:
+    raise ConfigError(f'--config: {e.filename}:{e.lineno}: SyntaxError: {e.msg}') from None
+  except Exception as e:
+    frames = traceback.extract_tb(e.__traceback__)
+    own = [f for f in frames if os.path.abspath(f.filename) == os.path.abspath(path)] or frames
+    message = str(e).strip().splitlines()[0] if str(e).strip() else ''
+    raise ConfigError(
+      f'--config: {own[-1].filename}:{own[-1].lineno}: {type(e).__name__}' + (f': {message}' if message else '')
+    ) from None
 
 
 def override(config: ml_collections.ConfigDict, key: str, text: str) -> None:

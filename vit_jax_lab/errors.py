@@ -4,6 +4,10 @@ purpose with its work saved (`Stopped` and its kinds, each with its own exit sta
 A leaf of the import graph: every module may raise these; this one imports nothing of ours.
 """
 
+import contextlib
+import errno
+from typing import Iterator
+
 
 class ConfigError(ValueError):
   """A user mistake in the config, the command line, a path or the data (printed as one line, exit status 2)."""
@@ -18,7 +22,8 @@ class Stopped(Exception):
 
 
 class Preempted(Stopped):
-  """SIGTERM or SIGINT: a checkpoint of the current step was saved; the same command continues the run."""
+  """SIGTERM, SIGINT or SIGHUP: a checkpoint of the current step was saved (or, before the first step, there was
+  nothing to save); the same command continues the run."""
 
   exit_status = 75  # EX_TEMPFAIL (sysexits.h): try again. Schedulers can requeue on it.
 
@@ -30,12 +35,51 @@ class Diverged(Stopped):
 
 
 class DiskFull(Stopped):
-  """No space left on the workdir's disk; the checkpoints already written are intact."""
+  """No space left on the disk of the workdir or of data.data_dir (the message names the path); the checkpoints
+  already written are intact."""
 
   exit_status = 74  # EX_IOERR (sysexits.h).
+
+
+def stopped_before_training(signal_name: str) -> Preempted:
+  """The stop of a run signalled during start-up: nothing of this run of the command was trained or saved."""
+  return Preempted(
+    f'stopped by {signal_name} during start-up, before the first step: nothing was trained; run the same command '
+    'to start again'
+  )
+
+
+SECOND_INTERRUPT_STATUS = 130  # 128 + SIGINT, what a shell reports for a process ended by Ctrl-C.
 
 
 def check(condition: bool, message: str) -> None:
   """Raises ConfigError(message) unless `condition`."""
   if not condition:
     raise ConfigError(message)
+
+
+@contextlib.contextmanager
+def disk_errors(path: str, then: str = 'to continue from the newest checkpoint') -> Iterator[None]:
+  """Turns "no space left" from any layer (OSError, orbax or tensorstore's RESOURCE_EXHAUSTED) into DiskFull naming
+  `path`, the disk that filled; `then`: what running the same command again does. The innermost names the path."""
+  try:
+    yield
+  except DiskFull:
+    raise
+  except Exception as e:
+    if no_space(e):
+      raise DiskFull(f'no space left at {path}: free space and run the same command again {then}') from None
+    raise
+
+
+def no_space(error: BaseException) -> bool:
+  """Whether `error`, or an error it was raised from, says the disk is full."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+      return True
+    if 'No space left' in str(error) or 'RESOURCE_EXHAUSTED' in str(error):
+      return True
+    error = error.__cause__ or error.__context__
+  return False

@@ -8,6 +8,7 @@ inside, so the step is a pure function of (state, batch) with its buffers donate
 import dataclasses
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any, Callable, Collection, Iterator
@@ -106,10 +107,12 @@ def setup(
   devices: list[jax.Device] | None = None,
   data: tuple[tfds.core.DatasetBuilder, Any] | None = None,
   workdir: str | None = None,
+  resuming: bool = False,
 ) -> Setup:
   """Validates the config against the devices (default: all) and the data; builds the model abstractly.
   `data`: (builder, info) instead of the dataset of `config.data` (the benchmark's random inputs).
-  `workdir`: where the task keeps what it derives from the data (a trained vocabulary)."""
+  `workdir`: where the task keeps what it derives from the data (a trained vocabulary). `resuming`: the run
+  continues from a checkpoint, so data prepared from files that changed since is refused, not prepared again."""
   config_lib.validate(config)
   mesh = parallel.make_mesh(config.mesh, parallel.devices(config)[0] if devices is None else devices)
   shards = mesh.shape['data'] * mesh.shape['fsdp']
@@ -128,7 +131,11 @@ def setup(
     f'x {shards} batch shards',
   )
   task = tasks.build(config.task)
-  builder, info = pipeline.load(config.data, lambda b, d: task.dataset_info(b, d, workdir)) if data is None else data
+  builder, info = (
+    pipeline.load(config.data, lambda b, d: task.dataset_info(b, d, workdir), resuming=resuming)
+    if data is None
+    else data
+  )
   buckets = task.buckets(config.data, info)  # Refuses a token budget the task cannot batch by.
   if buckets is not None:
     pipeline.bucket_rows(config.data, buckets.lengths(), shards * config.accum_steps)  # A budget too small.
@@ -154,7 +161,7 @@ def setup(
       f'init_from: a {config.model.name} model cannot start from other weights (it has no load_pretrained): unset '
       'init_from, or rerun the run itself in its own workdir to continue it',
     )
-    checkpoints.check_init_from(config.init_from)
+    checkpoints.check_init_from(config.init_from, family.PRETRAINED)
   return Setup(config, mesh, task, builder, info, graphdef, tx, abstract_state, state_shardings)
 
 
@@ -199,7 +206,7 @@ def init_state(s: Setup) -> TrainState:
   path = s.config.init_from  # Checked in `setup`.
   if path is None:
     return state
-  source = checkpoints.read_npz(path) if path.endswith('.npz') else checkpoints.read_params(path)
+  source = checkpoints.read_init_from(path)
   model = nnx.merge(s.graphdef, s.abstract_state.params)
   loaded, notes = model.load_pretrained(source, jax.device_get(state.params.to_pure_dict()))
   log(f'init_from {path}' + ''.join(f'\n  {note}' for note in notes))
@@ -388,16 +395,21 @@ def _average(metrics: list[dict[str, jax.Array]], prefix: str) -> dict[str, floa
 
 
 class StopSignals:
-  """SIGTERM (what schedulers send before they preempt) and SIGINT (Ctrl-C) ask the loop to stop after the
-  current step, with a checkpoint of it; a second Ctrl-C interrupts at once. With several processes, JAX's
-  preemption service owns SIGTERM and makes every process stop at the same step; SIGINT is passed on to it."""
+  """SIGTERM (what schedulers send before they preempt), SIGHUP (a closed terminal or ssh session) and SIGINT
+  (Ctrl-C) stop a run: during start-up at once, as there is nothing to save yet (errors.stopped_before_training);
+  from `begin_training` on after the current step, with a checkpoint of it. A second Ctrl-C then interrupts at once,
+  a save in progress included: one line, exit status 130, the lock released; a checkpoint cut short is never
+  restored (orbax finalises a checkpoint only when it is whole), so the rerun continues from the newest whole one.
+  With several processes, JAX's preemption service owns SIGTERM and makes every process stop at the same step;
+  SIGINT and SIGHUP are passed on to it."""
 
-  def __init__(self):
-    self.received = None
-    self.previous = {}
+  def __init__(self, workdir: str):
+    self.workdir, self.received, self.training, self.previous = workdir, None, False, {}
 
   def __enter__(self) -> 'StopSignals':
-    signals = (signal.SIGINT,) if jax.process_count() > 1 else (signal.SIGINT, signal.SIGTERM)
+    signals = (signal.SIGINT, signal.SIGHUP)
+    if jax.process_count() == 1:
+      signals += (signal.SIGTERM,)
     if threading.current_thread() is threading.main_thread():  # Python handles signals there only.
       self.previous = {sig: signal.signal(sig, self._handle) for sig in signals}
     return self
@@ -406,12 +418,33 @@ class StopSignals:
     for sig, handler in self.previous.items():
       signal.signal(sig, handler)
 
+  def begin_training(self) -> None:
+    """From here on a signal stops the run after the current step, with a checkpoint of it."""
+    self.training = True
+
   def _handle(self, sig: int, frame) -> None:
     del frame
-    self.received = signal.Signals(sig).name
-    signal.signal(signal.SIGINT, self.previous.get(signal.SIGINT, signal.default_int_handler))
-    if jax.process_count() > 1:
-      os.kill(os.getpid(), signal.SIGTERM)  # JAX's preemption service tells the other processes.
+    name = signal.Signals(sig).name
+    if not self.training and jax.process_count() == 1:
+      raise errors.stopped_before_training(name)
+    if self.received is None:
+      self.received = name
+      if jax.process_count() > 1:
+        os.kill(os.getpid(), signal.SIGTERM)  # JAX's preemption service tells the other processes.
+    elif sig == signal.SIGINT:
+      self._interrupt()
+
+  def _interrupt(self) -> None:
+    """Ends the process now: waiting for the save (or for anything) is what a second Ctrl-C refuses."""
+    sys.stdout.flush()
+    print(
+      f'interrupted at once by a second Ctrl-C (after {self.received}): a checkpoint being written is not kept; run '
+      'the same command to continue from the newest whole one',
+      file=sys.stderr,
+      flush=True,
+    )
+    workdir_lib.release_lock(self.workdir)
+    os._exit(errors.SECOND_INTERRUPT_STATUS)
 
   def stop_at(self, step: int) -> bool:
     """Whether to stop after `step`; the same answer on every process."""
@@ -438,24 +471,29 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
   Ends early, with everything up to its newest checkpoint kept, on a signal (errors.Preempted, after saving a
   checkpoint of the current step), a non-finite loss (errors.Diverged) or a full disk (errors.DiskFull)."""
-  with workdir_lib.lock(workdir) as lock_notes, checkpoints.disk_errors(workdir), StopSignals() as signals:
+  with workdir_lib.lock(workdir) as lock_notes, checkpoints.disk_errors(workdir), StopSignals(workdir) as signals:
     for note in lock_notes:
       log(note)
-    s = setup(config, workdir=workdir)  # Everything is checked before the workdir records the run.
+    trained = workdir_lib.trained(workdir)
+    s = setup(config, workdir=workdir, resuming=trained)  # Everything is checked before the workdir records the run.
     evals = evaluators.build(config, s.mesh, s.graphdef, s.state_shardings.params, s.info)  # Checked too.
+    # A new run's initial weights (init_from's) are read and fitted before anything is recorded: a rejected
+    # init_from leaves the workdir as it was.
+    state = None if trained else init_state(s)
     notes = workdir_lib.record_config(config, workdir)
     checkpointer = checkpoints.Checkpointer(workdir, every=config.checkpoint_every, keep=config.keep)
     abstract_state = checkpoints.abstract(s.abstract_state, s.state_shardings)
-    start, state = checkpointer.restore_newest(abstract_state, log)
+    start, restored = checkpointer.restore_newest(abstract_state, log)
     if start >= config.total_steps:
       log(f'{workdir}: the run is complete (checkpoint at step {start}, total_steps={config.total_steps})')
       checkpointer.close()
       return {}
+    for note in notes:
+      log(note)
     if start:
-      for note in notes:
-        log(note)
       log(f'resumed from step {start}')
-    else:
+      state = restored
+    elif state is None:
       state = init_state(s)
     log(reporting.parameter_overview(state.params))
     device_note = parallel.devices(config)[1]
@@ -469,6 +507,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     batch = None if config.data.token_budget else config.data.batch_size  # A token budget: batches vary.
     progress = reporting.Progress(config.total_steps, batch, start)
     pending, eval_metrics = [], {}
+    signals.begin_training()
     try:
       for step in range(start + 1, config.total_steps + 1):
         state, metrics = train_step(state, next(batches))

@@ -52,6 +52,7 @@ def lock(workdir: str) -> Iterator[list[str]]:
     not os.path.exists(workdir) or os.path.isdir(workdir),
     f'--workdir {workdir} is a file, not a folder: name a folder for the run (it is created if missing)',
   )
+  _check_layout(workdir)
   created = not os.path.exists(workdir)
   path, notes, refused = os.path.join(workdir, 'lock'), [], None
   if jax.process_index() == 0:
@@ -77,6 +78,32 @@ def lock(workdir: str) -> Iterator[list[str]]:
       if created and not os.path.exists(os.path.join(workdir, 'config.json')):
         with contextlib.suppress(OSError):
           os.rmdir(workdir)  # Only if empty.
+
+
+# What a run keeps in its workdir, and whether each is a folder: anything else in its place (a metrics.jsonl folder,
+# a checkpoints file) is refused before the run starts, not met as a traceback (or a hang) later.
+LAYOUT = {'config.json': False, 'metrics.jsonl': False, 'lock': False, 'checkpoints': True, 'tensorboard': True}
+
+
+def _check_layout(workdir: str) -> None:
+  for name, folder in LAYOUT.items():
+    path = os.path.join(workdir, name)
+    check(
+      not os.path.exists(path) or os.path.isdir(path) == folder,
+      f'{path} is a {"file" if folder else "folder"} where the run keeps its {name} {"folder" if folder else "file"}: '
+      'move it away (or use another --workdir)',
+    )
+
+
+def trained(workdir: str) -> bool:
+  """Whether the run in `workdir` saved a checkpoint (a workdir without one holds no run to continue)."""
+  directory = os.path.join(workdir, 'checkpoints')
+  return os.path.isdir(directory) and any(d.isdigit() for d in os.listdir(directory))
+
+
+def release_lock(workdir: str) -> None:
+  """Removes `<workdir>/lock` if this process holds it (a process that ends without leaving the `lock` block)."""
+  _release(os.path.join(workdir, 'lock'))
 
 
 def _holder() -> str:
@@ -127,10 +154,20 @@ def _release(path: str) -> None:
 
 def record_config(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
   """Writes `config.json`; refuses a workdir whose run used a different config (but for RESUMABLE_CHANGES and
-  the keys named in `resume_changes`). Returns notes on what a resumed run now does differently."""
+  the keys named in `resume_changes`). Returns notes on what a resumed run now does differently. A run that never
+  saved a checkpoint holds nothing to continue: its config.json is replaced, with a note."""
   path = os.path.join(workdir, 'config.json')
   resolved, notes = config.to_dict(), []
-  if os.path.exists(path):
+  if os.path.exists(path) and not trained(workdir):
+    try:
+      new, old = _flatten(resolved), _flatten(from_resolved(_read_json(path)).to_dict())
+      changed = sorted(k for k in new.keys() | old.keys() if new.get(k) != old.get(k))
+    except ConfigError:  # Damaged, or of keys this code does not know: replaced all the same.
+      changed = ['(unreadable)']
+    if changed:
+      shown = ', '.join(changed[:4]) + (f' and {len(changed) - 4} more' if len(changed) > 4 else '')
+      notes.append(f'{path} was of a run that saved no checkpoint ({shown} differ): replaced by this config')
+  elif os.path.exists(path):
     # Keys the code gained since the run started take their defaults, which keep the old behaviour: not changes.
     new, old = _flatten(resolved), _flatten(from_resolved(_read_json(path)).to_dict())
     allowed = tuple(k if '.' in k else f'{k}.' for k in config_lib.resume_changes(config))

@@ -16,11 +16,15 @@ xavier = nnx.initializers.xavier_uniform()
 
 def resolve_dims(preset: dict[str, int], given: dict[str, int | None], example: str) -> dict[str, int]:
   """A variant's (or preset's) dimensions with the explicitly given ones on top; every one of `given` must end
-  up set, and `width` divisible by `num_heads`. `example`: a variant to suggest when one is missing."""
+  up set and positive (a depth of 0 would train a model without blocks), and `width` divisible by `num_heads`.
+  `example`: a variant to suggest when one is missing."""
   dims = preset | {k: v for k, v in given.items() if v is not None}
   missing = [k for k in given if k not in dims]
   if missing:
     raise ConfigError(f'model.{missing[0]} is not set: give model.variant (e.g. "{example}") or model.{missing[0]}')
+  for key in given:
+    if dims[key] < 1:
+      raise ConfigError(f'model.{key}={dims[key]} must be a positive integer')
   if dims['width'] % dims['num_heads']:
     raise ConfigError(f'model.width={dims["width"]} must be divisible by model.num_heads={dims["num_heads"]}')
   return dims

@@ -1,7 +1,11 @@
 """TFDS builders of this project: generated locally, no network. Name -> module that registers it."""
 
+import contextlib
 import importlib
 import os
+import shutil
+import socket
+from typing import Iterator
 
 from vit_jax_lab.errors import check
 
@@ -38,6 +42,52 @@ def check_data_dir(data_config) -> None:
   """`data.data_dir` must exist unless the dataset is one of ours or a folder (generated into it on first use)."""
   d = data_config.data_dir
   check(
+    d is None or not os.path.exists(d) or os.path.isdir(d),
+    f'data.data_dir={d!r} is a file, not a folder: name the folder that holds (or is to hold) the prepared data',
+  )
+  check(
     d is None or os.path.isdir(d) or is_builtin(data_config.name) or data_config.name.startswith('folder:'),
     f'data.data_dir={d!r} does not exist; point it at the folder holding prepared TFDS data',
   )
+
+
+@contextlib.contextmanager
+def preparing(prepared_dir: str) -> Iterator[None]:
+  """Marks the block where this process prepares the dataset of `prepared_dir` (a `.preparing_*` file beside it);
+  once it succeeded, removes the folders a killed preparation left (TFDS's `incomplete.XXXXXX_<version>`), unless
+  another live process (or one on another host, which cannot be asked) is preparing the same dataset."""
+  parent, version = os.path.split(os.path.normpath(prepared_dir))
+  os.makedirs(parent, exist_ok=True)
+  marker = os.path.join(parent, f'.preparing_{version}.{socket.gethostname()}.{os.getpid()}')
+  open(marker, 'w').close()
+  try:
+    yield
+  finally:
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(marker)
+  _remove_killed(parent, version)
+
+
+def _remove_killed(parent: str, version: str) -> None:
+  markers = [n for n in os.listdir(parent) if n.startswith(f'.preparing_{version}.')]
+  for name in markers:
+    host, _, pid = name[len(f'.preparing_{version}.') :].rpartition('.')
+    if host != socket.gethostname() or not pid.isdigit() or _alive(int(pid)):
+      return  # Someone may be preparing it now: its unfinished folder is not ours to remove.
+    os.remove(os.path.join(parent, name))
+  left = sorted(n for n in os.listdir(parent) if n.startswith('incomplete.') and n.endswith(f'_{version}'))
+  for name in left:
+    shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+  if left:
+    first = os.path.join(parent, left[0])
+    print(f'removed {len(left)} unfinished preparation(s) left by a stopped run: {first}', flush=True)
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True

@@ -17,7 +17,8 @@ decode (as tf.io.decode_image, which reads them in training, decodes it) is skip
 
 Each folder has its own dataset, data_dir/folder/<name>_<hash of its real path>/, whose metadata records the path
 and a fingerprint of what was read: every relative path, size and modification time. When the fingerprint of the
-folder differs from the prepared one, the prepared copy is deleted and the folder prepared again.
+folder differs from the prepared one, the prepared copy is deleted and the folder prepared again; but a run that
+continues from a checkpoint refuses it (its model was trained on the old copy), which is kept until the user decides.
 """
 
 import concurrent.futures
@@ -396,9 +397,11 @@ def _in_threads(fn, items: list, chunk: int = 4 * _WORKERS) -> Iterator[tuple]:
       yield from zip(part, pool.map(fn, part))
 
 
-def builder(name: str, data_dir: str | None) -> Folder:
+def builder(name: str, data_dir: str | None, resuming: bool = False) -> Folder:
   """The builder of `name` ('folder:PATH'), reading data_dir. A copy prepared from other files (the folder changed
-  since) is deleted first, so that the builder prepares it anew. Text pairs are checked here when unprepared."""
+  since) is deleted first, so that the builder prepares it anew; but not under a run that continues (`resuming`),
+  which trained on that copy: that is refused, the copy kept until the user decides. Text pairs are checked here
+  when unprepared."""
   layout = scan(name)
   config = FolderConfig(name=config_name(layout.root), description=f'The files of {layout.root}', layout=layout)
   made = Folder(config=config, data_dir=data_dir)
@@ -406,6 +409,11 @@ def builder(name: str, data_dir: str | None) -> Folder:
   if layout.kind == 'text' and (stale or not made.is_prepared()):  # Mistakes first: a stale copy stays then.
     for items in layout.splits.values():
       read_tsv(os.path.join(layout.root, items[0].path))
+  check(
+    not (stale and resuming),
+    f'{layout.root} changed since it was prepared in {made.data_dir}, on which this run trained: to train anew on '
+    f'the changed files use another --workdir; to continue this run on them delete {made.data_dir}',
+  )
   if stale:
     print(f'{layout.root} changed since it was prepared in {made.data_dir}: preparing it again', flush=True)
     shutil.rmtree(made.data_dir)
