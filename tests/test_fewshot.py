@@ -7,6 +7,7 @@ import os
 import jax
 import numpy as np
 import pytest
+from PIL import Image
 
 from vit_jax_lab import config as config_lib, train
 from vit_jax_lab.errors import ConfigError
@@ -158,3 +159,38 @@ def test_a_run_logs_few_shot_metrics_and_the_command_reproduces_them(smoke_confi
   assert fewshot_tool.main(['--workdir', workdir, '--shots', '1,x']) == 2
   assert fewshot_tool.main(['--workdir', workdir, '--config', 'x.py']) == 2
   assert 'not both' in capsys.readouterr().err
+
+
+def _dark_and_bright(root, swap_test: bool) -> None:
+  """Two classes of noisy 8x8 photos, dark and bright, in train/ and test/; `swap_test` files the test split's
+  bright photos as `dark` and its dark ones as `bright`."""
+  rng = np.random.default_rng(0)
+  for split in ('train', 'test'):
+    for name, low in (('dark', 20), ('bright', 220)):
+      stored = {'dark': 'bright', 'bright': 'dark'}[name] if split == 'test' and swap_test else name
+      os.makedirs(root / split / stored)
+      for i in range(7):
+        pixels = rng.integers(low, low + 16, size=(8, 8, 3)).astype(np.uint8)
+        Image.fromarray(pixels).save(root / split / stored / f'{i}.png')
+
+
+@pytest.mark.parametrize('swap_test, expected', [(False, 1.0), (True, 0.0)])
+def test_few_shot_on_a_folder_with_a_known_answer_and_no_batch_option(tmp_path, data_dir, swap_test, expected):
+  """Dark against bright photos: a probe fitted on the k-shot train photos classifies every test photo right, and
+  every one wrong when the test split's labels are swapped; a probe fitted on the test photos would score 1 both
+  times. The 14 test photos are far fewer than the config's eval batch, which needs no option."""
+  _dark_and_bright(tmp_path / 'photos', swap_test)
+  config = os.path.join(os.path.dirname(__file__), '..', 'configs/vit/digits.py:smoke')
+  argv = ['--config', config, f'--config.data.name=folder:{tmp_path / "photos"}', f'--config.data.data_dir={data_dir}']
+  results = fewshot_tool.run([*argv, '--config.data.image_size=8', '--shots', '3,6', '--draws', '3'])
+  assert set(results) == {f'folder:{tmp_path / "photos"}'}
+  for k, accuracies in next(iter(results.values())).items():
+    np.testing.assert_array_equal(accuracies, np.full(3, expected), err_msg=f'{k}-shot')
+
+
+def test_batch_size_option_is_checked_and_listed_in_help(capsys):
+  assert fewshot_tool.main(['--config', 'configs/vit/digits.py:smoke', '--batch-size', '3']) == 2
+  assert 'error: --batch-size 3: must be a positive multiple of the 8 devices' in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    fewshot_tool.main(['--help'])
+  assert '--batch-size' in capsys.readouterr().out

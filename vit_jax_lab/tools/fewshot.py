@@ -7,16 +7,24 @@ python -m vit_jax_lab.tools.fewshot --config configs/vit/finetune.py:cifar10,B/1
 Defaults come from the config (`eval.fewshot`; a run's datasets, else its own data.name), so on a finished run
 it reproduces the few-shot numbers the run logged at its end: the same parameters (the average, with
 ema_decay), seed and draws. `--config` evaluates the weights `--config.init_from` names (a release .npz or a run),
-or, without it, the config's model at its random initialisation.
+or, without it, the config's model at its random initialisation. No training happens here, so any batch fits: the
+run's data.eval_batch_size, rounded to this machine's devices (--batch-size sets another).
+
+On the data the model was trained on (the default without eval.fewshot.datasets), a trained model's features are
+already grouped by class, so every draw's probe tends to classify the test images as the model's head does: the
+same accuracy at every k, with a spread of 0. Few-shot evaluation measures how features transfer to other
+classes: name other datasets with --dataset.
 """
 
 import argparse
 import sys
 
+import jax
 import ml_collections
 import numpy as np
 
-from vit_jax_lab import console, train
+from vit_jax_lab import console, tasks, train
+from vit_jax_lab.data import pipeline
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.evaluators import fewshot
 from vit_jax_lab.tools import common
@@ -24,8 +32,16 @@ from vit_jax_lab.tools import common
 
 def run(argv: list[str]) -> dict[str, dict[int, np.ndarray]]:
   """The command without its printing: dataset -> k -> the test accuracy of every draw."""
-  config, workdir = _config(argv)
-  s = train.setup(config)
+  return evaluate(*_config(argv))
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> dict[str, dict[int, np.ndarray]]:
+  """dataset -> k -> the test accuracy of every draw, of the parameters `config` and `workdir` name."""
+  task = tasks.build(config.task)
+  # Passed to setup, so that its check of the run's eval batch against the eval split (a training concern, which
+  # depends on the run's device count) does not apply: here a batch larger than a split is padded.
+  data = pipeline.load(config.data, lambda b, d: task.dataset_info(b, d, workdir))
+  s = train.setup(config, data=data, workdir=workdir)
   params = common.params_of(s, workdir)
   return fewshot.Evaluator(config, s.mesh, s.graphdef, s.state_shardings.params, s.info).results(params)
 
@@ -37,10 +53,23 @@ def _config(argv: list[str]) -> tuple[ml_collections.ConfigDict, str | None]:
   parser.add_argument('--dataset', help='comma-separated TFDS names; default: eval.fewshot.datasets, else data.name')
   parser.add_argument('--shots', help='comma-separated k, e.g. 1,5,10,25; default: eval.fewshot.shots')
   parser.add_argument('--draws', type=int, help='random draws per k; default: eval.fewshot.draws')
+  parser.add_argument(
+    '--batch-size',
+    type=int,
+    help='examples per forward pass; default: data.eval_batch_size rounded down to a multiple of the device count',
+  )
   args, overrides = parser.parse_known_args(argv)
   config = common.config_of(args.workdir, args.config, overrides)
   config.mesh.data, config.mesh.fsdp, config.mesh.model = -1, 1, 1  # Whatever devices this machine has.
-  config.accum_steps, config.data.batch_size = 1, config.data.eval_batch_size  # No training here.
+  config.data.shards = -1
+  devices = jax.device_count()
+  if args.batch_size is not None:
+    if args.batch_size < 1 or args.batch_size % devices:
+      raise ConfigError(f'--batch-size {args.batch_size}: must be a positive multiple of the {devices} devices')
+    batch = args.batch_size
+  else:
+    batch = max(devices, config.data.eval_batch_size // devices * devices)
+  config.accum_steps, config.data.batch_size, config.data.eval_batch_size = 1, batch, batch  # No training here.
   f = config.eval.fewshot
   if args.dataset is not None:
     f.datasets = tuple(name.strip() for name in args.dataset.split(','))
@@ -73,10 +102,17 @@ def _std(values: np.ndarray) -> float:
 
 @console.command
 def main(argv: list[str]) -> int:
-  results = run(argv)
+  config, workdir = _config(argv)
+  results = evaluate(config, workdir)
   draws = len(next(iter(next(iter(results.values())).values())))
   print(f'few-shot linear evaluation: test accuracy (%), mean ± std over {draws} draws')
   print('\n'.join(table(results)))
+  own = [name for name in results if workdir is not None and name == config.data.name]
+  if own:
+    print(
+      f'note: {", ".join(own)} is the data the model was trained on: its features already separate these classes, '
+      'so the probes agree with its own head (the same accuracy at every k); name other datasets with --dataset'
+    )
   return 0
 
 
