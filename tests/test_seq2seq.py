@@ -1,6 +1,6 @@
 """The seq2seq Transformer and decoding: causality, padding, packing, cache = no cache, beam search = exhaustive
 search and = a plain-Python reference, no PAD or BOS generated, the paper's parameter counts, and the paper's
-tokenised BLEU beside sacreBLEU."""
+tokenised BLEU beside sacreBLEU; captions' BLEU-1..4 and CIDEr-D equal to the COCO caption toolkit's."""
 
 import itertools
 import math
@@ -18,7 +18,15 @@ from flax import nnx
 from vit_jax_lab import config as config_lib, decode
 from vit_jax_lab.config import ConfigError
 from vit_jax_lab.models import seq2seq
-from vit_jax_lab.tasks.seq2seq import Seq2Seq, bleu, bleu_stats, decoder_inputs, moses_tokens, split_compounds
+from vit_jax_lab.tasks.seq2seq import (
+  Seq2Seq,
+  bleu,
+  bleu_stats,
+  caption_scores,
+  decoder_inputs,
+  moses_tokens,
+  split_compounds,
+)
 
 
 def tiny(vocab=11, input_vocab=13, **kwargs):
@@ -442,3 +450,73 @@ def test_summarize_reports_tokenized_bleu_only_when_asked():
 def test_tokenized_bleu_must_be_a_moses_language_code(value):
   with pytest.raises(ConfigError, match='task.tokenized_bleu'):
     Seq2Seq(tokenized_bleu=value)
+
+
+CAPTIONS = [  # (candidate, references): digit captions of 1 to 3 words, and longer sentences with several references.
+  ('seven one four', ['seven one four']),
+  ('seven one', ['seven one four']),
+  ('two', ['two']),
+  ('three three', ['three eight']),
+  ('nine', ['five nine']),
+  ('a dog runs on the grass', ['a dog is running on the grass', 'the brown dog runs across a lawn']),
+  ('a man rides a red bike down the street', ['a man riding a bicycle', 'a person on a red bike in a street']),
+  ('two cats sleep', ['two cats are sleeping on a sofa', 'cats asleep', 'a pair of cats sleeping together']),
+]
+
+
+@pytest.mark.parametrize('cut', [5, len(CAPTIONS)])
+def test_caption_scores_equal_pycocoevalcap(cut, capsys):
+  from pycocoevalcap.bleu.bleu import Bleu
+  from pycocoevalcap.cider.cider import Cider
+
+  captions = CAPTIONS[:cut]  # The first 5: the digit captions alone, without a single 4-gram.
+  res = {i: [c] for i, (c, _) in enumerate(captions)}
+  gts = {i: refs for i, (_, refs) in enumerate(captions)}
+  expected_bleu, _ = Bleu(4).compute_score(gts, res)
+  expected_cider, _ = Cider().compute_score(gts, res)
+  capsys.readouterr()  # Bleu prints its statistics.
+  got = caption_scores([c for c, _ in captions], [refs for _, refs in captions])
+  assert list(got) == ['bleu_1', 'bleu_2', 'bleu_3', 'bleu_4', 'cider_d']
+  np.testing.assert_allclose([got[f'bleu_{n}'] for n in range(1, 5)], expected_bleu, rtol=1e-12, atol=1e-15)
+  assert got['cider_d'] == pytest.approx(expected_cider, rel=1e-12)
+  assert 0 < got['bleu_4'] < got['bleu_1'] < 1 and got['cider_d'] > 0
+
+
+def test_captions_report_coco_scores_and_perfect_ones_score_one():
+  words = ['<pad>', '<bos>', '<eos>', 'one', 'two', 'three']
+  vocab = types.SimpleNamespace(decode=lambda ids: ' '.join(words[i] for i in ids if i > 2))
+  info = types.SimpleNamespace(target_vocab=vocab, input_vocab=None, input_shape=(8, 24, 1))
+  batches = [  # Two batches of the evaluation loop; the padding example (mask 0) is left out.
+    {
+      'decoded': np.array([[3, 4, 2], [5, 2, 0]]),
+      'targets': np.array([[3, 4, 2], [5, 2, 0]]),
+      'mask': np.array([1, 1]),
+    },
+    {
+      'decoded': np.array([[4, 2, 0], [3, 2, 0]]),
+      'targets': np.array([[4, 2, 0], [5, 2, 0]]),
+      'mask': np.array([1, 0]),
+    },
+  ]
+  task = Seq2Seq()
+  sums = [task.host_sums(b, info) for b in batches]
+  totals = jax.tree.map(np.add, *sums)  # As train.evaluate adds the batches' sums.
+  metrics = task.summarize(
+    totals | {'loss': 1.0, 'token_accuracy': 1.0, 'tokens': 1.0, 'exact_match': 3.0, 'count': 3.0}
+  )
+  assert set(metrics) == {
+    'loss',
+    'token_accuracy',
+    'exact_match',
+    'bleu_1',
+    'bleu_2',
+    'bleu_3',
+    'bleu_4',
+    'cider_d',
+    'examples',
+  }
+  assert [p for p in totals['captions'][0]] == [('one two', 'one two'), ('three', 'three'), ('two', 'two')]
+  assert metrics['bleu_1'] == pytest.approx(1.0) and metrics['bleu_2'] == pytest.approx(1.0)  # 1 bigram, matched.
+  # No 3- or 4-grams: their precisions are (0 + 1e-15) / (0 + 1e-9) each, as the toolkit has it.
+  assert metrics['bleu_4'] == pytest.approx(1e-3, rel=1e-6)
+  assert metrics['cider_d'] > 0

@@ -1,6 +1,7 @@
 """Sequence to sequence: teacher-forced cross-entropy on real target tokens; evaluation decodes (greedy or
 beam search) and scores exact match, token accuracy and corpus BLEU (sacreBLEU, 13a tokenisation; optionally
-also the Transformer paper's tokenised, compound-split BLEU).
+also the Transformer paper's tokenised, compound-split BLEU). Captions of images are scored as the COCO caption
+toolkit (pycocoevalcap) scores them instead: BLEU-1 to BLEU-4 and CIDEr-D.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
   from vit_jax_lab.data import pipeline, text
 
 BLEU_ORDER = 4
+CIDER_SIGMA = 6.0  # CIDEr-D's Gaussian length penalty (the COCO toolkit's sigma).
 # tensor2tensor's get_ende_bleu.sh: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'. ASCII \s as perl's on the
 # bytes it reads; non-overlapping left to right as perl's /g, so "a-b-c" -> "a ##AT##-##AT## b-c".
 COMPOUND = re.compile(r'(\S)-(\S)', re.ASCII)
@@ -262,10 +264,13 @@ class Seq2Seq(Task):
 
   def host_sums(self, host: dict[str, np.ndarray], info: text.TextInfo) -> dict[str, np.ndarray]:
     """BLEU statistics of detokenised outputs against detokenised targets (and, with `tokenized_bleu`, of the
-    same text Moses-tokenised and compound-split)."""
+    same text Moses-tokenised and compound-split); for captions of images, the caption pairs themselves (CIDEr-D
+    weighs n-grams by how many captions of the whole split hold them, so it is computed once, in `summarize`)."""
     keep, vocab = host['mask'] > 0, info.target_vocab
     hypotheses = [vocab.decode(ids) for ids in host['decoded'][keep]]
     references = [vocab.decode(ids) for ids in host['targets'][keep]]
+    if getattr(info, 'input_vocab', None) is None and getattr(info, 'input_shape', None) is not None:
+      return {'captions': caption_pairs(hypotheses, references)}
     sums = {'bleu_stats': bleu_stats(hypotheses, references)}
     if self.tokenized_bleu is not None:
       sums['bleu_tokenized_stats'] = bleu_stats(hypotheses, references, moses_tokens(self.tokenized_bleu))
@@ -273,13 +278,19 @@ class Seq2Seq(Task):
 
   def summarize(self, sums: dict[str, Any]) -> dict[str, float]:
     tokens, count = max(float(sums['tokens']), 1.0), max(float(sums['count']), 1.0)
-    return {
+    metrics = {
       'loss': float(sums['loss']) / tokens,
       'token_accuracy': float(sums['token_accuracy']) / tokens,
       'exact_match': float(sums['exact_match']) / count,
-      'bleu': bleu(sums['bleu_stats']),
-      'examples': float(sums['count']),
-    } | ({'bleu_tokenized': bleu(sums['bleu_tokenized_stats'], 'none')} if self.tokenized_bleu is not None else {})
+    }
+    if 'captions' in sums:
+      hypotheses, references = zip(*sums['captions'][0]) if sums['captions'][0] else ((), ())
+      metrics |= caption_scores(list(hypotheses), [[r] for r in references])
+    else:
+      metrics['bleu'] = bleu(sums['bleu_stats'])
+      if self.tokenized_bleu is not None:
+        metrics['bleu_tokenized'] = bleu(sums['bleu_tokenized_stats'], 'none')
+    return metrics | {'examples': float(sums['count'])}
 
 
 def token_sums(
@@ -357,3 +368,80 @@ def bleu(stats: np.ndarray, smoothing: str = 'exp') -> float:
     ref_len=stats[1],
     smooth_method=smoothing,
   ).score
+
+
+def caption_pairs(hypotheses: list[str], references: list[str]) -> np.ndarray:
+  """(hypothesis, reference) pairs as a one-element object array: the evaluation loop adds the sums of its batches
+  with np.add, which joins the lists it holds."""
+  pairs = np.empty(1, object)
+  pairs[0] = list(zip(hypotheses, references))
+  return pairs
+
+
+def caption_words(text: str) -> list[str]:
+  """The words the COCO toolkit scores: its PTB tokenizer's output lowercased, punctuation dropped. Captions made
+  of words and spaces (as the built-in ones) come out as their words."""
+  return re.findall(r"[\w']+", text.lower())
+
+
+def _ngrams(words: list[str], n: int) -> collections.Counter:
+  return collections.Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
+
+
+def caption_scores(hypotheses: list[str], references: list[list[str]]) -> dict[str, float]:
+  """BLEU-1..4 and CIDEr-D of one caption per image against that image's reference captions, in [0, 1] (BLEU)
+  and [0, 10] (CIDEr-D) as the COCO caption toolkit (pycocoevalcap's Bleu(4) and Cider) computes them:
+
+  BLEU is corpus BLEU with each caption's reference length the one closest to its own (ties: the shorter), n-gram
+  matches clipped by their most frequent reference count, and precisions (matches + 1e-15) / (n-grams + 1e-9), so
+  an order without n-grams (captions of 3 words have no 4-grams) gives about 0 rather than nothing.
+  CIDEr-D: per n = 1..4, n-gram counts weighted by log(images / images whose references hold the n-gram), the
+  candidate's weights clipped by the reference's, cosine similarity times exp(-(length difference)^2 / 2 sigma^2)
+  (lengths counted as the toolkit counts them, in bigrams), averaged over n and references, times 10, then over
+  the images."""
+  if not hypotheses:
+    return {f'bleu_{n}': 0.0 for n in range(1, BLEU_ORDER + 1)} | {'cider_d': 0.0}
+  hyps = [caption_words(h) for h in hypotheses]
+  refs = [[caption_words(r) for r in rs] for rs in references]
+  correct, guess, hyp_len, ref_len = np.zeros(BLEU_ORDER), np.zeros(BLEU_ORDER), 0, 0
+  for hyp, rs in zip(hyps, refs):
+    hyp_len += len(hyp)
+    ref_len += min((abs(len(r) - len(hyp)), len(r)) for r in rs)[1]
+    for n in range(1, BLEU_ORDER + 1):
+      most = collections.Counter()
+      for r in rs:
+        most |= _ngrams(r, n)
+      correct[n - 1] += sum((_ngrams(hyp, n) & most).values())
+      guess[n - 1] += max(0, len(hyp) - n + 1)
+  precisions = (correct + 1e-15) / (guess + 1e-9)
+  ratio = (hyp_len + 1e-15) / (ref_len + 1e-9)
+  brevity = 1.0 if ratio >= 1 else float(np.exp(1 - 1 / ratio))
+  scores = {f'bleu_{n}': brevity * float(np.prod(precisions[:n]) ** (1 / n)) for n in range(1, BLEU_ORDER + 1)}
+  return scores | {'cider_d': cider_d(hyps, refs)}
+
+
+def cider_d(hyps: list[list[str]], refs: list[list[list[str]]]) -> float:
+  """CIDEr-D of tokenised captions (see caption_scores)."""
+  counts = [{n: _ngrams(words, n) for n in range(1, BLEU_ORDER + 1)} for words in hyps]
+  ref_counts = [[{n: _ngrams(words, n) for n in range(1, BLEU_ORDER + 1)} for words in rs] for rs in refs]
+  frequency = collections.Counter(g for rs in ref_counts for g in {g for r in rs for c in r.values() for g in c})
+  log_images = np.log(len(refs))
+
+  def vector(c: dict[int, collections.Counter]) -> tuple[dict, dict, int]:
+    weights = {n: {g: f * (log_images - np.log(max(1.0, frequency[g]))) for g, f in c[n].items()} for n in c}
+    norms = {n: float(np.sqrt(sum(w * w for w in weights[n].values()))) for n in c}
+    return weights, norms, sum(c[2].values())
+
+  total = 0.0
+  for c, rs in zip(counts, ref_counts):
+    w, norm, length = vector(c)
+    score = np.zeros(BLEU_ORDER)
+    for r in rs:
+      rw, rnorm, rlength = vector(r)
+      for n in range(1, BLEU_ORDER + 1):
+        value = sum(min(v, rw[n].get(g, 0.0)) * rw[n].get(g, 0.0) for g, v in w[n].items())
+        if norm[n] and rnorm[n]:
+          value /= norm[n] * rnorm[n]
+        score[n - 1] += value * np.exp(-((length - rlength) ** 2) / (2 * CIDER_SIGMA**2))
+    total += 10.0 * score.mean() / len(rs)
+  return total / len(hyps)
