@@ -7,6 +7,7 @@ import time
 from typing import Any, Mapping
 
 import jax
+import jax.monitoring
 import numpy as np
 import tensorflow as tf
 from clu import metric_writers
@@ -107,18 +108,44 @@ def parameter_overview(params, depth: int = 2) -> str:
   return '\n'.join(['parameters:', *rows, f'  {"total":<{width}}  {sum(counts.values()):>13,}'])
 
 
+# What JAX reports of its compilations (tracing, lowering, compiling or reading the compilation cache): time the
+# console line's steps/s and ETA leave out, as a later step does not pay it again.
+COMPILE_EVENTS = (
+  '/jax/core/compile/jaxpr_trace_duration',
+  '/jax/core/compile/jaxpr_to_mlir_module_duration',
+  '/jax/core/compile/backend_compile_duration',
+)
+_compiling = {'seconds': 0.0, 'listening': False}
+
+
+def _count_compilation(event: str, seconds: float, **kwargs) -> None:
+  del kwargs
+  if event in COMPILE_EVENTS:
+    _compiling['seconds'] += seconds
+
+
+def compile_seconds() -> float:
+  """Seconds this process has spent compiling since the first Progress (JAX's monitoring events)."""
+  if not _compiling['listening']:
+    jax.monitoring.register_event_duration_secs_listener(_count_compilation)
+    _compiling['listening'] = True
+  return _compiling['seconds']
+
+
 class Progress:
-  """The console line: step, loss, steps/s, examples/s and the time left."""
+  """The console line: step, loss, steps/s, examples/s and the time left; compilation is not counted, so the first
+  line's ETA is that of the steps to come."""
 
   def __init__(self, total_steps: int, batch_size: int | None, start_step: int):
     self.total, self.batch = total_steps, batch_size  # None: batches vary in size (a token budget).
-    self.last_step, self.last_time = start_step, time.perf_counter()
+    self.last_step, self.last_time, self.last_compiling = start_step, time.perf_counter(), compile_seconds()
 
   def rate(self, step: int) -> float:
-    """Steps per second since the previous call."""
-    now = time.perf_counter()
-    rate = (step - self.last_step) / max(now - self.last_time, 1e-9)
-    self.last_step, self.last_time = step, now
+    """Steps per second since the previous call, time spent compiling left out."""
+    now, compiling = time.perf_counter(), compile_seconds()
+    seconds = now - self.last_time - (compiling - self.last_compiling)
+    rate = (step - self.last_step) / max(seconds, 1e-9)
+    self.last_step, self.last_time, self.last_compiling = step, now, compiling
     return rate
 
   def line(self, step: int, loss: float, steps_per_sec: float) -> str:
@@ -128,6 +155,25 @@ class Progress:
       f'step {step:>{len(str(self.total))}}/{self.total}  loss {loss:.4f}  {steps_per_sec:.2f} steps/s  '
       f'{examples}ETA {duration(eta)}'
     )
+
+
+# The metric that ranks a run's evaluations, the first one its metrics have: higher is better but for the loss.
+HEADLINE = ('eval/accuracy', 'eval/cider_d', 'eval/bleu', 'eval/exact_match', 'eval/auc', 'eval/ao', 'eval/loss')
+
+
+def best_eval(metrics_path: str) -> str:
+  """'best eval/accuracy 0.9322 at step 500' of the evaluations in a run's metrics.jsonl (the steps before a resume
+  included); '' without one."""
+  if not os.path.exists(metrics_path):
+    return ''
+  with open(metrics_path) as f:
+    evals = [m for m in map(json.loads, f) if any(k in m for k in HEADLINE)]
+  if not evals:
+    return ''
+  key = next(k for k in HEADLINE if any(k in m for m in evals))
+  scored = [m for m in evals if key in m]
+  best = (min if key == 'eval/loss' else max)(scored, key=lambda m: m[key])
+  return f'best {key} {best[key]:.4f} at step {best["step"]}'
 
 
 def duration(seconds: float) -> str:

@@ -471,6 +471,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
   Ends early, with everything up to its newest checkpoint kept, on a signal (errors.Preempted, after saving a
   checkpoint of the current step), a non-finite loss (errors.Diverged) or a full disk (errors.DiskFull)."""
+  started = time.perf_counter()
   with workdir_lib.lock(workdir) as lock_notes, checkpoints.disk_errors(workdir), StopSignals(workdir) as signals:
     for note in lock_notes:
       log(note)
@@ -549,5 +550,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       checkpointer.close()
     newest = f'{checkpointer.directory}/{config.total_steps}'
     scores = '  '.join(f'{k} {v:.4f}' for k, v in eval_metrics.items() if k != 'eval/examples')
-    log(f'done: step {config.total_steps}  {scores}  workdir {workdir}  checkpoint {newest}')
+    best = reporting.best_eval(os.path.join(workdir, 'metrics.jsonl'))
+    wall = reporting.duration(time.perf_counter() - started)
+    parts = (f'step {config.total_steps}', scores, best, f'wall {wall}', f'workdir {workdir}', f'checkpoint {newest}')
+    log('done: ' + '  '.join(p for p in parts if p))
   return eval_metrics
