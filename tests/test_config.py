@@ -107,6 +107,7 @@ def test_a_run_recorded_before_the_code_gained_keys_still_resumes(smoke_config, 
   from vit_jax_lab.errors import ConfigError
 
   workdir, config = str(tmp_path), smoke_config()
+  os.makedirs(os.path.join(workdir, 'checkpoints', '1'))  # A run that trained (one without a checkpoint holds none).
   assert workdir_lib.record_config(config, workdir) == []
   path = os.path.join(workdir, 'config.json')
   with open(path) as f:
