@@ -179,7 +179,12 @@ def resample_posemb(
 
 
 def from_release(
-  flat: dict[str, np.ndarray], model: Any, target: dict, *, posemb_resize: tuple[str, str] | None = None
+  flat: dict[str, np.ndarray],
+  model: Any,
+  target: dict,
+  *,
+  posemb_resize: tuple[str, str] | None = None,
+  origin: dict[str, str] | None = None,
 ) -> tuple[dict, list[str]]:
   """A release .npz (any layout) -> parameters shaped like `target` (a pure dict of `model`'s params).
 
@@ -187,9 +192,11 @@ def from_release(
   released without a head) stays at its initialisation, a pre-logits layer the model lacks is dropped,
   position embeddings are resampled to the model's grid (by `model.posemb_resize`, or by `posemb_resize`:
   (method, why), the source library's own resampling).
-  Anything else that is missing, unexpected or mis-shaped is a ConfigError naming every such key.
+  Anything else that is missing, unexpected or mis-shaped is a ConfigError naming every such key (with the
+  source's own name from `origin`, for a source converted to this layout).
   Returns the parameters and notes on what was adapted.
   """
+  origin = origin or {}
   # Leading position-embedding rows before the patch grid: the class token's (and the ViT's distillation and
   # register tokens' when its position embeddings cover them).
   prefix_rows = getattr(model, 'posemb_prefix_rows', int(model.pool == 'tok' and model.posemb_type == 'learn'))
@@ -231,7 +238,7 @@ def from_release(
   missing = sorted(expected.keys() - flat.keys())
   unexpected = sorted(flat.keys() - expected.keys())
   misshaped = sorted(
-    f'{k} {flat[k].shape} (model: {expected[k].shape})'
+    f'{k}{f" (from {origin[k]})" if k in origin else ""} {flat[k].shape} (model: {expected[k].shape})'
     for k in expected.keys() & flat.keys()
     if flat[k].shape != expected[k].shape
   )

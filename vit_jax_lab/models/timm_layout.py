@@ -59,49 +59,50 @@ def _qkv(kernel: np.ndarray, bias: np.ndarray, out: str, num_heads: int) -> dict
   return flat
 
 
-def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> dict[str, np.ndarray]:
-  """timm names -> release names (layout of `release.to_release`); a name not recognised is kept as it is, so
-  `release.from_release` names it among the unexpected keys."""
-  flat, used = {}, set()
+def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+  """timm names -> (release names (layout of `release.to_release`), release name -> the timm tensor or module it
+  came from, for messages). A name not recognised is kept as it is, so `release.from_release` names it among the
+  unexpected keys."""
+  flat, origin, used = {}, {}, set()
 
-  def take(*names):
-    used.update(names)
+  def put(new, module, *names):
+    flat.update(new)
+    origin.update(dict.fromkeys(new, module))
+    used.update(names or [module])
+
+  def pair(module):
+    return f'{module}.weight' in tensors and f'{module}.bias' in tensors
 
   for name in tensors:
     if name in _TOKENS:
-      flat[_TOKENS[name]] = tensors[name]
-      take(name)
+      put({_TOKENS[name]: tensors[name]}, name)
   if 'pos_embed' in tensors:
-    flat['Transformer/posembed_input/pos_embedding'] = tensors['pos_embed']
-    take('pos_embed')
-  if 'patch_embed.proj.weight' in tensors:
-    flat['embedding/kernel'] = tensors['patch_embed.proj.weight'].transpose(2, 3, 1, 0)
-    flat['embedding/bias'] = tensors['patch_embed.proj.bias']
-    take('patch_embed.proj.weight', 'patch_embed.proj.bias')
+    put({'Transformer/posembed_input/pos_embedding': tensors['pos_embed']}, 'pos_embed')
   linears = _TOP | _POOL
+  if pair('patch_embed.proj'):
+    embedding = {'embedding/kernel': tensors['patch_embed.proj.weight'].transpose(2, 3, 1, 0)}
+    embedding['embedding/bias'] = tensors['patch_embed.proj.bias']
+    put(embedding, 'patch_embed.proj', 'patch_embed.proj.weight', 'patch_embed.proj.bias')
   for i in sorted({int(m.group(1)) for n in tensors if (m := re.match(r'blocks\.(\d+)\.', n))}):
     for part, out in _BLOCK.items():
       linears[f'blocks.{i}.{part}'] = f'Transformer/encoderblock_{i}/{out}'
     qkv = f'blocks.{i}.attn.qkv'
-    if f'{qkv}.weight' in tensors and f'{qkv}.bias' in tensors:
+    if pair(qkv):
       out = f'Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1'
-      flat |= _qkv(tensors[f'{qkv}.weight'].T, tensors[f'{qkv}.bias'], out, num_heads)
-      take(f'{qkv}.weight', f'{qkv}.bias')
+      put(_qkv(tensors[f'{qkv}.weight'].T, tensors[f'{qkv}.bias'], out, num_heads), qkv, f'{qkv}.weight', f'{qkv}.bias')
     for j, ls in enumerate(('ls1', 'ls2')):
       if f'blocks.{i}.{ls}.gamma' in tensors:
-        flat[f'Transformer/encoderblock_{i}/LayerScale_{j}/gamma'] = tensors[f'blocks.{i}.{ls}.gamma']
-        take(f'blocks.{i}.{ls}.gamma')
-  for prefix, out in linears.items():
-    if f'{prefix}.weight' in tensors and f'{prefix}.bias' in tensors:
-      flat |= _linear(prefix, tensors, out, num_heads)
-      take(f'{prefix}.weight', f'{prefix}.bias')
-  pool = 'attn_pool'
-  if all(f'{pool}.{n}.{w}' in tensors for n in ('q', 'kv') for w in ('weight', 'bias')):
-    kernel = np.concatenate([tensors[f'{pool}.q.weight'].T, tensors[f'{pool}.kv.weight'].T], axis=1)
-    bias = np.concatenate([tensors[f'{pool}.q.bias'], tensors[f'{pool}.kv.bias']])
-    flat |= _qkv(kernel, bias, 'MAPHead_0/MultiHeadDotProductAttention_0', num_heads)
-    take(*(f'{pool}.{n}.{w}' for n in ('q', 'kv') for w in ('weight', 'bias')))
-  return flat | {name: tensors[name] for name in tensors if name not in used}
+        gamma = tensors[f'blocks.{i}.{ls}.gamma']
+        put({f'Transformer/encoderblock_{i}/LayerScale_{j}/gamma': gamma}, f'blocks.{i}.{ls}.gamma')
+  for module, out in linears.items():
+    if pair(module):
+      put(_linear(module, tensors, out, num_heads), module, f'{module}.weight', f'{module}.bias')
+  if all(pair(f'attn_pool.{n}') for n in ('q', 'kv')):
+    kernel = np.concatenate([tensors['attn_pool.q.weight'].T, tensors['attn_pool.kv.weight'].T], axis=1)
+    bias = np.concatenate([tensors['attn_pool.q.bias'], tensors['attn_pool.kv.bias']])
+    names = [f'attn_pool.{n}.{w}' for n in ('q', 'kv') for w in ('weight', 'bias')]
+    put(_qkv(kernel, bias, 'MAPHead_0/MultiHeadDotProductAttention_0', num_heads), 'attn_pool.q + kv', *names)
+  return flat | {name: tensors[name] for name in tensors if name not in used}, origin
 
 
 def _shape(tensors: Any, name: str) -> tuple[int, ...]:

@@ -284,8 +284,8 @@ class ViT(base.Model):
     options = dict(gelu_approximate=self.options.gelu_approximate, layernorm_epsilon=self.options.layernorm_epsilon)
     if options != timm_layout.TIMM_OPTIONS:
       notes.append(f'timm computes with {timm_layout.TIMM_OPTIONS}; this model has {options}: its outputs differ')
-    flat = timm_layout.to_release(weights.tensors, self.num_heads)
-    params, adapted = release.from_release(flat, self, params, posemb_resize=timm_layout.POSEMB_RESIZE)
+    flat, origin = timm_layout.to_release(weights.tensors, self.num_heads)
+    params, adapted = release.from_release(flat, self, params, posemb_resize=timm_layout.POSEMB_RESIZE, origin=origin)
     return params, notes + adapted
 
   @classmethod
