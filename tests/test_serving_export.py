@@ -148,3 +148,28 @@ def test_mistakes_are_one_line(smoke_config, tmp_path, capsys):
   status, err = error(capsys, [*saved_model, '--workdir', untrained, '--out', 'y', '--platforms', 'gpu'])
   assert status == 2 and '--platforms' in err
   assert not os.path.exists(tmp_path / 'a') and not os.path.exists(tmp_path / 'b')
+
+
+def test_saved_model_names_the_classes(tmp_path, data_dir):
+  """A folder of three named classes: the SavedModel returns each class index's folder name, and keeps the names as
+  its asset class_names.txt."""
+  from PIL import Image
+
+  rng = np.random.default_rng(0)
+  for split in ('train', 'test'):
+    for name in ('ant', 'bee', 'cat'):
+      os.makedirs(tmp_path / 'photos' / split / name)
+      for i in range(4):
+        Image.fromarray(rng.integers(0, 255, (8, 8, 3), np.uint8)).save(tmp_path / 'photos' / split / name / f'{i}.png')
+  config = load_config(
+    'configs/vit/digits.py:smoke', data_dir, total_steps=2, data__batch_size=8, data__eval_batch_size=16
+  )
+  config.data.name, config.data.image_size = f'folder:{tmp_path / "photos"}', 8
+  workdir, out = str(tmp_path / 'run'), str(tmp_path / 'serving')
+  train.train_and_evaluate(config, workdir)
+  assert export.main(['--format', 'saved_model', '--workdir', workdir, '--out', out]) == 0
+  assert (tmp_path / 'serving' / 'assets' / export.CLASS_NAMES).read_text() == 'ant\nbee\ncat\n'
+  served = serve(out)(images=tf.constant(rng.integers(0, 255, (6, 8, 8, 3), np.uint8)))
+  names = [n.decode() for n in served['class_name'].numpy()]
+  assert names == [('ant', 'bee', 'cat')[i] for i in served['class_index'].numpy()]
+  assert sorted(os.listdir(tmp_path)) == ['photos', 'run', 'serving']  # Nothing else left behind.

@@ -8,10 +8,12 @@ python -m vit_jax_lab.tools.export --format saved_model --config configs/vit/fin
 
 The SavedModel's `serving_default` signature takes uint8 `images` (batch, height, width, channels) of any size,
 or `videos` (batch, frames, height, width, channels) of any length and size, and returns `probabilities` (batch,
-classes) and `class_index` (batch,). Each example goes through the same tf preprocessing function as the run's
-evaluation (resize, central crop, value range; a video's eval_clips x eval_crops views, scored by their mean
-logits), then the model, lowered to StableHLO by jax2tf (native serialization) for `--platforms`. A run that
-kept its dataset's image size (no data.image_size nor data.resize_size) is served with inputs resized to it.
+classes), `class_index` (batch,) and `class_name` (batch,), the run's dataset's name of that class (the asset
+assets/class_names.txt holds them, one a line in class order). Each example goes through the same tf preprocessing
+function as the run's evaluation (resize, central crop, value range; a video's eval_clips x eval_crops views,
+scored by their mean logits), then the model, lowered to StableHLO by jax2tf (native serialization) for
+`--platforms`. A run that kept its dataset's image size (no data.image_size nor data.resize_size) is served with
+inputs resized to it.
 """
 
 import argparse
@@ -20,6 +22,7 @@ import copy
 import os
 import shutil
 import sys
+import tempfile
 from typing import Iterator
 
 import jax
@@ -123,26 +126,52 @@ def saved_model(config: ml_collections.ConfigDict, params: dict | None, out: str
   module = tf.Module()
   module.params = [tf.Variable(np.asarray(leaf), trainable=False, name=_name(path)) for path, leaf in paths_leaves]
   name = f'{info.input_key}s'
+  names_file = os.path.join(tempfile.mkdtemp(), CLASS_NAMES)
+  with open(names_file, 'w') as f:
+    f.write(''.join(n + '\n' for n in class_names(s.builder, info.num_classes)))
+  module.class_names = tf.saved_model.Asset(names_file)  # Copied into the SavedModel's assets/.
+  module.names = tf.lookup.StaticHashTable(
+    tf.lookup.TextFileInitializer(
+      module.class_names, tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER, tf.string, tf.lookup.TextFileIndex.WHOLE_LINE
+    ),
+    default_value='',
+  )
 
   @tf.function(input_signature=[tf.TensorSpec((None, *raw_shape), tf.uint8, name=name)], autograph=False)
   def serve(inputs):
     batch = tf.map_fn(one, inputs, fn_output_signature=features_spec)
     probabilities, class_index = tf_scores(module.params, batch)
-    return {'probabilities': probabilities, 'class_index': class_index}
+    class_name = module.names.lookup(tf.cast(class_index, tf.int64))
+    return {'probabilities': probabilities, 'class_index': class_index, 'class_name': class_name}
 
   module.serve = serve
   partial = f'{out.rstrip(os.sep)}.partial'
   if os.path.exists(partial):  # Left by an export that was killed.
     shutil.rmtree(partial)
-  with _for_tensorflow():  # jax2tf lowers the model while `serve` is traced, in save.
-    tf.saved_model.save(module, partial, signatures={'serving_default': serve})
+  try:
+    with _for_tensorflow():  # jax2tf lowers the model while `serve` is traced, in save.
+      tf.saved_model.save(module, partial, signatures={'serving_default': serve})
+  finally:
+    shutil.rmtree(os.path.dirname(names_file))
   os.rename(partial, out)  # All or nothing: a failed export leaves no --out behind.
   axes = 'height, width' if info.input_key == 'image' else 'frames, height, width'
   size = 'size' if info.input_key == 'image' else 'length and size'
   return (
     f'uint8 {name} (batch, {axes}, {channels}) of any {size} -> probabilities (batch, {info.num_classes}), '
-    f'class_index (batch,); for {", ".join(platforms)}'
+    f'class_index (batch,), class_name (batch,); for {", ".join(platforms)}'
   )
+
+
+CLASS_NAMES = 'class_names.txt'
+
+
+def class_names(builder, num_classes: int) -> list[str]:
+  """The dataset's class names in class order (its label feature's; the class index where it has none)."""
+  label = builder.info.features['label'] if 'label' in builder.info.features else None
+  names = [str(n) for n in getattr(label, 'names', None) or []]
+  if len(names) != num_classes:
+    names = [str(i) for i in range(num_classes)]
+  return [n.replace('\n', ' ') for n in names]
 
 
 @contextlib.contextmanager
