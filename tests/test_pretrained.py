@@ -231,18 +231,40 @@ def test_a_family_that_does_not_read_the_layout_is_refused_before_reading():
   assert 'VisionTransformer' in one_line(e) and 'which this model does not read (it reads: npz, run)' in str(e.value)
 
 
-def test_init_from_a_timm_folder_in_a_run(smoke_config):
-  """train.setup / init_state, as `python -m main --config.init_from=DIR` runs them: the run starts from timm's
-  weights (its logits on timm's inputs), the head re-initialised for the run's class count."""
-  config = smoke_config(init_from=os.path.join(DATA, 'vit'))
-  config.model.update(patch_size=8, width=32, depth=2, mlp_dim=64, num_heads=4, dropout=0.0, drop_path=0.0)
-  info, _ = tasks.build(config.task).synthetic_batch('32,32,3,10', config.data.batch_size)
+SIZES = ('variant', 'patch_size', 'width', 'depth', 'mlp_dim', 'num_heads')
+
+
+@pytest.mark.parametrize('row,shape', [('vit', '32,32,3,10'), ('dinov2_reg4', '42,42,3,10')])
+def test_init_from_a_timm_folder_in_a_run_takes_the_folders_shape(smoke_config, row, shape, capsys):
+  """train.setup / init_state, as `python -m main --config.init_from=DIR` runs them: sizes the config leaves unset
+  and keys at their defaults come from the folder (noted), and the run starts from timm's weights."""
+  config = smoke_config(init_from=os.path.join(DATA, row))
+  config.model.update(dict.fromkeys(SIZES), dropout=0.0, drop_path=0.0)
+  info, _ = tasks.build(config.task).synthetic_batch(shape, config.data.batch_size)
   s = train.setup(config, data=(None, info))
   state = train.init_state(s)
   model = nnx.merge(s.graphdef, state.params)
-  ref = np.load(os.path.join(DATA, 'vit', 'reference.npz'))
+  ref = np.load(os.path.join(DATA, row, 'reference.npz'))
   assert max_difference(model(ref['images']), ref['logits']) < 1e-5
-  assert int(state.step) == 0
+  assert (config.model.width, config.model.num_heads, config.model.patch_size) == (32, 4, 8 if row == 'vit' else 14)
+  out = capsys.readouterr().out
+  assert 'model.width=32 from the folder' in out
+  if row == 'dinov2_reg4':
+    assert (config.model.reg_tokens, config.model.posemb_prefix, config.model.layerscale) == (4, False, 1e-5)
+    assert 'model.reg_tokens=4 from the folder' in out
+
+
+def test_a_size_the_config_sets_otherwise_is_one_line_before_anything_is_built(smoke_config):
+  config = smoke_config(init_from=os.path.join(DATA, 'vit'))  # The smoke config sets patch_size=4.
+  info, _ = tasks.build(config.task).synthetic_batch('32,32,3,10', config.data.batch_size)
+  with pytest.raises(ConfigError) as e:
+    train.setup(config, data=(None, info))
+  assert 'is a model with model.patch_size=8, the config sets model.patch_size=4: set' in one_line(e)
+  config = smoke_config(init_from=os.path.join(DATA, 'siglip'))
+  config.model.update(dict.fromkeys(SIZES), variant='mu/8', pool='gap')
+  with pytest.raises(ConfigError) as e:
+    train.setup(config, data=(None, info))
+  assert 'model.width=32, the config sets model.width=64 (by model.variant)' in one_line(e)
 
 
 def test_a_release_without_a_head_keeps_the_models_head():

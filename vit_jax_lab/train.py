@@ -27,6 +27,7 @@ from vit_jax_lab import (
   checkpoints,
   config as config_lib,
   errors,
+  hub,
   models,
   optim,
   parallel,
@@ -140,6 +141,9 @@ def setup(
   if buckets is not None:
     pipeline.bucket_rows(config.data, buckets.lengths(), shards * config.accum_steps)  # A budget too small.
   family = models.get(config.model.name)
+  if config.init_from is not None and hub.is_folder(config.init_from) and family.offers('pretrained_config'):
+    for note in family.pretrained_config(config.model, hub.read(config.init_from)):  # The folder's shape.
+      log(f'init_from {config.init_from}: {note}')
   tx = optim.optimizer(config, family.NO_DECAY)
   abstract_model = nnx.eval_shape(lambda: build_model(config, task, info, _keys(0)[0]))
   graphdef, params = nnx.split(abstract_model, nnx.Param)

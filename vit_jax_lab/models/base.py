@@ -35,7 +35,7 @@ class Model(nnx.Module):
   @classmethod
   def offers(cls, ability: str) -> bool:
     """Whether the family implements the optional method `ability` ('features', 'attention_maps',
-    'load_pretrained', 'release_params')."""
+    'load_pretrained', 'release_params', 'pretrained_config')."""
     if ability not in _ABILITIES:
       raise KeyError(f'{ability!r} is not one of the optional abilities {", ".join(_ABILITIES)}')
     return inspect.getattr_static(cls, ability) is not inspect.getattr_static(Model, ability)
@@ -61,5 +61,12 @@ class Model(nnx.Module):
     RELEASE_LAYOUT: from the run alone, without its data."""
     raise NotImplementedError
 
+  @classmethod
+  def pretrained_config(cls, model_config: Any, weights: Any) -> list[str]:
+    """Sets the keys of `model_config` (config.model) that the hub folder `weights` (hub.HubWeights) fixes and the
+    config leaves unset or at the constructor's default, so the model takes the folder's shape; a key the config
+    sets to another value is a ConfigError naming it and both values. Returns notes of what was set."""
+    raise NotImplementedError
 
-_ABILITIES = ('features', 'attention_maps', 'load_pretrained', 'release_params')
+
+_ABILITIES = ('features', 'attention_maps', 'load_pretrained', 'release_params', 'pretrained_config')

@@ -1,6 +1,7 @@
 """Vision Transformer (Dosovitskiy et al. 2021), sized by variant strings such as "B/16"."""
 
 import functools
+import inspect
 from typing import Any
 
 import jax
@@ -37,6 +38,10 @@ def decode_variant(variant: str | None) -> dict[str, int]:
     )
   dims = dict(zip(('width', 'depth', 'mlp_dim', 'num_heads'), VARIANTS[size]))
   return dims | ({'patch_size': int(patch)} if patch else {})
+
+
+# The keys beside the sizes that a pretrained folder fixes (ViT.pretrained_config fills them when left at default).
+STRUCTURE = ('pool', 'posemb', 'posemb_prefix', 'distilled', 'reg_tokens', 'layerscale')
 
 
 class LayerScaleBlock(layers.EncoderBlock):
@@ -265,6 +270,33 @@ class ViT(base.Model):
       source = release.to_release(source, self.num_heads)
     params, adapted = release.from_release(source, self, params)
     return params, notes + adapted
+
+  @classmethod
+  def pretrained_config(cls, model_config: Any, weights: hub.HubWeights) -> list[str]:
+    """A timm folder's shape into config.model: each size the config leaves unset (no variant, no value) and each
+    key it leaves at the constructor's default (pool, posemb, posemb_prefix, distilled, reg_tokens, layerscale)
+    takes the folder's value; a size or key set otherwise is one ConfigError line naming both values."""
+    if weights.layout != 'timm_vit':
+      return []  # checkpoints.check_init_from refuses it in one line.
+    folder = timm_layout.vit_options(weights.config, weights.tensors)
+    preset = decode_variant(model_config.get('variant'))
+    defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()}
+    notes = []
+    for key in ('patch_size', 'width', 'depth', 'mlp_dim', 'num_heads', *STRUCTURE):
+      ours = model_config.get(key) if model_config.get(key) is not None else preset.get(key)
+      same = (ours is None) == (folder[key] is None) if key == 'layerscale' else ours == folder[key]
+      if same:
+        continue
+      unset = ours is None if key not in STRUCTURE else ours == defaults[key]
+      if not unset:
+        raise ConfigError(
+          f'init_from={weights.path!r} is a model with model.{key}={folder[key]!r}, the config sets '
+          f'model.{key}={ours!r}{" (by model.variant)" if model_config.get(key) is None else ""}: set '
+          f'--config.model.{key}={folder[key]!r}, or leave it to the folder'
+        )
+      model_config[key] = folder[key]
+      notes.append(f'model.{key}={folder[key]!r} from the folder')
+    return notes
 
   def _load_hub(self, weights: hub.HubWeights, params: dict) -> tuple[dict, list[str]]:
     """A timm ViT folder: its shape must be this model's (one line naming the first key that differs); its class
