@@ -39,12 +39,18 @@ def _conversion_hint(name: str) -> str:
   )
 
 
+# What one of our workdirs holds beside its own config.json: such a folder is never taken for a hub folder.
+_WORKDIR = ('checkpoints', 'metrics.jsonl', 'lock', 'tensorboard')
+
+
 def is_folder(path: str) -> bool:
-  """Whether `path` is meant as a hub folder: a folder with config.json or (safetensors or pickled) weights, and no
-  orbax checkpoint (one of our workdirs)."""
-  if not os.path.isdir(path) or os.path.isdir(os.path.join(path, 'checkpoints')):
+  """Whether `path` is meant as a hub folder: a folder with config.json or (safetensors or pickled) weights, and
+  nothing of one of our workdirs."""
+  if not os.path.isdir(path):
     return False
   names = os.listdir(path)
+  if any(n in _WORKDIR for n in names):
+    return False
   return CONFIG in names or any(n.endswith('.safetensors') or n.endswith(PICKLED) for n in names)
 
 
