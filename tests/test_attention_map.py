@@ -30,13 +30,15 @@ def test_patch_scores():
 
 
 @pytest.mark.slow
-def test_command_draws_a_trained_digits_model(smoke_config, tmp_path):
+def test_command_draws_a_trained_digits_model(smoke_config, tmp_path, capsys):
   workdir, out = str(tmp_path / 'run'), str(tmp_path / 'attention.png')
   train.train_and_evaluate(smoke_config(), workdir)  # A class-token model with 2 heads.
-  assert attention_map.main(['--workdir', workdir, '--example', '7', '--layer', '1', '--out', out]) == 0
-  image = Image.open(out)
-  assert image.size == (4 * 164, 160)  # Input, rollout, 2 heads.
-  pixels = np.asarray(image)
-  assert pixels[:, 164:].std() > 0  # The overlays are not blank.
+  capsys.readouterr()
+  assert attention_map.main(['--workdir', workdir, '--example', '7', '--layer', '1']) == 0  # Into the workdir.
+  assert capsys.readouterr().out.strip() == f'wrote {workdir}/attention_7.png'
+  pixels = np.asarray(Image.open(f'{workdir}/attention_7.png'))
+  assert pixels.shape[1] > 3 * pixels.shape[0] and pixels.std() > 0  # Input, rollout and 2 heads side by side.
+  assert attention_map.main(['--config', 'configs/vit/digits.py:smoke']) == 2  # No run folder: --out is needed.
+  assert '--out' in capsys.readouterr().err
   assert attention_map.main(['--workdir', workdir, '--layer', '5', '--out', out]) == 2
   assert attention_map.main(['--workdir', workdir, '--example', '360', '--out', out]) == 2

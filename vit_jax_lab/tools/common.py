@@ -79,3 +79,12 @@ def load_model(s: train.Setup, workdir: str | None) -> nnx.Module:
 def check_new(path: str) -> None:
   """A command's --out must not exist: what is already saved there is never overwritten."""
   check(not os.path.exists(path), f'--out {path} exists: name a new folder (nothing is overwritten)')
+
+
+def class_names(builder, num_classes: int) -> list[str]:
+  """The dataset's class names in class order (its label feature's; the class index where it has none)."""
+  label = builder.info.features['label'] if 'label' in builder.info.features else None
+  names = [str(n) for n in getattr(label, 'names', None) or []]
+  if len(names) != num_classes:
+    names = [str(i) for i in range(num_classes)]
+  return [n.replace('\n', ' ') for n in names]

@@ -128,7 +128,7 @@ def saved_model(config: ml_collections.ConfigDict, params: dict | None, out: str
   name = f'{info.input_key}s'
   names_file = os.path.join(tempfile.mkdtemp(), CLASS_NAMES)
   with open(names_file, 'w') as f:
-    f.write(''.join(n + '\n' for n in class_names(s.builder, info.num_classes)))
+    f.write(''.join(n + '\n' for n in common.class_names(s.builder, info.num_classes)))
   module.class_names = tf.saved_model.Asset(names_file)  # Copied into the SavedModel's assets/.
   module.names = tf.lookup.StaticHashTable(
     tf.lookup.TextFileInitializer(
@@ -163,15 +163,6 @@ def saved_model(config: ml_collections.ConfigDict, params: dict | None, out: str
 
 
 CLASS_NAMES = 'class_names.txt'
-
-
-def class_names(builder, num_classes: int) -> list[str]:
-  """The dataset's class names in class order (its label feature's; the class index where it has none)."""
-  label = builder.info.features['label'] if 'label' in builder.info.features else None
-  names = [str(n) for n in getattr(label, 'names', None) or []]
-  if len(names) != num_classes:
-    names = [str(i) for i in range(num_classes)]
-  return [n.replace('\n', ' ') for n in names]
 
 
 @contextlib.contextmanager

@@ -1,13 +1,15 @@
-"""Tracks one sequence with a trained tracking ViT and draws it as the tracking-ViT paper does: row 1 the frames
-with the predicted (green) and true (red) boxes, row 2 the regression token's attention over the search region,
-row 3 the class token's.
+"""Tracks one sequence with a trained tracking ViT and draws it (matplotlib) as the tracking-ViT paper does.
 
-python -m vit_jax_lab.tools.track --workdir runs/track --sequence 3 --out track.png      # a test sequence
+python -m vit_jax_lab.tools.track --workdir runs/track --sequence 3        # runs/track/track_sequence3.png
 python -m vit_jax_lab.tools.track --workdir runs/track --sequence 3 --out track.gif      # every frame, animated
 python -m vit_jax_lab.tools.track --workdir runs/track --video clip.mp4 --box 120,80,40,60 --out clip.gif
 
+The figure's columns are frames; its first row the frames with the predicted box (green) and the true one (red, for
+a test sequence), as its legend says; the second the regression token's attention over each frame's search region,
+the third the class token's, each row with its colour bar (the share of the token's attention per patch).
 --video is a video file or a folder of frames (natural order); --box the target's (x, y, w, h) in pixels in its
-first frame. The predicted boxes are written beside --out as OUT.txt, one "x,y,w,h" line per frame (GOT-10k's).
+first frame. --out defaults into the run's workdir. The predicted boxes are written beside it as OUT.txt, one
+"x,y,w,h" line per frame (GOT-10k's).
 """
 
 import argparse
@@ -17,7 +19,10 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-from PIL import Image, ImageDraw
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+from PIL import Image
 
 from vit_jax_lab import boxes, console, tasks, train
 from vit_jax_lab.data import tracking as data_tracking
@@ -27,7 +32,7 @@ from vit_jax_lab.tasks import tracking
 from vit_jax_lab.tools import common
 
 SHOWN = 8  # Frames in the PNG, evenly spaced from the first to the last.
-TILE = 128  # Pixels per tile side.
+PREDICTED, TRUE = 'lime', 'red'  # Box colours.
 
 
 def read_video(path: str, channels: int) -> np.ndarray:
@@ -102,53 +107,71 @@ def run(
   return predicted, np.asarray(logits[0]), crops_01, np.asarray(cls), np.asarray(reg)
 
 
-def _rgb(image: np.ndarray) -> Image.Image:
-  image = np.clip(image, 0, 255).astype(np.uint8)
-  return Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image).convert('RGB')
-
-
-def _heat(crop: np.ndarray, attention: np.ndarray) -> Image.Image:
-  """The attention map (gh, gw) upsampled over the search crop (values in [0, 1]), red to yellow."""
-  heat = (attention - attention.min()) / max(attention.max() - attention.min(), 1e-12)
-  heat = np.asarray(Image.fromarray(np.uint8(255 * heat)).resize((TILE, TILE), Image.BILINEAR)) / 255.0
-  base = np.asarray(_rgb(255 * crop).resize((TILE, TILE), Image.NEAREST)) / 255.0
-  colour = np.stack([np.ones_like(heat), heat, np.zeros_like(heat)], -1)
-  return Image.fromarray(np.uint8(255 * (0.45 * base + 0.55 * colour * heat[..., None])))
-
-
-def _frame(frame: np.ndarray, predicted: np.ndarray, truth: np.ndarray | None, t: int) -> Image.Image:
-  height, width = frame.shape[:2]
-  scale = TILE / max(height, width)
-  tile = _rgb(frame).resize((round(width * scale), round(height * scale)), Image.NEAREST)
-  draw = ImageDraw.Draw(tile)
-  for box, colour in ((truth, (255, 0, 0)), (predicted, (0, 255, 0))):
-    if box is not None and np.isfinite(box).all():  # A frame without the target has no true box.
-      x1, y1, x2, y2 = (v * scale for v in boxes.to_corners(tuple(box)))
-      draw.rectangle([x1, y1, x2, y2], outline=colour)
-  draw.text((2, 1), str(t), fill=(255, 255, 255))
-  return tile
-
-
-def column(frames, t, predicted, truth, crops, cls, reg) -> Image.Image:
-  """Frame t with its boxes, the regression token's attention, the class token's: one column of the figure."""
-  out = Image.new('RGB', (TILE, 3 * TILE + 8), 'white')
-  out.paste(_frame(frames[t], predicted[t], None if truth is None else truth[t], t), (0, 0))
-  out.paste(_heat(crops[t], reg[t]), (0, TILE + 4))
-  out.paste(_heat(crops[t], cls[t]), (0, 2 * TILE + 8))
-  return out
-
-
-def draw(path: str, frames, predicted, truth, crops, cls, reg) -> None:
-  """A PNG of SHOWN columns, or (a .gif path) every frame's column as an animation."""
-  if path.lower().endswith('.gif'):
-    images = [column(frames, t, predicted, truth, crops, cls, reg) for t in range(len(frames))]
-    images[0].save(path, save_all=True, append_images=images[1:], duration=120, loop=0)
-    return
-  shown = np.unique(np.linspace(0, len(frames) - 1, min(SHOWN, len(frames))).round().astype(int))
-  figure = Image.new('RGB', (len(shown) * (TILE + 4), 3 * TILE + 8), 'white')
+def figure(frames, predicted, truth, crops, cls, reg, shown: list[int], title: str) -> Figure:
+  """Columns `shown` of the frames: the frame with its boxes, the regression token's attention over its search
+  crop, the class token's; a legend for the boxes, a colour bar per attention row."""
+  fig = Figure(figsize=(1.9 * len(shown) + 1.6, 6.4), layout='constrained')
+  axes = fig.subplots(3, len(shown), squeeze=False)
+  rows = ((reg, "regression token's\nattention"), (cls, "class token's\nattention"))
   for i, t in enumerate(shown):
-    figure.paste(column(frames, t, predicted, truth, crops, cls, reg), (i * (TILE + 4), 0))
-  figure.save(path)
+    ax = axes[0, i]
+    ax.imshow(_shown(frames[t]), cmap='gray', vmin=0, vmax=255)
+    for box, colour in ((None if truth is None else truth[t], TRUE), (predicted[t], PREDICTED)):
+      if box is not None and np.isfinite(box).all():  # A frame without the target has no true box.
+        x1, y1, x2, y2 = boxes.to_corners(tuple(box))
+        ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor=colour, linewidth=1.5))
+    ax.set_title(f'frame {t}')
+  for row, (maps, label) in enumerate(rows, start=1):
+    top = float(max(maps[t].max() for t in shown))
+    for i, t in enumerate(shown):
+      ax, size = axes[row, i], crops.shape[1]
+      ax.imshow(_shown(255 * crops[t]), cmap='gray', vmin=0, vmax=255)
+      heat = ax.imshow(
+        maps[t],
+        cmap='inferno',
+        alpha=0.65,
+        vmin=0.0,
+        vmax=top,
+        interpolation='bilinear',
+        extent=(-0.5, size - 0.5, size - 0.5, -0.5),
+      )
+    axes[row, 0].set_ylabel(label)
+    fig.colorbar(heat, ax=axes[row, :], shrink=0.9, label='attention share')
+  axes[0, 0].set_ylabel('frame')
+  for ax in axes.flat:
+    ax.set_xticks([])
+    ax.set_yticks([])
+  handles = [Patch(fill=False, edgecolor=PREDICTED, label='predicted box')]
+  if truth is not None:
+    handles.append(Patch(fill=False, edgecolor=TRUE, label='true box'))
+  fig.legend(handles=handles, loc='outside upper right', ncols=len(handles))
+  fig.suptitle(title)
+  return fig
+
+
+def _shown(image: np.ndarray) -> np.ndarray:
+  image = np.clip(image, 0, 255).astype(np.uint8)
+  return image[..., 0] if image.shape[-1] == 1 else image
+
+
+def _pixels(fig: Figure) -> Image.Image:
+  canvas = FigureCanvasAgg(fig)
+  canvas.draw()
+  return Image.fromarray(np.asarray(canvas.buffer_rgba())).convert('RGB')
+
+
+def draw(path: str, frames, predicted, truth, crops, cls, reg, title: str) -> Figure:
+  """A PNG of SHOWN columns (returns its figure), or (a .gif path) every frame's column as an animation (returns
+  the last frame's)."""
+  if path.lower().endswith('.gif'):
+    figures = [figure(frames, predicted, truth, crops, cls, reg, [t], title) for t in range(len(frames))]
+    images = [_pixels(f) for f in figures]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=120, loop=0)
+    return figures[-1]
+  shown = np.unique(np.linspace(0, len(frames) - 1, min(SHOWN, len(frames))).round().astype(int)).tolist()
+  fig = figure(frames, predicted, truth, crops, cls, reg, shown, title)
+  fig.savefig(path, dpi=100)
+  return fig
 
 
 @console.command
@@ -159,29 +182,37 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--sequence', type=int, default=0, help='index in the eval split')
   parser.add_argument('--video', help='a video file or a folder of frames, instead of --sequence')
   parser.add_argument('--box', help="the target's x,y,w,h in the first frame of --video")
-  parser.add_argument('--out', required=True, help='the .png (or .gif) to write')
+  parser.add_argument(
+    '--out', help='the .png (or .gif) to write; default: track_sequenceN.png or track_VIDEO.png in --workdir'
+  )
   args, overrides = parser.parse_known_args(argv)
   config = common.one_device_one_example(common.config_of(args.workdir, args.config, overrides))
   predicts = tasks.get(config.task.name).predicts
   check(predicts == 'boxes', f'task.name={config.task.name!r} predicts {predicts}: track draws tracking runs')
   check(not config.model.scan, 'track draws attention of unscanned layers: this run has model.scan=True')
   check((args.video is None) == (args.box is None), "give --video and --box together (the first frame's box)")
+  name = f'sequence{args.sequence}' if args.video is None else os.path.splitext(os.path.basename(args.video))[0]
+  check(args.out or args.workdir, '--out: give the .png or .gif to write (with --config there is no run folder)')
+  out = args.out or os.path.join(args.workdir, f'track_{name}.png')
   s = train.setup(config, jax.devices()[:1])
   model = common.load_model(s, args.workdir)
   if args.video:
     frames = read_video(args.video, s.info.channels)
     check(len(frames) >= 2, f'--video {args.video} has {len(frames)} frame: tracking needs 2 or more')
     truth, first = None, parse_box(args.box, *frames.shape[1:3])
+    title = f'{os.path.basename(args.video)} tracked from the box {args.box}'
   else:
     frames, truth, absent = load_sequence(s, args.sequence)
     first = truth[0]
   predicted, _, crops, cls, reg = run(model, frames, first, s.info, s.config.data.value_range, s.task.online)
-  draw(args.out, frames, predicted, truth, crops, cls, reg)
-  np.savetxt(os.path.splitext(args.out)[0] + '.txt', predicted, fmt='%.2f', delimiter=',')
   if truth is not None:
     metrics = tracking.sequence_metrics(predicted[None], truth[None], ~absent[None], frames.shape[1:3])
-    print('  '.join(f'{k} {v:.4f}' for k, v in tracking.metric_means(tracking.metric_sums(metrics)).items()))
-  print(f'wrote {args.out} and {os.path.splitext(args.out)[0]}.txt')
+    means = tracking.metric_means(tracking.metric_sums(metrics))
+    print('  '.join(f'{k} {v:.4f}' for k, v in means.items()))
+    title = f'sequence {args.sequence} of {s.config.data.eval_split}: success AUC {means["auc"]:.3f}'
+  draw(out, frames, predicted, truth, crops, cls, reg, title)
+  np.savetxt(os.path.splitext(out)[0] + '.txt', predicted, fmt='%.2f', delimiter=',')
+  print(f'wrote {out} and {os.path.splitext(out)[0]}.txt')
   return 0
 
 
