@@ -1,0 +1,58 @@
+"""tools.plot: runs' metrics.jsonl drawn as one panel per metric and one line per run."""
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vit_jax_lab.tools import plot
+
+
+def write_run(folder, rows):
+  folder.mkdir()
+  (folder / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+  return str(folder)
+
+
+@pytest.fixture
+def runs(tmp_path):
+  a = write_run(
+    tmp_path / 'a',
+    [
+      {'step': 10, 'train/loss': 2.0, 'train/steps_per_sec': 5.0},
+      {'step': 20, 'train/loss': 1.0, 'train/steps_per_sec': 5.0},
+      {'step': 20, 'eval/loss': 1.2, 'eval/accuracy': 0.6, 'eval/examples': 360.0},
+    ],
+  )
+  b = write_run(tmp_path / 'b', [{'step': 10, 'train/loss': 3.0}, {'step': 20, 'train/loss': 1.5}])
+  return a, b
+
+
+def test_each_metric_a_panel_each_run_a_line(runs, capsys):
+  a, b = runs
+  assert plot.main([a, b]) == 0
+  assert capsys.readouterr().out.strip() == f'wrote {a}/curves.png: 3 metrics of 2 runs'  # Into the first run.
+  assert np.asarray(Image.open(f'{a}/curves.png')).std() > 0
+  fig = plot.figure({'a': plot.read(a), 'b': plot.read(b)}, ['train/loss', 'eval/accuracy'])
+  shown = [ax for ax in fig.axes if ax.get_visible()]
+  assert [ax.get_title() for ax in shown] == ['train/loss', 'eval/accuracy']
+  assert [t.get_text() for t in fig.legends[0].get_texts()] == ['a', 'b']
+  lines = shown[0].get_lines()
+  assert [line.get_label() for line in lines] == ['a', 'b']
+  np.testing.assert_array_equal(lines[1].get_xdata(), [10, 20])
+  np.testing.assert_array_equal(lines[1].get_ydata(), [3.0, 1.5])
+  assert [line.get_label() for line in shown[1].get_lines()] == ['a']  # Run b never evaluated.
+  assert fig.get_suptitle() == 'metrics.jsonl of 2 runs'
+
+
+def test_chosen_metrics_and_mistakes(runs, tmp_path, capsys):
+  a, b = runs
+  out = str(tmp_path / 'loss.png')
+  assert plot.main([a, b, '--metrics', 'train/loss', '--out', out]) == 0
+  assert Image.open(out).size[0] > 0
+  capsys.readouterr()
+  assert plot.main([a, '--metrics', 'eval/bleu']) == 2
+  assert 'error: --metrics: eval/bleu not logged by these runs; they logged train/loss' in capsys.readouterr().err
+  assert plot.main([str(tmp_path)]) == 2
+  assert 'has no metrics.jsonl' in capsys.readouterr().err

@@ -1,0 +1,94 @@
+"""Plots one or more runs' train and eval metrics from their metrics.jsonl to a PNG, one panel per metric and one
+line per run: the comparison TensorBoard shows, as a file to keep beside the runs.
+
+python -m vit_jax_lab.tools.plot runs/vit_digits                                  # runs/vit_digits/curves.png
+python -m vit_jax_lab.tools.plot runs/a runs/b --metrics train/loss,eval/accuracy --out compare.png
+
+--metrics defaults to every metric the runs logged but train/steps_per_sec and eval/examples. Each run is named by
+its folder. --out defaults to curves.png in the first run's folder.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+from matplotlib.figure import Figure
+
+from vit_jax_lab import console
+from vit_jax_lab.errors import ConfigError, check
+
+SKIPPED = ('train/steps_per_sec', 'eval/examples', 'eval/sequences')  # Not curves of learning.
+
+
+def read(workdir: str) -> dict[str, tuple[list[int], list[float]]]:
+  """metric -> (steps, values) of the run in `workdir`, in the order it logged them."""
+  path = os.path.join(workdir, 'metrics.jsonl')
+  check(os.path.exists(path), f'{workdir} has no metrics.jsonl: give the folder of a run (its --workdir)')
+  curves: dict[str, tuple[list[int], list[float]]] = {}
+  with open(path) as f:
+    for number, line in enumerate(f, 1):
+      try:
+        row = json.loads(line)
+        step = int(row.pop('step'))
+      except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        raise ConfigError(f'{path}:{number} is not a metrics line ({line.strip()[:60]!r})') from None
+      for key, value in row.items():
+        steps, values = curves.setdefault(key, ([], []))
+        steps.append(step)
+        values.append(float(value))
+  return curves
+
+
+def figure(runs: dict[str, dict[str, tuple[list[int], list[float]]]], metrics: list[str]) -> Figure:
+  """One panel per metric (titled with it), one line per run (the legend names the runs), steps across."""
+  columns = min(len(metrics), 3)
+  rows = -(-len(metrics) // columns)
+  fig = Figure(figsize=(4.6 * columns, 3.4 * rows), layout='constrained')
+  axes = fig.subplots(rows, columns, squeeze=False).flat
+  for ax, metric in zip(axes, metrics):
+    for name, curves in runs.items():
+      if metric in curves:
+        steps, values = curves[metric]
+        ax.plot(steps, values, marker='o' if len(steps) < 20 else None, markersize=3, label=name)
+    ax.set_title(metric)
+    ax.set_xlabel('step')
+    ax.grid(alpha=0.3)
+  for ax in axes:  # Panels left over in the last row.
+    ax.set_visible(False)
+  handles, labels = fig.axes[0].get_legend_handles_labels()
+  fig.legend(handles, labels, loc='outside upper center', ncols=min(len(labels), 4))
+  fig.suptitle(f'metrics.jsonl of {len(runs)} run{"s" if len(runs) > 1 else ""}')
+  return fig
+
+
+def names(workdirs: list[str]) -> list[str]:
+  """Each run's folder name; the path when two have the same name."""
+  short = [os.path.basename(os.path.normpath(w)) for w in workdirs]
+  return short if len(set(short)) == len(short) else [os.path.normpath(w) for w in workdirs]
+
+
+@console.command
+def main(argv: list[str]) -> int:
+  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.plot', description=__doc__.splitlines()[0])
+  parser.add_argument('workdirs', nargs='+', help="runs' folders (their --workdir), each with its metrics.jsonl")
+  parser.add_argument('--metrics', help='comma-separated, e.g. train/loss,eval/accuracy; default: all')
+  parser.add_argument('--out', help='the PNG to write; default: curves.png in the first run')
+  args = parser.parse_args(argv)
+  runs = dict(zip(names(args.workdirs), map(read, args.workdirs)))
+  logged = list(dict.fromkeys(k for curves in runs.values() for k in curves))
+  if args.metrics is None:
+    metrics = [k for k in logged if k not in SKIPPED]
+  else:
+    metrics = [m.strip() for m in args.metrics.split(',') if m.strip()]
+    unknown = [m for m in metrics if m not in logged]
+    check(not unknown, f'--metrics: {", ".join(unknown)} not logged by these runs; they logged {", ".join(logged)}')
+  check(metrics, f'{", ".join(args.workdirs)}: nothing to plot yet (no metrics logged)')
+  out = args.out or os.path.join(args.workdirs[0], 'curves.png')
+  figure(runs, metrics).savefig(out, dpi=100)
+  print(f'wrote {out}: {len(metrics)} metrics of {len(runs)} runs')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv[1:]))
