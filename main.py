@@ -54,7 +54,13 @@ class _Parser(argparse.ArgumentParser):
 def parse_args(argv: list[str]):
   """(config, workdir) from the command line, checked in full; raises ConfigError on a bad key or value."""
   config_lib, _ = _import_jax_parts()
-  parser = _Parser(prog='python -m main', description=__doc__.splitlines()[0])
+  parser = _Parser(
+    prog='python -m main',
+    description=__doc__.splitlines()[0],
+    epilog=f'configs (--config PATH[:ARG]):\n{console.configs_overview(os.path.dirname(os.path.abspath(__file__)))}\n\n'
+    'model families and their variants (--config.model.variant): python -m vit_jax_lab.tools.models',
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+  )
   parser.add_argument('--config', required=True, help='PATH[:ARG], a file defining get_config(arg)')
   parser.add_argument('--workdir', required=True, help='checkpoints, metrics.jsonl, config.json, TensorBoard')
   args, rest = parser.parse_known_args(argv)

@@ -4,13 +4,17 @@ TensorFlow, absl, TFDS and orbax log to the terminal by default (C++ banners at 
 INFO lines). Commands call `quiet_libraries()` first; VIT_JAX_LAB_VERBOSE=1 in the environment keeps them.
 """
 
+import ast
 import contextlib
 import functools
+import glob
 import io
 import logging
 import os
+import re
 import sys
 import tempfile
+import textwrap
 import threading
 import traceback
 import warnings
@@ -143,3 +147,40 @@ def command(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
       return e.exit_status
 
   return run
+
+
+def config_argument(doc: str, path: str) -> str:
+  """What a config file's `:ARG` takes, from its docstring: the form its 'Argument:' line gives (e.g.
+  'SPLIT[,beam][,smoke]'), else the arguments its example commands use, else ''."""
+  found = re.search(r'^Argument:\s*(.+?)(?:[.:](?:\s|$)|$)', doc, re.MULTILINE)
+  if found:
+    words = found.group(1).split()
+    # The form ends where prose starts: "[smoke] makes it tiny" is the form "[smoke]".
+    cut = next((i for i, w in enumerate(words) if i and re.fullmatch(r'[a-z]{3,}', w)), len(words))
+    return ' '.join(words[:cut])
+  used = dict.fromkeys(re.findall(re.escape(path) + r':(\S+)', doc))
+  return '[' + '|'.join(used) + ']' if used else ''
+
+
+def _sentences(text: str, count: int) -> str:
+  """The first `count` sentences of a paragraph, on one line."""
+  parts = re.split(r'(?<=[.!?])\s+(?=[A-Z`(])', ' '.join(text.split()))
+  return ' '.join(parts[:count])
+
+
+def configs_overview(root: str) -> str:
+  """The config files under root/configs: each one's `:ARG` form, the first sentence of its docstring and what its
+  argument chooses (its 'Argument:' paragraph, first sentences)."""
+  blocks = []
+  for path in sorted(glob.glob(os.path.join(root, 'configs', '*', '*.py'))):
+    with open(path) as f:
+      doc = ast.get_docstring(ast.parse(f.read())) or ''
+    rel = os.path.relpath(path, root)
+    argument = config_argument(doc, rel)
+    paragraphs = doc.split('\n\n')
+    lines = [rel + (f':{argument}' if argument else ''), '    ' + _sentences(paragraphs[0], 1)]
+    for paragraph in paragraphs:
+      if paragraph.startswith(('Argument:', 'ARG:')):
+        lines.append('    ' + textwrap.shorten(_sentences(paragraph, 2), 240, placeholder=' ... (its docstring)'))
+    blocks.append('\n'.join(textwrap.fill(line, 118, subsequent_indent='    ') for line in lines))
+  return '\n'.join(blocks)
