@@ -242,3 +242,31 @@ def test_frame_folders_give_the_mean_of_the_views(moving_digits_dir, tmp_path):
   for line, probs in zip(lines, expected):
     check_top_k([[str(names.index(label)), p] for label, p in line['top_k']], probs, 4)
   assert predict.main(['--workdir', workdir, os.path.join(folders[0], 'frame0.png')]) == 2  # An image: one line.
+
+
+def test_damaged_jpegs_are_counted_and_libjpeg_prints_nothing(digits_run, digit_files, tmp_path, capfd):
+  """A JPEG cut short and one with corrupt data: TensorFlow's libjpeg would print "Premature end of JPEG data" or
+  "Improper call to JPEG library" on the terminal (and decode the cut one with grey rows); each is one error line
+  and counted instead."""
+  import io
+
+  folder = tmp_path / 'jpegs'
+  os.makedirs(folder)
+  image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), np.uint8))
+  buffer = io.BytesIO()
+  image.save(buffer, 'JPEG', quality=90)
+  whole = buffer.getvalue()
+  (folder / 'a_whole.jpg').write_bytes(whole)
+  (folder / 'b_cut.jpg').write_bytes(whole[: len(whole) // 2])
+  scan = whole.index(b'\xff\xda')  # Start of scan: the header stays whole, the entropy-coded data does not.
+  (folder / 'c_corrupt.jpg').write_bytes(whole[: scan + 20] + b'\xff\xd9' + whole[scan + 20 :])
+  capfd.readouterr()
+  assert predict.main(['--workdir', digits_run[0], str(folder)]) == 2
+  captured = capfd.readouterr()
+  assert not any(line.startswith(('Premature', 'Corrupt', 'Improper')) for line in captured.err.splitlines())
+  errors = [line for line in captured.err.splitlines() if line.startswith('error: ')]
+  assert len(errors) == 2 and 'b_cut.jpg: a damaged image (Premature end of JPEG data' in errors[0]
+  assert 'c_corrupt.jpg: a damaged image (Corrupt JPEG data' in errors[1]
+  assert '1 of 3 inputs' in captured.err
+  lines = [json.loads(line) for line in captured.out.splitlines()]
+  assert len(lines[0]['top_k']) == 5 and 'error' in lines[1] and 'error' in lines[2]

@@ -47,6 +47,40 @@ def held_stderr() -> Iterator[dict[str, bool]]:
         os.write(2, buffer.read())
 
 
+_FD2 = threading.Lock()  # One capture of file descriptor 2 at a time; `say` waits for it.
+# How the image libraries' own lines begin (libjpeg's warnings and errors, libpng's): what a decode prints on the
+# terminal past Python, e.g. "Premature end of JPEG data", "Improper call to JPEG library in state 201".
+IMAGE_LIBRARY_LINES = re.compile(
+  r'(Premature end of JPEG|Corrupt JPEG|Improper call to JPEG|Invalid JPEG|Not a JPEG|Bogus |Unsupported (JPEG|marker)'
+  r'|Warning: unknown JFIF|JPEG datastream|libpng (warning|error))'
+)
+
+
+@contextlib.contextmanager
+def captured_fd2() -> Iterator[list[str]]:
+  """The lines written to file descriptor 2 in the block (a C library's, which bypass sys.stderr), kept off the
+  terminal and given in the list after the block. Captures are one at a time, and `say` waits for them, so a
+  thread's capture holds only what the block's own call printed (and any other C library line of that moment)."""
+  lines: list[str] = []
+  with _FD2, tempfile.TemporaryFile() as buffer:
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(buffer.fileno(), 2)
+    try:
+      yield lines
+    finally:
+      os.dup2(saved, 2)
+      os.close(saved)
+      buffer.seek(0)
+      lines += [line for line in buffer.read().decode(errors='replace').splitlines() if line.strip()]
+
+
+def say(text: str) -> None:
+  """A line on stderr that no capture of file descriptor 2 can take."""
+  with _FD2:
+    print(text, file=sys.stderr, flush=True)
+
+
 class _WithoutDeadLoopTracebacks(io.TextIOBase):
   """sys.stderr without the tracebacks of 'RuntimeError: Event loop is closed': after a failed checkpoint write
   orbax's abandoned asynchronous writes print dozens of them from their threads; the failure itself is

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import sys
 import time
 from typing import Any, Callable, Iterator, TextIO
@@ -176,6 +177,7 @@ def _read(item: Item, channels: int) -> Any:
     raw = data(item.files[0])
     if not raw.startswith(JPEG_PNG):
       raise Unreadable(f'{item.name}: not a JPEG or PNG file')
+    _check_image(raw, item.name, channels)
     return raw
   if item.form == 'video':
     av = _av(item.name)
@@ -193,6 +195,7 @@ def _read(item: Item, channels: int) -> Any:
     raw = data(path)
     if not raw.startswith(JPEG_PNG):
       raise Unreadable(f'{item.name}: frame {path} is not a JPEG or PNG file')
+    _check_image(raw, f'{item.name}: frame {path}', channels)
     try:
       frames.append(tf.io.decode_image(raw, channels=channels, expand_animations=False).numpy())
     except tf.errors.OpError as e:
@@ -201,6 +204,29 @@ def _read(item: Item, channels: int) -> Any:
   if len(sizes) > 1:
     raise Unreadable(f'{item.name}: its frames differ in size {sizes}')
   return np.stack(frames)
+
+
+def _check_image(raw: bytes, name: str, channels: int) -> None:
+  """Refuses an image that TensorFlow's decoders complain of (a JPEG cut short or with corrupt data, ...) as
+  Unreadable, naming the complaint: libjpeg and libpng print theirs straight to the terminal ("Premature end of
+  JPEG data", "Improper call to JPEG library in state 201") and decode a cut JPEG with its missing rows grey. A
+  test decode catches them; any other line it printed is passed on."""
+  error = None
+  with console.captured_fd2() as lines:
+    try:
+      tf.io.decode_image(raw, channels=channels, expand_animations=False)
+    except tf.errors.OpError as e:
+      error = _first_line(e)
+  # TensorFlow logs some of them itself: 'E0000 00:00:1795.3  18773 jpeg_mem.cc:331] Premature end of JPEG data'.
+  complaints = [
+    re.sub(r'^.*\.cc:\d+\] ', '', line.strip()) for line in lines if console.IMAGE_LIBRARY_LINES.search(line)
+  ]
+  for line in lines:
+    if not console.IMAGE_LIBRARY_LINES.search(line):
+      console.say(line)
+  damaged = [c for c in complaints if not c.startswith('libpng warning')]  # E.g. a PNG's colour profile: harmless.
+  if error or damaged:
+    raise Unreadable(f'{name}: a damaged image ({damaged[0] if damaged else error})')
 
 
 def _first_line(e: BaseException) -> str:
@@ -411,7 +437,7 @@ def load(args: argparse.Namespace, overrides: list[str], devices=None) -> Predic
 
 def _write(out: TextIO, item: Item, value: Any, jsonl: bool, classify: bool) -> None:
   if isinstance(value, Unreadable):
-    print(f'error: {value}', file=sys.stderr, flush=True)
+    console.say(f'error: {value}')
     if jsonl:
       out.write(json.dumps({'input': item.name, 'error': str(value)}, ensure_ascii=False) + '\n')
     return
