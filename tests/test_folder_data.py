@@ -159,11 +159,11 @@ def _mistake(tmp_path, case):
     return root / 'test/dog'
   if case == 'images and videos':
     image_tree(root, splits=(None,))
-    write_image(str(root / 'ant/clip/1.png'), (4, 4), 0)
-    return root / 'ant'
+    (root / 'ant/clip.mp4').write_bytes(b'not read: its extension makes it a video')
+    return root / 'ant/clip.mp4'
   if case == 'empty frame folder':
     (root / 'ant/clip').mkdir(parents=True)
-    return root / 'ant/clip'
+    return root / 'ant'
   lines = {'no tab': 'a b\tc\nd e\n', 'two tabs': 'a\tb\tc\n', 'empty line': 'a\tb\n\nc\td\n'}[case]
   root.mkdir()
   (root / 'train.tsv').write_text('x\ty\n')
@@ -195,6 +195,22 @@ def test_folder_mistakes_are_one_line_config_errors_naming_the_path(tmp_path, ca
   message = str(e.value)
   assert str(path) in message and '\n' not in message and ':' in message
   assert not os.path.exists(tmp_path / 'tfds' / 'folder') or not any((tmp_path / 'tfds' / 'folder').iterdir())
+
+
+def test_images_at_any_depth_count_for_their_top_class_folder_and_empty_folders_are_passed_over(tmp_path):
+  root = tmp_path / 'photos'
+  files = image_tree(root, splits=(None,), per_class=10)
+  nested = write_image(str(root / 'ant/trip/day 2/z.png'), (5, 5), 99)
+  (root / 'bee/empty_sub').mkdir()
+  (root / 'cat/only_empty/deeper').mkdir(parents=True)
+  layout = folder.scan(f'folder:{root}')
+  assert layout.kind == 'images' and layout.classes == CLASSES
+  items = {item.path: item.label for split in layout.splits.values() for item in split}
+  assert items == {k: label for k, (label, _) in files.items()} | {'ant/trip/day 2/z.png': 0}
+  builder, _ = pipeline.load(folder_config(root, tmp_path / 'tfds').data, labels.dataset_info)
+  read = examples(builder, 'train') | examples(builder, 'test')
+  np.testing.assert_array_equal(read['ant/trip/day 2/z.png']['image'], nested)
+  assert read['ant/trip/day 2/z.png']['label'] == 0
 
 
 def test_natural_order():

@@ -2,12 +2,14 @@
 (as TFDS records, so sharding, exact resume and evaluation work as for every other dataset), and again when its
 files change.
 
-Layouts of PATH (files and folders whose names start with '.' are ignored everywhere):
+Layouts of PATH (files and folders whose names start with '.' are ignored everywhere; empty folders too):
   images  PATH/train/<class>/*.jpg|.jpeg|.png and PATH/test/<class>/... (or val/: the split is named after its
           folder); or just PATH/<class>/..., where TEST_PERCENT % of the files, chosen by a hash of their relative
           path (the same on every machine and in every file order), are the `test` split and the rest `train`.
+          Every image under a class folder counts, at any depth: the class is the top folder.
   videos  the same, where each video is a folder of frames (JPEG/PNG, in natural order: 2.png before 10.png) or a
-          video file (VIDEO_EXTENSIONS, decoded with PyAV).
+          video file (VIDEO_EXTENSIONS, decoded with PyAV). A dataset is one of videos when no class folder holds
+          an image file at its top.
   text    PATH/train.tsv and PATH/test.tsv (or val.tsv): one `source<TAB>target` pair per line, UTF-8, no quoting.
 
 Classes are the class folders' names, sorted; eval class folders must also be in train/. Images and frames are
@@ -101,47 +103,49 @@ class _Scan:
   """Walks the class folders, collecting items, the fingerprint's lines and the ignored files."""
 
   def __init__(self, root: str):
-    self.root, self.stats, self.ignored, self.kinds = root, [], [], {}
+    self.root, self.stats, self.ignored = root, [], []
 
   def stat(self, entry: os.DirEntry) -> None:
     s = entry.stat()
     self.stats.append(f'{os.path.relpath(entry.path, self.root)}\t{s.st_size}\t{s.st_mtime_ns}')
 
-  def class_folder(self, path: str, label: int) -> list[Item]:
-    """The items of one class folder: image files, or videos (frame folders and video files)."""
-    items, videos = [], []
+  def class_folder(self, path: str, label: int, kind: str) -> list[Item]:
+    """The items of one class folder of a dataset of `kind`: every image at any depth ('images'; the class is the
+    top folder), or videos ('videos': frame folders and video files). Empty folders are passed over."""
+    items = []
     for e in _entries(path):
       rel = os.path.relpath(e.path, self.root).replace(os.sep, '/')
       if e.is_dir():
-        videos.append(Item(rel, label, self.frames(e.path)))
-      elif _has_extension(e.name, IMAGE_EXTENSIONS):
+        if kind == 'images':
+          items += self.class_folder(e.path, label, kind)
+        elif frames := self.frames(e.path):
+          items.append(Item(rel, label, frames))
+      elif _has_extension(e.name, IMAGE_EXTENSIONS + VIDEO_EXTENSIONS):
+        check(
+          _has_extension(e.name, IMAGE_EXTENSIONS if kind == 'images' else VIDEO_EXTENSIONS),
+          f'{e.path} is {"a video" if kind == "images" else "an image"} in a dataset of {kind} (a class folder '
+          'with images makes it one of images; without, its sub-folders are videos): a dataset is one or the '
+          'other; move one kind out',
+        )
         self.stat(e)
         items.append(Item(rel, label))
-      elif _has_extension(e.name, VIDEO_EXTENSIONS):
-        self.stat(e)
-        videos.append(Item(rel, label))
       else:
         self.ignored.append(rel)
+    return items
+
+  def class_items(self, path: str, label: int, kind: str) -> list[Item]:
+    """`class_folder`'s items; a class folder without any is a one-line error."""
+    items = self.class_folder(path, label, kind)
     check(
-      not (items and videos),
-      f'class folder {path} holds both images and videos (frame folders or video files): a dataset is one or the '
-      'other; move one kind out',
-    )
-    check(
-      items or videos,
+      items,
       f'class folder {path} has no {"/".join(IMAGE_EXTENSIONS)} images or videos: add them, or remove the folder',
     )
-    self.kinds.setdefault('images' if items else 'videos', path)
-    check(
-      len(self.kinds) == 1,
-      f'{self.kinds.get("images")} holds images but {self.kinds.get("videos")} videos: a dataset is one or the '
-      'other; move one kind out',
-    )
-    if any(not item.frames for item in videos):
+    if kind == 'videos' and any(not item.frames for item in items):
       _import_av(path)
-    return items or videos
+    return items
 
   def frames(self, path: str) -> tuple[str, ...]:
+    """The frames of a frame folder, in natural order; () for a folder without any (passed over)."""
     frames = []
     for e in _entries(path):
       rel = os.path.relpath(e.path, self.root).replace(os.sep, '/')
@@ -150,7 +154,6 @@ class _Scan:
         frames.append(rel)
       else:
         self.ignored.append(rel)
-    check(frames, f'video folder {path} holds no {"/".join(IMAGE_EXTENSIONS)} frames: add its frames, or remove it')
     return tuple(frames)
 
   def fingerprint(self, kind: str) -> str:
@@ -216,9 +219,13 @@ def scan(name: str) -> Layout:
       'class folders go inside them; move it',
     )
     classes = tuple(sorted(e.name for e in _entries(dirs['train'].path) if e.is_dir()))
+    folders_of = {
+      split: {e.name: e.path for e in _entries(dirs[split].path) if e.is_dir()} for split in ('train', *evals)
+    }
+    kind = _kind([path for folders in folders_of.values() for path in folders.values()])
     splits = {}
     for split in ('train', *evals):
-      folders = {e.name: e.path for e in _entries(dirs[split].path) if e.is_dir()}
+      folders = folders_of[split]
       check(
         folders,
         f'{dirs[split].path} has no class subfolders: put the files of each class in a folder named after it',
@@ -229,18 +236,26 @@ def scan(name: str) -> Layout:
         f'{folders[unknown[0]] if unknown else ""} is a class missing from {dirs["train"].path}: add training '
         'files of it, or remove it',
       )
-      splits[split] = [item for c in sorted(folders) for item in walk.class_folder(folders[c], classes.index(c))]
+      splits[split] = [item for c in sorted(folders) for item in walk.class_items(folders[c], classes.index(c), kind)]
   else:
     classes = tuple(sorted(dirs))
-    items = [item for label, c in enumerate(classes) for item in walk.class_folder(dirs[c].path, label)]
+    kind = _kind([dirs[c].path for c in classes])
+    items = [item for label, c in enumerate(classes) for item in walk.class_items(dirs[c].path, label, kind)]
     splits = {'train': [i for i in items if not held_out(i.path)], 'test': [i for i in items if held_out(i.path)]}
     check(
       splits['test'] and splits['train'],
       f'{root}: holding out {TEST_PERCENT}% of its {len(items)} files by hash left a split empty; add files, or '
       'make train/ and test/ folders',
     )
-  kind = next(iter(walk.kinds))
   return Layout(root, kind, classes, splits, walk.fingerprint(kind), tuple(walk.ignored))
+
+
+def _kind(class_folders: list[str]) -> str:
+  """'images' when a class folder holds an image file at its top, else 'videos' (frame folders, video files)."""
+  for path in class_folders:
+    if any(e.is_file() and _has_extension(e.name, IMAGE_EXTENSIONS) for e in _entries(path)):
+      return 'images'
+  return 'videos'
 
 
 def read_tsv(path: str) -> list[tuple[str, str]]:
