@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
   check(metrics, f'{", ".join(args.workdirs)}: nothing to plot yet (no metrics logged)')
   out = args.out or os.path.join(args.workdirs[0], 'curves.png')
   figure(runs, metrics).savefig(out, dpi=100)
-  print(f'wrote {out}: {len(metrics)} metrics of {len(runs)} runs')
+  print(f'wrote {out}: {len(metrics)} metrics of {len(runs)} run{"s" if len(runs) > 1 else ""}')
   return 0
 
 
