@@ -20,9 +20,6 @@ if __name__ == '__main__':
 import argparse  # noqa: E402
 import os  # noqa: E402
 
-# The user's own TensorFlow log level, read before an import sets one of its own (JAX's imports set 1).
-_TF_LOG_LEVEL = os.environ.get('TF_CPP_MIN_LOG_LEVEL')
-
 from vit_jax_lab import console, errors  # noqa: E402 (neither imports JAX)
 
 
@@ -81,8 +78,9 @@ def main(argv: list[str]) -> int:
     raise errors.stopped_before_training(_EARLY_SIGNALS[0])
   config, workdir = parse_args(argv)
   _, parallel = _import_jax_parts()
-  if not console.VERBOSE:  # TensorFlow's C++ warnings too (a full disk: eight lines before our one line).
-    os.environ['TF_CPP_MIN_LOG_LEVEL'] = _TF_LOG_LEVEL or '3'
+  if not console.VERBOSE:  # TensorFlow's C++ warnings too (a full disk: eight lines before our one line); our
+    # modules' imports have set a lower level by now (data/__init__.py: 2), so this one is not a default.
+    os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'
 
   console.quiet_libraries()
   parallel.initialize_distributed(config)  # Before anything touches a JAX backend.

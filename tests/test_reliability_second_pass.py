@@ -2,6 +2,7 @@
 line, and a rejected start never blocks its own fix. Real `python -m main` processes, signals and tmpfs mounts
 (root) where the fault needs them; the rest in this process."""
 
+import io
 import os
 import re
 import shutil
@@ -284,3 +285,23 @@ def test_a_second_ctrl_c_during_a_save_interrupts_at_once(data_dir, tmp_path):
   assert not os.path.exists(os.path.join(workdir, 'lock'))
   rerun = run(args[:-2] + ['--config.total_steps=12', '--config.checkpoint_every=5'])
   assert rerun.returncode == 0 and 'resumed from step ' in rerun.stdout, rerun.stderr
+
+
+def test_tracebacks_of_dead_event_loops_interleaved_by_threads_are_dropped(monkeypatch):
+  """Orbax's writer threads print their 'Event loop is closed' tracebacks at once after a full disk; interleaved,
+  they are still dropped, and another thread's traceback still shown whole."""
+  from vit_jax_lab import console
+
+  out = io.StringIO()
+  stream, thread = console._WithoutDeadLoopTracebacks(out), [0]
+  monkeypatch.setattr(console.threading, 'get_ident', lambda: thread[0])
+  dead = ['Traceback (most recent call last):\n', '  File "x.py", line 1\n', '    loop()\n']
+  other = ['Traceback (most recent call last):\n', '  File "y.py", line 2\n', 'ValueError: kept\n']
+  for i in range(3):  # Threads 1 and 2 print a dead loop's traceback line by line, alternately; thread 3 another.
+    for t, lines in ((1, dead), (2, dead), (3, other)):
+      thread[0] = t
+      stream.write(lines[i])
+  for t in (1, 2):
+    thread[0] = t
+    stream.write('RuntimeError: Event loop is closed\n')
+  assert out.getvalue() == ''.join(other)

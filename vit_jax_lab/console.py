@@ -84,30 +84,32 @@ def say(text: str) -> None:
 class _WithoutDeadLoopTracebacks(io.TextIOBase):
   """sys.stderr without the tracebacks of 'RuntimeError: Event loop is closed': after a failed checkpoint write
   orbax's abandoned asynchronous writes print dozens of them from their threads; the failure itself is
-  reported in one line."""
+  reported in one line. Each thread's lines are followed apart: the threads print their tracebacks at once, and
+  interleaved, a traceback's lines escaped the filter (a full disk's run printed 16 of them)."""
 
   def __init__(self, stream: io.TextIOBase):
-    self.stream, self.pending, self.block, self.lock = stream, '', None, threading.Lock()
+    self.stream, self.pending, self.blocks, self.lock = stream, {}, {}, threading.Lock()
 
   def write(self, text: str) -> int:
+    thread = threading.get_ident()
     with self.lock:
-      self.pending += text
-      *lines, self.pending = self.pending.split('\n')
+      *lines, self.pending[thread] = (self.pending.get(thread, '') + text).split('\n')
       for line in lines:
-        self._line(line + '\n')
+        self._line(thread, line + '\n')
     return len(text)
 
-  def _line(self, line: str) -> None:
+  def _line(self, thread: int, line: str) -> None:
+    block = self.blocks.get(thread)
     if line.startswith('Traceback (most recent call last):'):
-      self.block = [line]
-    elif self.block is None:
+      self.blocks[thread] = [line]
+    elif block is None:
       self.stream.write(line)
     elif line[:1].isspace():
-      self.block.append(line)
+      block.append(line)
     else:  # The exception line ends the traceback.
-      block, self.block = self.block + [line], None
+      del self.blocks[thread]
       if 'Event loop is closed' not in line:
-        self.stream.write(''.join(block))
+        self.stream.write(''.join(block + [line]))
 
   def flush(self) -> None:
     self.stream.flush()
