@@ -1,6 +1,7 @@
-"""timm hub folders (config.json + model.safetensors) into our ViT: each row's logits and features equal timm's own
-on the same inputs (reference folders written by tests/data/pretrained/make_references.py with timm 1.0.31; torch
-is never imported here), what fine-tuning adapts, and every refusal as one line."""
+"""timm and Hugging Face transformers hub folders (config.json + model.safetensors) into our ViT: each row's
+outputs equal the library's own on the same inputs (reference folders written by
+tests/data/pretrained/make_references.py with timm 1.0.31 and transformers 5.24; torch is never imported here), what
+fine-tuning adapts, and every refusal as one line."""
 
 import json
 import os
@@ -14,7 +15,7 @@ from flax import nnx
 
 from vit_jax_lab import checkpoints, hub, tasks, train
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.models import release, timm_layout, vit
+from vit_jax_lab.models import release, vit
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'pretrained')
 # row -> what timm made it from (tests/data/pretrained/make_references.py).
@@ -26,14 +27,26 @@ ROWS = {
   'dinov2': 'vit_small_patch14_dinov2 (LayerScale)',
   'dinov2_reg4': 'vit_small_patch14_reg4_dinov2 (LayerScale, 4 registers, position embeddings on patches only)',
   'siglip': 'vit_base_patch16_siglip_224 (no class token, MAP head)',
+  'clip': 'vit_base_patch16_clip_224 (norm_pre, LayerNorm epsilon 1e-5, no patch bias; head = the projection)',
+  'clip_quickgelu': 'vit_base_patch16_clip_quickgelu_224 (the same with quick-GELU)',
+}
+# transformers row -> the outputs compared: (ours, theirs).
+HF_ROWS = {
+  'hf_vit': [('logits', 'logits')],  # ViTForImageClassification (names under 'vit.').
+  'hf_vit_model': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],  # ViTModel: tanh pooler.
+  'hf_dinov2': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],
+  'hf_dinov2_reg': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],  # Dinov2WithRegistersModel.
+  'hf_siglip': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],  # SiglipVisionModel: MAP head.
+  'hf_clip': [('features', 'pooler_output'), ('blocks', 'last_hidden_state')],  # CLIPVisionModel.
+  'hf_clip_projection': [('logits', 'image_embeds'), ('blocks', 'last_hidden_state')],  # ...WithProjection.
 }
 
 
 def folder_model(row, num_classes=None, input_shape=None, **overrides):
   """Our ViT of the folder's shape (its class count and input size unless given) with the folder's weights, and
   the load notes."""
-  weights = hub.read(os.path.join(DATA, row))
-  options = timm_layout.vit_options(weights.config, weights.tensors)
+  weights = hub.read(os.path.join(DATA, row))  # A row's name, or a folder's path.
+  options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
   classes, shape = options.pop('num_classes'), options.pop('input_shape')
   model = vit.ViT(num_classes or classes or 7, input_shape or shape, rngs=nnx.Rngs(0), **(options | overrides))
   initial = jax.device_get(nnx.state(model, nnx.Param).to_pure_dict())
@@ -91,12 +104,13 @@ def test_a_distilled_folder_replaces_both_heads():
 def test_new_keys_round_trip_through_run_parameters():
   """A run with every new key loads into the same model exactly (the release layout carries them too)."""
   kwargs = dict(width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=4, distilled=True, reg_tokens=2)
-  kwargs |= dict(posemb_prefix=False, layerscale=0.1, scan=True)
+  kwargs |= dict(posemb_prefix=False, layerscale=0.1, norm_pre=True, activation='quick_gelu', scan=True)
   a = vit.ViT(10, (16, 16, 3), rngs=nnx.Rngs(0), **kwargs)
   b = vit.ViT(10, (16, 16, 3), rngs=nnx.Rngs(1), **kwargs)
   pa, pb = (jax.device_get(nnx.state(m, nnx.Param).to_pure_dict()) for m in (a, b))
   assert pa['pos_embedding'].shape == (1, 16, 32) and pa['reg'].shape == (1, 2, 32)
   assert pa['encoder']['blocks']['ls1'].shape == (2, 32)  # Scanned: a leading layer axis.
+  assert pa['norm_pre']['scale'].shape == (32,)
   loaded, notes = b.load_pretrained(pa, pb)
   assert notes == []
   jax.tree.map(np.testing.assert_array_equal, loaded, pa)
@@ -116,6 +130,8 @@ def test_default_vit_parameters_are_unchanged():
     (dict(reg_tokens=-1), 'model.reg_tokens=-1 must be a non-negative integer'),
     (dict(layerscale='small'), "model.layerscale='small' must be a number"),
     (dict(posemb_prefix='yes'), "model.posemb_prefix='yes' is not one of True, False"),
+    (dict(norm_pre='yes'), "model.norm_pre='yes' is not one of False, True"),
+    (dict(activation='relu'), "model.activation='relu' is not one of 'gelu', 'quick_gelu'"),
   ],
 )
 def test_new_keys_are_validated(kwargs, message):
@@ -169,7 +185,9 @@ def test_an_unknown_layout_names_its_first_keys_and_the_known_layouts(tmp_path):
     checkpoints.check_init_from(str(folder))
   message = one_line(e)
   assert 'unknown layout (first names: encoder.layer.0.attention.self.query.weight, ' in message
-  assert message.count('encoder.layer.') == 5 and "known layouts: timm's VisionTransformer" in message
+  first, known = message.split('; known layouts: ')
+  assert first.count('encoder.layer.') == 5 and known.startswith("timm's VisionTransformer")
+  assert "transformers' ViT / DINOv2" in known and "transformers' CLIP / SigLIP image tower" in known
 
 
 def test_sharded_weights_read_through_the_index(tmp_path):
@@ -193,18 +211,18 @@ def test_misshaped_and_unexpected_tensors_are_named(tmp_path):
   path = os.path.join(folder, 'model.safetensors')
   tensors = safetensors.numpy.load_file(path)
   tensors['blocks.1.mlp.fc2.bias'] = np.zeros(31, np.float32)
-  tensors['norm_pre.weight'] = np.ones(32, np.float32)  # CLIP's LayerNorm before the encoder: not a ViT key.
+  tensors['fc_norm.weight'] = np.ones(32, np.float32)  # MAE fine-tuning's norm after average pooling: not read.
   safetensors.numpy.save_file(tensors, path)
   with pytest.raises(ConfigError) as e:
     folder_model_from(folder)
   message = one_line(e)
-  assert 'unexpected: norm_pre.weight' in message
+  assert 'unexpected: fc_norm.weight' in message
   assert 'mis-shaped: Transformer/encoderblock_1/MlpBlock_3/Dense_1/bias (from blocks.1.mlp.fc2) (31,)' in message
 
 
 def folder_model_from(folder, **overrides):
   weights = hub.read(folder)
-  options = timm_layout.vit_options(weights.config, weights.tensors) | overrides
+  options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors) | overrides
   classes, shape = options.pop('num_classes'), options.pop('input_shape')
   model = vit.ViT(classes or 7, shape, rngs=nnx.Rngs(0), **options)
   return model.load_pretrained(weights, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()))
@@ -274,3 +292,137 @@ def test_a_release_without_a_head_keeps_the_models_head():
   flat = {k: v for k, v in release.to_release(params, model.num_heads).items() if not k.startswith('head/')}
   _, notes = model.load_pretrained(flat, params)
   assert any(n.startswith('head (64, 10) initialised: the source has none') for n in notes)
+
+
+def hf_outputs(model, images):
+  """Our outputs under the names of HF_ROWS: logits, pooled features, the final tokens (after the encoder's norm),
+  and the tokens after the last block (CLIP's last_hidden_state, before its post_layernorm)."""
+  tokens = model.tokens(images)
+  return {
+    'logits': lambda: model(images),
+    'features': lambda: model.features(images),
+    'tokens': lambda: model.encoder(tokens, train=False, rngs=None),
+    'blocks': lambda: model.encoder.through(tokens, len(model.encoder.blocks), train=False, rngs=None),
+  }
+
+
+@pytest.mark.parametrize('row', HF_ROWS)
+def test_transformers_folder_gives_the_models_outputs(row):
+  ref = np.load(os.path.join(DATA, row, 'reference.npz'))
+  model, notes, _, _ = folder_model(row)
+  ours = hf_outputs(model, ref['images'])
+  differences = {theirs: max_difference(ours[mine](), ref[theirs]) for mine, theirs in HF_ROWS[row]}
+  print(f'{row}: max |ours - transformers| ' + ', '.join(f'{k} {v:.2e}' for k, v in differences.items()))
+  assert all(d < 1e-5 for d in differences.values()), differences
+  assert notes[0] == f'transformers {ref["name"]} read from its safetensors'
+  assert not any('outputs differ' in n for n in notes)
+  has_head = row in ('hf_vit', 'hf_clip_projection')
+  assert any('the source has none' in n for n in notes) == (not has_head)
+
+
+@pytest.mark.parametrize(
+  'row,expected',
+  [
+    ('hf_vit', dict(layernorm_epsilon=1e-12, gelu_approximate=False, activation='gelu', pool='tok', num_classes=10)),
+    ('hf_vit_model', dict(representation_size=32, num_classes=0)),
+    ('hf_dinov2_reg', dict(layerscale=1.0, reg_tokens=4, posemb_prefix=False, patch_size=14)),
+    ('hf_siglip', dict(pool='map', gelu_approximate=True, layernorm_epsilon=1e-6, posemb_prefix=True)),
+    ('hf_clip', dict(norm_pre=True, activation='quick_gelu', layernorm_epsilon=1e-5, num_classes=0)),
+    ('hf_clip_projection', dict(num_classes=16, norm_pre=True)),
+    ('clip', dict(norm_pre=True, activation='gelu', layernorm_epsilon=1e-5, num_classes=16)),
+    ('clip_quickgelu', dict(norm_pre=True, activation='quick_gelu', layernorm_epsilon=1e-5)),
+    ('vit', dict(norm_pre=False, activation='gelu', layernorm_epsilon=1e-6)),
+  ],
+)
+def test_folder_options_come_from_its_config_and_tensors(row, expected):
+  weights = hub.read(os.path.join(DATA, row))
+  options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+  assert {k: options[k] for k in expected} == expected
+  assert (options['width'], options['depth'], options['mlp_dim'], options['num_heads']) == (32, 2, 64, 4)
+
+
+def test_quick_gelu_and_norm_pre_change_the_function():
+  """The CLIP keys are no-ops neither way: loaded with the exact GELU or without norm_pre, timm's CLIP differs."""
+  ref = np.load(os.path.join(DATA, 'clip_quickgelu', 'reference.npz'))
+  with pytest.raises(ConfigError) as e:
+    folder_model('clip_quickgelu', activation='gelu')
+  assert "model.activation='quick_gelu', this model has model.activation='gelu'" in one_line(e)
+  model, *_ = folder_model('clip_quickgelu')
+  model.encoder.blocks[0].mlp.activation = 'gelu'
+  assert max_difference(model(ref['images']), ref['logits']) > 1e-3
+
+
+@pytest.mark.parametrize('row', ['hf_dinov2_reg', 'hf_vit_model'])
+def test_transformers_resampling_at_another_image_size(row):
+  """DINOv2 resamples its position embeddings bicubic, antialiased: ours equal. transformers' ViT
+  (interpolate_pos_encoding) resamples bicubic without antialiasing, PyTorch's a=-0.75 kernel: close, not equal."""
+  ref = np.load(os.path.join(DATA, row, 'reference.npz'))
+  images = ref['resized_images']
+  model, notes, _, _ = folder_model(row, input_shape=images.shape[1:])
+  difference = max_difference(model.features(images), ref['resized_pooler_output'])
+  print(f'{row} at {images.shape[1]}: max |ours - transformers| {difference:.2e}')
+  assert difference < (1e-5 if row == 'hf_dinov2_reg' else 1e-3)
+  assert any("as transformers' DINOv2 interpolates" in n for n in notes)
+
+
+def test_a_transformers_4_folder_and_a_whole_clip_model_read_their_image_tower(tmp_path):
+  """transformers 4 saved CLIPVisionModel under 'vision_model.'; a CLIPModel folder also holds the text tower and
+  nests the image config in vision_config: the same model, the text tower left out (noted)."""
+  folder = copy_row(tmp_path, 'hf_clip')
+  path = os.path.join(folder, 'model.safetensors')
+  tensors = {f'vision_model.{k}': v for k, v in safetensors.numpy.load_file(path).items()}
+  tensors |= {'text_model.embeddings.token_embedding.weight': np.ones((5, 32), np.float32), 'logit_scale': np.ones(())}
+  safetensors.numpy.save_file(tensors, path)
+  with open(os.path.join(folder, 'config.json')) as f:
+    vision = json.load(f)
+  with open(os.path.join(folder, 'config.json'), 'w') as f:
+    json.dump({'model_type': 'clip', 'architectures': ['CLIPModel'], 'vision_config': vision}, f)
+  ref = np.load(os.path.join(DATA, 'hf_clip', 'reference.npz'))
+  model, notes, _, _ = folder_model(folder)
+  assert max_difference(model.features(ref['images']), ref['pooler_output']) < 1e-5
+  assert notes[:2] == [
+    'transformers CLIPModel read from its safetensors',
+    'text tower left out (2 tensors): the ViT is the image tower',
+  ]
+
+
+def test_transformers_refusals_are_one_line(tmp_path):
+  folder = copy_row(tmp_path, 'hf_dinov2')
+  config_path = os.path.join(folder, 'config.json')
+  with open(config_path) as f:
+    config = json.load(f)
+  for change, message in [
+    (dict(use_swiglu_ffn=True), "DINOv2's SwiGLU MLP (use_swiglu_ffn, the giant model) is not read"),
+    (dict(model_type='beit'), "a transformers model_type='beit' is not read into the ViT; read: vit, dinov2"),
+    (dict(hidden_act='silu'), "hidden_act='silu' of the transformers config is not one of gelu"),
+  ]:
+    with open(config_path, 'w') as f:
+      json.dump(config | change, f)
+    with pytest.raises(ConfigError) as e:
+      folder_model_from(folder)
+    assert message in one_line(e)
+
+
+@pytest.mark.parametrize(
+  'row,expected',
+  [
+    ('hf_dinov2_reg', dict(reg_tokens=4, posemb_prefix=False, layerscale=1.0, patch_size=14)),
+    ('hf_siglip', dict(pool='map', gelu_approximate=True)),
+    ('clip_quickgelu', dict(norm_pre=True, activation='quick_gelu', layernorm_epsilon=1e-5)),
+  ],
+)
+def test_init_from_a_folder_sets_the_clip_and_transformers_keys(smoke_config, row, expected, capsys):
+  """train.setup as `python -m main --config.init_from=DIR` runs it: the new keys, the GELU form and LayerNorm
+  epsilon come from the folder when the config leaves them at their defaults, and the run starts from its weights."""
+  config = smoke_config(init_from=os.path.join(DATA, row))
+  config.model.update(dict.fromkeys(SIZES), dropout=0.0, drop_path=0.0)
+  ref = np.load(os.path.join(DATA, row, 'reference.npz'))
+  size = ref['images'].shape[1]
+  info, _ = tasks.build(config.task).synthetic_batch(f'{size},{size},3,10', config.data.batch_size)
+  s = train.setup(config, data=(None, info))
+  assert {k: config.model[k] for k in expected} == expected
+  out = capsys.readouterr().out
+  assert all(f'model.{k}={v!r} from the folder' in out for k, v in expected.items())
+  model = nnx.merge(s.graphdef, train.init_state(s).params)
+  theirs = ref['features'] if 'features' in ref else ref['pooler_output']
+  assert max_difference(model.features(ref['images']), theirs) < 1e-5

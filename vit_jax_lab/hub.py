@@ -22,11 +22,22 @@ WEIGHTS = 'model.safetensors'
 INDEX = 'model.safetensors.index.json'
 PICKLED = ('.bin', '.pt', '.pth', '.ckpt', '.pkl')
 
-# layout -> (description for messages, tensor names that identify it).
+# layout -> (description for messages, tensor names that identify it, also under a module prefix such as 'vit.' or
+# 'vision_model.').
 LAYOUTS = {
   'timm_vit': (
     "timm's VisionTransformer (patch_embed.proj.weight, blocks.N.attn.qkv.weight)",
     ('patch_embed.proj.weight', 'blocks.0.attn.qkv.weight'),
+  ),
+  'transformers_vit': (
+    "transformers' ViT / DINOv2 (embeddings.patch_embeddings.projection.weight, encoder.layer.N.attention.attention"
+    '.query.weight)',
+    ('embeddings.patch_embeddings.projection.weight', 'encoder.layer.0.attention.attention.query.weight'),
+  ),
+  'transformers_clip': (
+    "transformers' CLIP / SigLIP image tower (embeddings.patch_embedding.weight, encoder.layers.N.self_attn.q_proj"
+    '.weight)',
+    ('embeddings.patch_embedding.weight', 'encoder.layers.0.self_attn.q_proj.weight'),
   ),
 }
 
@@ -154,7 +165,7 @@ def layout_of(path: str, names: collections.abc.Iterable[str]) -> str:
   """The key of LAYOUTS whose identifying tensors the folder has; otherwise the first names and the known layouts."""
   names = list(names)
   for layout, (_, needed) in LAYOUTS.items():
-    if all(n in names for n in needed):
+    if all(any(name == n or name.endswith('.' + n) for name in names) for n in needed):
       return layout
   first = ', '.join(sorted(names)[:5]) or 'no tensors'
   known = '; '.join(description for description, _ in LAYOUTS.values())

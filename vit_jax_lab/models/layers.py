@@ -405,7 +405,7 @@ class Attention(nnx.Module):
 
 
 class Mlp(nnx.Module):
-  """Two dense layers with GELU (or ReLU) between them."""
+  """Two dense layers with GELU (or ReLU, or CLIP's quick-GELU) between them."""
 
   def __init__(
     self, width: int, mlp_dim: int, *, dropout: float, gelu_approximate: bool, rngs: nnx.Rngs, activation: str = 'gelu'
@@ -418,7 +418,10 @@ class Mlp(nnx.Module):
 
   def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
     x = self.fc1(x)
-    x = jax.nn.relu(x) if self.activation == 'relu' else gelu(x, self.gelu_approximate)
+    if self.activation == 'quick_gelu':  # CLIP's sigmoid approximation of GELU, which its weights were trained with.
+      x = x * jax.nn.sigmoid(1.702 * x)
+    else:
+      x = jax.nn.relu(x) if self.activation == 'relu' else gelu(x, self.gelu_approximate)
     x = self.dropout(x, train=train, rngs=rngs)
     return self.fc2(x)
 

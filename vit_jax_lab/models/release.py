@@ -79,7 +79,8 @@ def _block_to_release(b: dict, num_heads: int) -> dict:
 def to_release(params: dict, num_heads: int) -> dict[str, np.ndarray]:
   """Our parameters (a pure dict) -> the vision_transformer .npz layout (MAP heads in big_vision's). What the
   Google layout lacks keeps our names: the distillation token `dist` and its head `head_dist`, register tokens
-  `reg`, LayerScale gammas `LayerScale_0/gamma` and `LayerScale_1/gamma` in each block."""
+  `reg`, LayerScale gammas `LayerScale_0/gamma` and `LayerScale_1/gamma` in each block, the LayerNorm before the
+  encoder `norm_pre` (CLIP)."""
   params = layers.unscanned(params)
   tree = {'embedding': _dense(params['embedding']), 'head': _dense(params['head'])}
   tree['Transformer'] = {
@@ -95,6 +96,8 @@ def to_release(params: dict, num_heads: int) -> dict[str, np.ndarray]:
   for key in ('pre_logits', 'head_dist'):
     if key in params:
       tree[key] = _dense(params[key])
+  if 'norm_pre' in params:
+    tree['norm_pre'] = _norm(params['norm_pre'])
   if 'map_head' in params:
     m = params['map_head']
     tree['MAPHead_0'] = {
@@ -282,7 +285,7 @@ def _unflatten_like(flat: dict[str, np.ndarray], target: dict) -> dict:
     params['encoder']['norm'] = t['Transformer']['encoder_norm']
   if 'pos_embedding' in target:
     params['pos_embedding'] = t['Transformer']['posembed_input']['pos_embedding']
-  for key in ('cls', 'dist', 'reg', 'pre_logits', 'head_dist'):
+  for key in ('cls', 'dist', 'reg', 'pre_logits', 'head_dist', 'norm_pre'):
     if key in target:
       params[key] = t[key]
   if 'map_head' in target:

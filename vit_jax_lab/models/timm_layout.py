@@ -3,7 +3,9 @@
 
 timm stores PyTorch Linear weights as (out, in) and the patch embedding as a convolution (out, in, h, w); its fused
 qkv is laid out (3, heads, head_dim) along the outputs, as our Attention's, and its attention pool's q / kv are our
-MAPHead's fused qkv split in two. timm's ViTs use the exact GELU and LayerNorm epsilon 1e-6.
+MAPHead's fused qkv split in two. timm's ViTs use the exact GELU and LayerNorm epsilon 1e-6; its CLIP image towers
+(`*_clip_*`) PyTorch's LayerNorm epsilon 1e-5, a LayerNorm before the encoder (`norm_pre`), a patch embedding without
+bias, the exact GELU or (`*_quickgelu_*`) quick-GELU, and their `head` is CLIP's output projection.
 """
 
 import math
@@ -28,7 +30,7 @@ _BLOCK = {
   'mlp.fc2': 'MlpBlock_3/Dense_1',
   'attn.proj': 'MultiHeadDotProductAttention_1/out',
 }
-_TOP = {'norm': 'Transformer/encoder_norm', 'head': 'head', 'head_dist': 'head_dist'}
+_TOP = {'norm': 'Transformer/encoder_norm', 'head': 'head', 'head_dist': 'head_dist', 'norm_pre': 'norm_pre'}
 _POOL = {
   'attn_pool.norm': 'MAPHead_0/LayerNorm_0',
   'attn_pool.mlp.fc1': 'MAPHead_0/MlpBlock_0/Dense_0',
@@ -42,7 +44,7 @@ def _linear(prefix: str, tensors: Mapping[str, np.ndarray], out: str, num_heads:
   """A Linear (kernel transposed; an attention output's split by heads) or LayerNorm (weight -> scale) of timm
   under the release name `out`."""
   w, b = tensors[f'{prefix}.weight'], tensors[f'{prefix}.bias']
-  if prefix.split('.')[-1].startswith('norm'):
+  if prefix.split('.')[-1].startswith('norm'):  # norm, norm1, norm2, norm_pre.
     return {f'{out}/scale': w, f'{out}/bias': b}
   kernel = w.T.reshape(num_heads, -1, w.shape[0]) if out.endswith('/out') else w.T
   return {f'{out}/kernel': kernel, f'{out}/bias': b}
@@ -79,10 +81,20 @@ def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[
   if 'pos_embed' in tensors:
     put({'Transformer/posembed_input/pos_embedding': tensors['pos_embed']}, 'pos_embed')
   linears = _TOP | _POOL
-  if pair('patch_embed.proj'):
-    embedding = {'embedding/kernel': tensors['patch_embed.proj.weight'].transpose(2, 3, 1, 0)}
-    embedding['embedding/bias'] = tensors['patch_embed.proj.bias']
-    put(embedding, 'patch_embed.proj', 'patch_embed.proj.weight', 'patch_embed.proj.bias')
+  if 'patch_embed.proj.weight' in tensors:
+    kernel = tensors['patch_embed.proj.weight'].transpose(2, 3, 1, 0)
+    # CLIP's patch embedding has no bias: a zero one is the same function.
+    bias = (
+      tensors['patch_embed.proj.bias']
+      if 'patch_embed.proj.bias' in tensors
+      else np.zeros(kernel.shape[-1], kernel.dtype)
+    )
+    put(
+      {'embedding/kernel': kernel, 'embedding/bias': bias},
+      'patch_embed.proj',
+      'patch_embed.proj.weight',
+      'patch_embed.proj.bias',
+    )
   for i in sorted({int(m.group(1)) for n in tensors if (m := re.match(r'blocks\.(\d+)\.', n))}):
     for part, out in _BLOCK.items():
       linears[f'blocks.{i}.{part}'] = f'Transformer/encoderblock_{i}/{out}'
@@ -107,6 +119,14 @@ def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[
 
 def _shape(tensors: Any, name: str) -> tuple[int, ...]:
   return tensors.shape(name) if hasattr(tensors, 'shape') else tuple(np.shape(tensors[name]))
+
+
+def timm_options(config: dict[str, Any]) -> dict[str, Any]:
+  """The encoder options timm computes the folder's architecture with: GELU form, LayerNorm epsilon, activation."""
+  architecture, args = config.get('architecture', ''), config.get('model_args') or {}
+  quick = 'quickgelu' in architecture or args.get('act_layer') == 'quick_gelu'
+  epsilon = 1e-5 if '_clip_' in architecture else TIMM_OPTIONS['layernorm_epsilon']  # CLIP: nn.LayerNorm's default.
+  return TIMM_OPTIONS | dict(layernorm_epsilon=epsilon, activation='quick_gelu' if quick else 'gelu')
 
 
 def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
@@ -145,5 +165,11 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
     distilled='dist_token' in names,
     reg_tokens=reg_tokens,
     layerscale=(args.get('init_values') or 1e-5) if 'blocks.0.ls1.gamma' in names else None,
+    norm_pre='norm_pre.weight' in names,
   )
-  return options | TIMM_OPTIONS
+  return options | timm_options(config)
+
+
+def notes(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> list[str]:
+  """What the load notes first: the architecture read."""
+  return [f'timm {config.get("architecture", "ViT")} read from its safetensors']

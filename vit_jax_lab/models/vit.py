@@ -1,5 +1,6 @@
 """Vision Transformer (Dosovitskiy et al. 2021), sized by variant strings such as "B/16"."""
 
+import dataclasses
 import functools
 import inspect
 from typing import Any
@@ -13,6 +14,7 @@ import vit_jax_lab.models.base as base
 import vit_jax_lab.models.layers as layers
 import vit_jax_lab.models.release as release
 import vit_jax_lab.models.timm_layout as timm_layout
+import vit_jax_lab.models.transformers_layout as transformers_layout
 from vit_jax_lab.errors import ConfigError
 
 # width, depth, mlp_dim, num_heads. "mu" is a tiny size for small images and tests.
@@ -41,7 +43,15 @@ def decode_variant(variant: str | None) -> dict[str, int]:
 
 
 # The keys beside the sizes that a pretrained folder fixes (ViT.pretrained_config fills them when left at default).
-STRUCTURE = ('pool', 'posemb', 'posemb_prefix', 'distilled', 'reg_tokens', 'layerscale')
+STRUCTURE = ('pool', 'posemb', 'posemb_prefix', 'distilled', 'reg_tokens', 'layerscale', 'norm_pre', 'activation')
+# The encoder options a pretrained folder computes with (ViT.pretrained_config fills them when left at default).
+FOLDER_OPTIONS = ('gelu_approximate', 'layernorm_epsilon')
+# hub layout -> the module that reads it (vit_options, to_release, notes, POSEMB_RESIZE).
+HUB_LAYOUTS = {
+  'timm_vit': timm_layout,
+  'transformers_vit': transformers_layout,
+  'transformers_clip': transformers_layout,
+}
 
 
 class LayerScaleBlock(layers.EncoderBlock):
@@ -89,12 +99,16 @@ class ViT(base.Model):
       no_embed_class: DINOv2 with registers, DeiT III).
     layerscale: if set, LayerScale on both residual branches of every block, its gammas starting at this value
       (DINOv2: 1e-5); None: none.
+    norm_pre: a LayerNorm on the tokens before the encoder (CLIP's image tower: timm's `norm_pre`, transformers'
+      `pre_layrnorm`).
+    activation: of the encoder's MLPs, 'gelu' (exact or approximate by gelu_approximate) or 'quick_gelu',
+      x * sigmoid(1.702 x) (the original CLIP's).
     encoder: the encoder options, as keywords: layers.EncoderOptions (dropout, drop_path, attention kind, remat,
       scan, ...).
   """
 
   NO_DECAY = ('pos_embedding', 'cls', 'dist', 'reg')
-  PRETRAINED = ('npz', 'run', 'timm_vit')
+  PRETRAINED = ('npz', 'run', *HUB_LAYOUTS)
   RELEASE_LAYOUT = 'vision_transformer'
 
   def __init__(
@@ -117,6 +131,8 @@ class ViT(base.Model):
     reg_tokens: int = 0,
     posemb_prefix: bool = True,
     layerscale: float | None = None,
+    norm_pre: bool = False,
+    activation: str = 'gelu',
     rngs: nnx.Rngs,
     **encoder: Any,
   ):
@@ -139,6 +155,8 @@ class ViT(base.Model):
         posemb_resize=(posemb_resize, tuple(release.POSEMB_RESIZE)),
         distilled=(distilled, (False, True)),
         posemb_prefix=(posemb_prefix, (True, False)),
+        norm_pre=(norm_pre, (False, True)),
+        activation=(activation, ('gelu', 'quick_gelu')),
       ),
       {},
     )
@@ -168,6 +186,8 @@ class ViT(base.Model):
       distilled=distilled,
       reg_tokens=reg_tokens,
       layerscale=layerscale,
+      norm_pre=norm_pre,
+      activation=activation,
     )
 
     self.embedding = layers.PatchEmbedding(p, channels, d, rngs=rngs)
@@ -181,6 +201,8 @@ class ViT(base.Model):
       num_tokens = self.grid[0] * self.grid[1] + self.posemb_prefix_rows
       self.pos_embedding = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (1, num_tokens, d)))
     self.dropout = layers.Dropout(options.dropout)
+    if norm_pre:
+      self.norm_pre = nnx.LayerNorm(d, epsilon=options.layernorm_epsilon, rngs=rngs)
     block = layers.EncoderBlock if layerscale is None else functools.partial(LayerScaleBlock, layerscale=layerscale)
     self.encoder = layers.Encoder(
       dims['depth'],
@@ -189,6 +211,7 @@ class ViT(base.Model):
       dims['num_heads'],
       pattern=options.pattern(self.grid, num_global=self.num_prefix),
       block=block,
+      activation=activation,
       rngs=rngs,
       **options.stack(),
     )
@@ -209,7 +232,8 @@ class ViT(base.Model):
       self.head_dist = nnx.Linear(d, num_classes, kernel_init=head_init, rngs=rngs)
 
   def tokens(self, images: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
-    """Embedded patches with position embeddings, after the class, distillation and register tokens there are."""
+    """Embedded patches with position embeddings, after the class, distillation and register tokens there are
+    (normalised by norm_pre if the model has one)."""
     x = self.embedding(images)
     if self.posemb_type == 'sincos2d':  # A float32 constant would promote bf16 tokens, and every layer after them.
       x = x + layers.sincos_2d(*self.grid, x.shape[-1]).astype(x.dtype)
@@ -222,7 +246,8 @@ class ViT(base.Model):
       x = jnp.concatenate([*prefix, x], axis=1)
     if learned is not None and self.posemb_prefix_rows:
       x = x + learned
-    return self.dropout(x, train=train, rngs=rngs)
+    x = self.dropout(x, train=train, rngs=rngs)
+    return self.norm_pre(x) if hasattr(self, 'norm_pre') else x
 
   def __call__(self, images: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
     if self.distilled:  # As timm's distilled DeiT outside distillation training: the two heads' mean.
@@ -254,8 +279,8 @@ class ViT(base.Model):
 
   def load_pretrained(self, source: Any, params: dict) -> tuple[dict, list[str]]:
     """Weights for this model from `source`: a release .npz's flat dict, another ViT's parameters (a pure nested
-    dict) or a timm hub folder (hub.HubWeights). `params` are this model's initial ones (kept for a re-initialised
-    head)."""
+    dict) or a timm or transformers hub folder (hub.HubWeights). `params` are this model's initial ones (kept for
+    a re-initialised head)."""
     if isinstance(source, hub.HubWeights):
       return self._load_hub(source, params)
     notes = []
@@ -273,12 +298,13 @@ class ViT(base.Model):
 
   @classmethod
   def pretrained_config(cls, model_config: Any, weights: hub.HubWeights) -> list[str]:
-    """A timm folder's shape into config.model: each size the config leaves unset (no variant, no value) and each
-    key it leaves at the constructor's default (pool, posemb, posemb_prefix, distilled, reg_tokens, layerscale)
-    takes the folder's value; a size or key set otherwise is one ConfigError line naming both values."""
-    if weights.layout != 'timm_vit':
+    """A timm or transformers folder's shape into config.model: each size the config leaves unset (no variant, no
+    value) and each key it leaves at the constructor's default (pool, posemb, posemb_prefix, distilled, reg_tokens,
+    layerscale, norm_pre, activation) takes the folder's value; a size or key set otherwise is one ConfigError line
+    naming both values. The GELU form and LayerNorm epsilon take the folder's when left at their defaults."""
+    if weights.layout not in HUB_LAYOUTS:
       return []  # checkpoints.check_init_from refuses it in one line.
-    folder = timm_layout.vit_options(weights.config, weights.tensors)
+    folder = HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
     preset = decode_variant(model_config.get('variant'))
     defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()}
     notes = []
@@ -296,28 +322,36 @@ class ViT(base.Model):
         )
       model_config[key] = folder[key]
       notes.append(f'model.{key}={folder[key]!r} from the folder')
+    encoder_defaults = {f.name: f.default for f in dataclasses.fields(cls.ENCODER)}
+    for key in FOLDER_OPTIONS:
+      if model_config.get(key, encoder_defaults[key]) == encoder_defaults[key] != folder[key]:
+        model_config[key] = folder[key]
+        notes.append(f'model.{key}={folder[key]!r} from the folder')
     return notes
 
   def _load_hub(self, weights: hub.HubWeights, params: dict) -> tuple[dict, list[str]]:
-    """A timm ViT folder: its shape must be this model's (one line naming the first key that differs); its class
-    count and image size may differ (head replaced, position embeddings resampled bicubic as timm does)."""
-    if weights.layout != 'timm_vit':
+    """A timm or transformers folder: its shape must be this model's (one line naming the first key that differs);
+    its class count and image size may differ (head replaced, position embeddings resampled bicubic as the library
+    does)."""
+    if weights.layout not in HUB_LAYOUTS:
       raise ConfigError(
         f'init_from={weights.path!r} holds {hub.LAYOUTS[weights.layout][0]} weights, which the ViT does not read'
       )
-    folder = timm_layout.vit_options(weights.config, weights.tensors)
+    layout = HUB_LAYOUTS[weights.layout]
+    folder = layout.vit_options(weights.config, weights.tensors)
     for key, mine in self.structure.items():
       if (folder[key] != mine) if key != 'layerscale' else ((folder[key] is None) != (mine is None)):
         raise ConfigError(
           f'init_from={weights.path!r} is a model with model.{key}={folder[key]!r}, this model has '
           f'model.{key}={mine!r}: set --config.model.{key}={folder[key]!r}'
         )
-    notes = [f'timm {weights.config.get("architecture", "ViT")} read from its safetensors']
-    options = dict(gelu_approximate=self.options.gelu_approximate, layernorm_epsilon=self.options.layernorm_epsilon)
-    if options != timm_layout.TIMM_OPTIONS:
-      notes.append(f'timm computes with {timm_layout.TIMM_OPTIONS}; this model has {options}: its outputs differ')
-    flat, origin = timm_layout.to_release(weights.tensors, self.num_heads)
-    params, adapted = release.from_release(flat, self, params, posemb_resize=timm_layout.POSEMB_RESIZE, origin=origin)
+    notes = layout.notes(weights.config, weights.tensors)
+    theirs = {key: folder[key] for key in FOLDER_OPTIONS}
+    options = {key: getattr(self.options, key) for key in FOLDER_OPTIONS}
+    if options != theirs:
+      notes.append(f"the folder's model computes with {theirs}; this model has {options}: its outputs differ")
+    flat, origin = layout.to_release(weights.tensors, self.num_heads)
+    params, adapted = release.from_release(flat, self, params, posemb_resize=layout.POSEMB_RESIZE, origin=origin)
     return params, notes + adapted
 
   @classmethod

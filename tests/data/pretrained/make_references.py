@@ -1,9 +1,12 @@
-"""Writes the timm reference folders of tests/test_pretrained.py: for each row a tiny random-weight timm model saved
-as a hub folder (config.json + model.safetensors, by timm's own save_for_hf) and reference.npz with the input images
-(NHWC) and timm's eval-mode logits and pre-logits features on them. Not run by the tests: it needs torch and timm,
-which are no project dependency. Made with torch 2.14.1 (CPU use) and timm 1.0.31 in a separate environment:
+"""Writes the reference folders of tests/test_pretrained.py: for each row a tiny random-weight timm or Hugging Face
+transformers model saved as a hub folder (config.json + model.safetensors, by timm's own save_for_hf or the model's
+save_pretrained; for transformers also preprocessor_config.json by its image processor) and reference.npz with the
+input images (NHWC) and the library's eval-mode outputs on them (timm: logits and pre-logits features;
+transformers: the outputs the model returns). Not run by the tests: it needs torch, timm and transformers, which are
+no project dependency. Made with torch 2.14.1 (CPU use), timm 1.0.31 and transformers 5.24 in a separate
+environment (ROW...: only those rows):
 
-    /work/torchenv/bin/python tests/data/pretrained/make_references.py tests/data/pretrained
+    /work/torchenv/bin/python tests/data/pretrained/make_references.py tests/data/pretrained [ROW...]
 """
 
 import json
@@ -13,6 +16,7 @@ import sys
 import numpy as np
 import timm
 import torch
+import transformers
 from timm.models.vision_transformer import checkpoint_filter_fn
 
 # Small enough that every file stays well under 200 KB: width 32, 2 blocks, 4 heads, MLP ratio 2.
@@ -26,9 +30,36 @@ ROWS = {
   'dinov2': ('vit_small_patch14_dinov2.lvd142m', dict(img_size=42, patch_size=14, num_classes=0)),
   'dinov2_reg4': ('vit_small_patch14_reg4_dinov2.lvd142m', dict(img_size=42, patch_size=14, num_classes=10)),
   'siglip': ('vit_base_patch16_siglip_224.webli', dict(img_size=32, patch_size=8, num_classes=0)),
+  # CLIP image towers: timm's head is CLIP's projection (here to 16).
+  'clip': ('vit_base_patch16_clip_224.openai', dict(img_size=32, patch_size=8, num_classes=16)),
+  'clip_quickgelu': ('vit_base_patch16_clip_quickgelu_224.openai', dict(img_size=32, patch_size=8, num_classes=16)),
+}
+# transformers rows: (model class, its config class, image processor class, config overrides).
+HF_SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+HF_ROWS = {
+  'hf_vit': ('ViTForImageClassification', 'ViTConfig', 'ViTImageProcessor', dict(num_labels=10, intermediate_size=64)),
+  'hf_vit_model': ('ViTModel', 'ViTConfig', 'ViTImageProcessor', dict(intermediate_size=64)),
+  'hf_dinov2': ('Dinov2Model', 'Dinov2Config', 'BitImageProcessor', dict(mlp_ratio=2, image_size=42, patch_size=14)),
+  'hf_dinov2_reg': (
+    'Dinov2WithRegistersModel',
+    'Dinov2WithRegistersConfig',
+    'BitImageProcessor',
+    dict(mlp_ratio=2, image_size=42, patch_size=14, num_register_tokens=4),
+  ),
+  'hf_siglip': ('SiglipVisionModel', 'SiglipVisionConfig', 'SiglipImageProcessor', dict(intermediate_size=64)),
+  'hf_clip': ('CLIPVisionModel', 'CLIPVisionConfig', 'CLIPImageProcessor', dict(intermediate_size=64)),
+  'hf_clip_projection': (
+    'CLIPVisionModelWithProjection',
+    'CLIPVisionConfig',
+    'CLIPImageProcessor',
+    dict(intermediate_size=64, projection_dim=16),
+  ),
 }
 # row -> another image size: the same weights loaded by timm's own filter (bicubic position-embedding resampling).
 RESIZED = {'vit': 48, 'dinov2_reg4': 56}
+# transformers row -> another image size, the same model run on it: DINOv2 resamples its position embeddings itself
+# (bicubic, antialiased), ViT when asked (interpolate_pos_encoding; bicubic without antialiasing).
+HF_RESIZED = {'hf_dinov2_reg': 56, 'hf_vit_model': 48}
 
 
 def randomise(model: torch.nn.Module, seed: int) -> None:
@@ -52,8 +83,45 @@ def outputs(model: torch.nn.Module, images: np.ndarray) -> dict[str, np.ndarray]
     return {'logits': model.forward_head(tokens).numpy(), 'features': model.forward_head(tokens, True).numpy()}
 
 
-def main(out: str) -> None:
+def transformers_row(out: str, row: str, seed: int) -> None:
+  model_class, config_class, processor_class, overrides = HF_ROWS[row]
+  config = getattr(transformers, config_class)(**(dict(image_size=32, patch_size=8) | HF_SMALL | overrides))
+  model = getattr(transformers, model_class)(config).eval()
+  randomise(model, seed)
+  folder = os.path.join(out, row)
+  model.save_pretrained(folder, safe_serialization=True)
+  size = config.image_size
+  processor = getattr(transformers, processor_class)(size={'height': size, 'width': size}, crop_size=size)
+  processor.save_pretrained(folder)
+  images = np.random.RandomState(seed).randn(2, size, size, 3).astype(np.float32)
+  with torch.no_grad():
+    result = model(pixel_values=torch.from_numpy(images).permute(0, 3, 1, 2))
+  ref = {k: v.numpy() for k, v in result.items() if isinstance(v, torch.Tensor)}
+  if row in HF_RESIZED:
+    big = HF_RESIZED[row]
+    ref['resized_images'] = np.random.RandomState(seed).randn(2, big, big, 3).astype(np.float32)
+    pixels = torch.from_numpy(ref['resized_images']).permute(0, 3, 1, 2)
+    kwargs = dict(interpolate_pos_encoding=True) if row == 'hf_vit_model' else {}
+    with torch.no_grad():
+      ref['resized_pooler_output'] = model(pixel_values=pixels, **kwargs).pooler_output.numpy()
+  np.savez_compressed(
+    os.path.join(folder, 'reference.npz'),
+    torch=torch.__version__,
+    transformers=transformers.__version__,
+    name=model_class,
+    images=images,
+    **ref,
+  )
+  print(row, model_class, {k: v.shape for k, v in ref.items()})
+
+
+def main(out: str, only: list[str]) -> None:
+  for seed, row in enumerate(HF_ROWS, start=len(ROWS)):
+    if not only or row in only:
+      transformers_row(out, row, seed)
   for seed, (row, (name, overrides)) in enumerate(ROWS.items()):
+    if only and row not in only:
+      continue
     model = timm.create_model(name, pretrained=False, **SMALL, **overrides).eval()
     randomise(model, seed)
     folder = os.path.join(out, row)
@@ -76,4 +144,4 @@ def main(out: str) -> None:
 
 
 if __name__ == '__main__':
-  main(sys.argv[1])
+  main(sys.argv[1], sys.argv[2:])

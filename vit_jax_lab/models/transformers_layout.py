@@ -1,0 +1,264 @@
+"""Hugging Face transformers image models (a hub folder's model.safetensors) -> the release flat layout that
+`release.from_release` adapts into our ViT, and the ViT constructor keys that give the folder's model.
+
+Two layouts (hub.LAYOUTS): 'transformers_vit', `ViTModel` / `ViTForImageClassification` / `Dinov2Model` /
+`Dinov2WithRegistersModel` (separate query / key / value Linears under `encoder.layer.N.attention.attention`), and
+'transformers_clip', `CLIPVisionModel` / `CLIPVisionModelWithProjection` / `SiglipVisionModel` (`q_proj`, `k_proj`,
+`v_proj` under `encoder.layers.N.self_attn`). Folders written by transformers 4 (and whole `CLIPModel` /
+`SiglipModel` folders) prefix the image tower's names with its module (`vit.`, `vision_model.`): the prefix is
+stripped, and a whole model's text tower is left out.
+
+PyTorch Linear weights are (out, in), the patch embedding a convolution (out, in, h, w). DINOv2 with registers adds
+its position embeddings to the class token and the patches, never to the registers: the class token's row is added
+to the class token (the same function), the rest covers the patches alone (model.posemb_prefix=False), as timm does.
+"""
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from vit_jax_lab.errors import ConfigError
+
+# How transformers' DINOv2 resamples position embeddings (bicubic, antialiased: as jax.image.resize's bicubic).
+# ViT, CLIP and SigLIP resample only when asked (interpolate_pos_encoding), bicubic without antialiasing.
+POSEMB_RESIZE = (
+  'bicubic',
+  "'bicubic', antialiased, as transformers' DINOv2 interpolates (its ViT, CLIP and SigLIP: without antialiasing, "
+  'slightly different; not model.posemb_resize)',
+)
+# model_type (of the image tower) -> the defaults of its config class, for a config.json that leaves them out.
+MODEL_TYPES = {
+  'vit': dict(hidden_act='gelu', layer_norm_eps=1e-12),
+  'dinov2': dict(hidden_act='gelu', layer_norm_eps=1e-6),
+  'dinov2_with_registers': dict(hidden_act='gelu', layer_norm_eps=1e-6),
+  'clip_vision_model': dict(hidden_act='quick_gelu', layer_norm_eps=1e-5),
+  'siglip_vision_model': dict(hidden_act='gelu_pytorch_tanh', layer_norm_eps=1e-6),
+}
+# Whole two-tower models: their image tower's model_type; the text tower's tensors are left out.
+TWO_TOWERS = {'clip': 'clip_vision_model', 'siglip': 'siglip_vision_model'}
+_TEXT = ('text_model.', 'text_projection.', 'logit_scale', 'logit_bias')
+# transformers' hidden_act -> our (activation, gelu_approximate).
+ACTIVATIONS = {
+  'gelu': ('gelu', False),
+  'gelu_pytorch_tanh': ('gelu', True),
+  'gelu_new': ('gelu', True),
+  'quick_gelu': ('quick_gelu', False),
+}
+
+_ATTENTION = 'MultiHeadDotProductAttention_1'
+_BLOCK = {  # Module inside encoder.layer(s).N -> its release name inside Transformer/encoderblock_N.
+  'layernorm_before': 'LayerNorm_0',
+  'norm1': 'LayerNorm_0',
+  'layer_norm1': 'LayerNorm_0',
+  'layernorm_after': 'LayerNorm_2',
+  'norm2': 'LayerNorm_2',
+  'layer_norm2': 'LayerNorm_2',
+  'attention.attention.query': f'{_ATTENTION}/query',
+  'attention.attention.key': f'{_ATTENTION}/key',
+  'attention.attention.value': f'{_ATTENTION}/value',
+  'self_attn.q_proj': f'{_ATTENTION}/query',
+  'self_attn.k_proj': f'{_ATTENTION}/key',
+  'self_attn.v_proj': f'{_ATTENTION}/value',
+  'attention.output.dense': f'{_ATTENTION}/out',
+  'self_attn.out_proj': f'{_ATTENTION}/out',
+  'intermediate.dense': 'MlpBlock_3/Dense_0',
+  'mlp.fc1': 'MlpBlock_3/Dense_0',
+  'output.dense': 'MlpBlock_3/Dense_1',
+  'mlp.fc2': 'MlpBlock_3/Dense_1',
+}
+_TOP = {
+  'embeddings.patch_embeddings.projection': 'embedding',
+  'embeddings.patch_embedding': 'embedding',
+  'pre_layrnorm': 'norm_pre',
+  'layernorm': 'Transformer/encoder_norm',
+  'post_layernorm': 'Transformer/encoder_norm',
+  'pooler.dense': 'pre_logits',
+  'classifier': 'head',
+  'visual_projection': 'head',
+  'head.layernorm': 'MAPHead_0/LayerNorm_0',
+  'head.mlp.fc1': 'MAPHead_0/MlpBlock_0/Dense_0',
+  'head.mlp.fc2': 'MAPHead_0/MlpBlock_0/Dense_1',
+  'head.attention.out_proj': 'MAPHead_0/MultiHeadDotProductAttention_0/out',
+}
+_PATCH = ('embeddings.patch_embeddings.projection.weight', 'embeddings.patch_embedding.weight')
+_LAYER = re.compile(r'encoder\.layers?\.(\d+)\.')
+
+
+def _names(tensors: Mapping[str, Any]) -> dict[str, str]:
+  """Our name (the image tower's, its module prefix stripped) -> the folder's name, for every tensor but a
+  two-tower model's text tower."""
+  prefix = next((n[: -len(p)] for n in tensors for p in _PATCH if n.endswith(p)), '')
+  out = {}
+  for name in tensors:
+    short = name[len(prefix) :] if prefix and name.startswith(prefix) else name
+    if not short.startswith(_TEXT):
+      out[short] = name
+  return out
+
+
+def _shape(tensors: Any, name: str) -> tuple[int, ...]:
+  return tensors.shape(name) if hasattr(tensors, 'shape') else tuple(np.shape(tensors[name]))
+
+
+def _convert(out: str, weight: np.ndarray, bias: np.ndarray | None, num_heads: int) -> dict[str, np.ndarray]:
+  """One Linear, LayerNorm or the patch convolution under the release name `out`."""
+  if bias is None:  # CLIP's patch embedding and projection have none: a zero one is the same function.
+    bias = np.zeros(weight.shape[0], weight.dtype)
+  if out == 'embedding':
+    return {'embedding/kernel': weight.transpose(2, 3, 1, 0), 'embedding/bias': bias}
+  if weight.ndim == 1:  # A LayerNorm.
+    return {f'{out}/scale': weight, f'{out}/bias': bias}
+  kernel = weight.T
+  if out.endswith(('/query', '/key', '/value')):
+    return {f'{out}/kernel': kernel.reshape(kernel.shape[0], num_heads, -1), f'{out}/bias': bias.reshape(num_heads, -1)}
+  if out.endswith('/out'):
+    kernel = kernel.reshape(num_heads, -1, kernel.shape[-1])
+  return {f'{out}/kernel': kernel, f'{out}/bias': bias}
+
+
+def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+  """transformers names -> (release names (layout of `release.to_release`), release name -> the transformers
+  module it came from, for messages). A name not recognised is kept as it is, so `release.from_release` names it
+  among the unexpected keys; a two-tower model's text tower and DINOv2's mask token (masked pretraining only) are
+  left out."""
+  names = _names(tensors)
+  flat, origin, used = {}, {}, {'embeddings.mask_token'}
+
+  def get(short):
+    return tensors[names[short]]
+
+  def put(new, module, *shorts):
+    flat.update(new)
+    origin.update(dict.fromkeys(new, names.get(module, module)))
+    used.update(shorts or [module])
+
+  modules = dict(_TOP)
+  for i in sorted({int(m.group(1)) for n in names if (m := _LAYER.match(n))}):
+    layer = 'layer' if f'encoder.layer.{i}.attention.attention.query.weight' in names else 'layers'
+    for part, out in _BLOCK.items():
+      modules[f'encoder.{layer}.{i}.{part}'] = f'Transformer/encoderblock_{i}/{out}'
+    for j in (1, 2):
+      gamma = f'encoder.{layer}.{i}.layer_scale{j}.lambda1'
+      if gamma in names:
+        put({f'Transformer/encoderblock_{i}/LayerScale_{j - 1}/gamma': get(gamma)}, gamma)
+  for module, out in modules.items():
+    weight, bias = f'{module}.weight', f'{module}.bias'
+    if weight in names:
+      new = _convert(out, get(weight), get(bias) if bias in names else None, num_heads)
+      put(new, module, weight, bias)
+
+  tokens = {}
+  if 'embeddings.cls_token' in names:
+    tokens['cls'] = ('embeddings.cls_token', get('embeddings.cls_token'))
+  if 'embeddings.class_embedding' in names:
+    tokens['cls'] = ('embeddings.class_embedding', get('embeddings.class_embedding').reshape(1, 1, -1))
+  if 'embeddings.register_tokens' in names:
+    tokens['reg'] = ('embeddings.register_tokens', get('embeddings.register_tokens'))
+  if 'head.probe' in names:
+    tokens['MAPHead_0/probe'] = ('head.probe', get('head.probe'))
+  for pos_name in ('embeddings.position_embeddings', 'embeddings.position_embedding.weight'):
+    if pos_name in names:
+      pos = get(pos_name).reshape(1, -1, get(pos_name).shape[-1])
+      if 'reg' in tokens and 'cls' in tokens:  # Registers get no position: the class token's row goes into it.
+        module, cls = tokens['cls']
+        tokens['cls'] = (module, cls + pos[:, :1])
+        pos = pos[:, 1:]
+      tokens['Transformer/posembed_input/pos_embedding'] = (pos_name, pos)
+  for out, (module, value) in tokens.items():
+    put({out: value}, module)
+  if all(f'head.attention.in_proj_{w}' in names for w in ('weight', 'bias')):
+    # nn.MultiheadAttention's fused (3 * width, width) projection: query, key, value along its outputs.
+    kernel, bias = get('head.attention.in_proj_weight').T, get('head.attention.in_proj_bias')
+    d = kernel.shape[1] // 3
+    attention = {}
+    for i, name in enumerate(('query', 'key', 'value')):
+      attention[f'MAPHead_0/MultiHeadDotProductAttention_0/{name}/kernel'] = kernel[:, i * d : (i + 1) * d].reshape(
+        kernel.shape[0], num_heads, -1
+      )
+      attention[f'MAPHead_0/MultiHeadDotProductAttention_0/{name}/bias'] = bias[i * d : (i + 1) * d].reshape(
+        num_heads, -1
+      )
+    put(attention, 'head.attention', 'head.attention.in_proj_weight', 'head.attention.in_proj_bias')
+  return flat | {short: get(short) for short in names if short not in used}, origin
+
+
+def image_config(config: dict[str, Any]) -> dict[str, Any]:
+  """The image tower's config: a whole two-tower model's `vision_config` (with its model_type), else config.json's,
+  its model_type's defaults filled in."""
+  model_type = config.get('model_type')
+  if model_type in TWO_TOWERS:
+    config = {'model_type': TWO_TOWERS[model_type]} | (config.get('vision_config') or {})
+    model_type = config['model_type']
+  if model_type not in MODEL_TYPES:
+    raise ConfigError(
+      f'init_from: a transformers model_type={model_type!r} is not read into the ViT; read: '
+      f'{", ".join([*MODEL_TYPES, *TWO_TOWERS])}'
+    )
+  if config.get('use_swiglu_ffn'):
+    raise ConfigError("init_from: DINOv2's SwiGLU MLP (use_swiglu_ffn, the giant model) is not read into the ViT yet")
+  return MODEL_TYPES[model_type] | {k: v for k, v in config.items() if v is not None}
+
+
+def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
+  """The ViT constructor keys of the folder's model (its config.json and tensor shapes), with `input_shape`
+  (height, width, channels) and `num_classes` (0: an image tower without a classifier or projection)."""
+  config = image_config(config)
+  names = _names(tensors)
+
+  def shape(short):
+    return _shape(tensors, names[short])
+
+  patch_name = next(p for p in _PATCH if p in names)
+  width, channels, patch, _ = shape(patch_name)
+  size = config.get('image_size', 224)
+  height, wide = (size, size) if isinstance(size, int) else tuple(size)
+  act = config['hidden_act']
+  if act not in ACTIVATIONS:
+    raise ConfigError(
+      f'init_from: hidden_act={act!r} of the transformers config is not one of {", ".join(ACTIVATIONS)}'
+    )
+  activation, approximate = ACTIVATIONS[act]
+  has_cls = 'embeddings.cls_token' in names or 'embeddings.class_embedding' in names
+  reg_tokens = shape('embeddings.register_tokens')[1] if 'embeddings.register_tokens' in names else 0
+  fc1 = next(
+    f'encoder.{k}.0.{m}.weight'
+    for k in ('layer', 'layers')
+    for m in ('intermediate.dense', 'mlp.fc1')
+    if f'encoder.{k}.0.{m}.weight' in names
+  )
+  head = next((n for n in ('classifier.weight', 'visual_projection.weight') if n in names), None)
+  layerscale = 'encoder.layer.0.layer_scale1.lambda1' in names
+  return dict(
+    num_classes=shape(head)[0] if head else 0,
+    input_shape=(height, wide, channels),
+    patch_size=patch,
+    width=width,
+    depth=len({m.group(1) for n in names if (m := _LAYER.match(n))}),
+    mlp_dim=shape(fc1)[0],
+    num_heads=config['num_attention_heads'],
+    pool='map' if 'head.probe' in names else 'tok' if has_cls else 'gap',
+    posemb='learn',
+    posemb_prefix=not reg_tokens,  # The class token's row, if any: registers have none (folded, see to_release).
+    distilled=False,
+    reg_tokens=reg_tokens,
+    layerscale=float(config.get('layerscale_value', 1.0)) if layerscale else None,
+    norm_pre='pre_layrnorm.weight' in names,
+    activation=activation,
+    representation_size=shape('pooler.dense.weight')[0] if 'pooler.dense.weight' in names else None,
+    gelu_approximate=approximate,
+    layernorm_epsilon=float(config['layer_norm_eps']),
+  )
+
+
+def notes(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> list[str]:
+  """What the load notes first: the architecture read, and what of the folder is left out."""
+  architecture = (config.get('architectures') or [config.get('model_type', 'model')])[0]
+  out = [f'transformers {architecture} read from its safetensors']
+  names = _names(tensors)
+  if len(names) < len(tensors):
+    out.append(f'text tower left out ({len(tensors) - len(names)} tensors): the ViT is the image tower')
+  if 'embeddings.mask_token' in names:
+    out.append('mask_token left out (masked-image pretraining only)')
+  return out
