@@ -94,14 +94,16 @@ def test_flat_tree_holds_out_a_stable_fifth_by_path_hash(tmp_path):
   assert abs(np.mean([folder.held_out(n) for n in names]) - folder.TEST_PERCENT / 100) < 0.01
 
 
-def test_undecodable_images_are_skipped_by_path_and_counted(tmp_path, capsys):
+def test_undecodable_images_are_skipped_by_path_and_counted(tmp_path, capfd):
   image_tree(tmp_path / 'p', per_class=2)
   good = (tmp_path / 'p/train/ant/0.jpg').read_bytes()
   (tmp_path / 'p/train/ant/cut.jpg').write_bytes(good[: len(good) // 2])
   (tmp_path / 'p/train/bee/text.jpg').write_bytes(b'not an image at all')
   (tmp_path / 'p/train/bee/readme.txt').write_text('ignored')
   builder, info = pipeline.load(folder_config(tmp_path / 'p', tmp_path / 'tfds').data, labels.dataset_info)
-  out = capsys.readouterr().out
+  out, err = capfd.readouterr()  # At the file descriptors, where libjpeg and TensorFlow's C++ log write.
+  assert 'JPEG' not in err  # "Premature end of JPEG data": the cut file's complaint is in its skipped line.
+  assert any('cut.jpg: a damaged image (' in line and 'JPEG' in line for line in out.splitlines())
   for bad in ('train/ant/cut.jpg', 'train/bee/text.jpg'):
     assert sum(str(tmp_path / 'p' / bad) in line for line in out.splitlines()) == 1
   assert 'skipped 2 of 14 images that do not decode' in out
@@ -211,6 +213,33 @@ def test_images_at_any_depth_count_for_their_top_class_folder_and_empty_folders_
   read = examples(builder, 'train') | examples(builder, 'test')
   np.testing.assert_array_equal(read['ant/trip/day 2/z.png']['image'], nested)
   assert read['ant/trip/day 2/z.png']['label'] == 0
+
+
+def sideways_photo(path) -> np.ndarray:
+  """A JPEG stored 6 px wide and 4 high, dark on its left, with EXIF orientation 6 (a phone held sideways: shown
+  turned 90 degrees clockwise, 4 wide and 6 high, dark at the top); returns the upright pixels."""
+  pixels = np.full((4, 6, 3), 230, np.uint8)
+  pixels[:, :3] = 20
+  exif = Image.Exif()
+  exif[folder.EXIF_ORIENTATION] = 6
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  Image.fromarray(pixels).save(path, 'JPEG', quality=100, exif=exif)
+  return np.rot90(pixels, k=-1)
+
+
+def test_an_exif_rotated_photo_is_read_upright(tmp_path):
+  root = tmp_path / 'phone'
+  image_tree(root, splits=(None,), per_class=10)
+  expected = sideways_photo(str(root / 'ant' / 'sideways.jpg'))
+  with open(root / 'ant' / 'sideways.jpg', 'rb') as f:
+    raw = f.read()
+  upright = tf.io.decode_image(folder.upright(raw), channels=3).numpy()
+  assert tf.io.decode_image(raw, channels=3).shape == (4, 6, 3)  # What TensorFlow alone makes of it: sideways.
+  assert upright.shape == (6, 4, 3) and np.abs(upright.astype(int) - expected).max() <= 16  # JPEG, twice.
+  assert folder.upright(b'\x89PNG not a jpeg') == b'\x89PNG not a jpeg'
+  builder, _ = pipeline.load(folder_config(root, tmp_path / 'tfds').data, labels.dataset_info)
+  read = examples(builder, 'train') | examples(builder, 'test')
+  np.testing.assert_array_equal(read['ant/sideways.jpg']['image'], upright)
 
 
 def test_natural_order():

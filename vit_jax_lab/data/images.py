@@ -2,11 +2,41 @@
 restarted at any example and reproduce the same augmentations. The functions on single images also work on
 clips (T, H, W, C): every frame is transformed alike."""
 
+import re
 from typing import Callable
 
 import tensorflow as tf
 
+from vit_jax_lab import console
 from vit_jax_lab.data import augment
+
+JPEG_PNG = (b'\xff\xd8', b'\x89PNG')  # The starts of the image files TensorFlow's decode_image reads here.
+
+
+def decode_problem(data: bytes, channels: int = 3) -> tuple[tuple[int, ...], str | None]:
+  """(shape, None) of an image file as tf.io.decode_image decodes it in training, or ((), why) for one it cannot
+  read or complains of. libjpeg and libpng print their complaints straight to the terminal ("Premature end of
+  JPEG data": a JPEG cut short, decoded with its missing rows grey) and TensorFlow logs some of them: a test decode
+  takes them off the terminal and makes the file damaged; any other line is passed on."""
+  if not data.startswith(JPEG_PNG):
+    return (), 'not a JPEG or PNG file'
+  shape, error = (), None
+  with console.captured_fd2() as lines:
+    try:
+      shape = tuple(tf.io.decode_image(data, channels=channels, expand_animations=False).shape)
+    except tf.errors.OpError as e:  # The message without TF's op names around it.
+      message = re.sub(r'\{\{.*?\}\}|\[Op:\w+\]', '', e.message).strip().splitlines()
+      error = message[0][:80] if message else type(e).__name__
+  complaints = [
+    re.sub(r'^.*\.cc:\d+\] ', '', line.strip()) for line in lines if console.IMAGE_LIBRARY_LINES.search(line)
+  ]
+  for line in lines:
+    if not console.IMAGE_LIBRARY_LINES.search(line):
+      console.say(line)
+  damaged = [c for c in complaints if not c.startswith('libpng warning')]  # E.g. a PNG's colour profile: harmless.
+  if error or damaged:
+    return (), f'a damaged image ({damaged[0] if damaged else error})'
+  return shape, None
 
 
 def inception_crop(image: tf.Tensor, seed: tf.Tensor, min_area: float = 0.05) -> tf.Tensor:

@@ -25,7 +25,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import sys
 import time
 from typing import Any, Callable, Iterator, TextIO
@@ -36,6 +35,7 @@ import tensorflow as tf
 from flax import nnx
 
 from vit_jax_lab import config as config_lib, console, parallel, tasks, train
+from vit_jax_lab.data import images
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.errors import ConfigError, check
 from vit_jax_lab.tools import common
@@ -46,7 +46,7 @@ except ImportError:  # PyAV is optional: only video files need it.
   av = None
 
 DEFAULT_BATCH = {'image': 64, 'video': 8, 'text': 64}  # Inputs per compiled batch (videos: x their views).
-JPEG_PNG = (b'\xff\xd8', b'\x89PNG')  # How the files begin.
+JPEG_PNG = images.JPEG_PNG
 _WORKERS = min(8, os.cpu_count() or 1)  # Threads reading and preprocessing inputs (TF works outside the GIL).
 
 
@@ -174,7 +174,7 @@ def _read(item: Item, channels: int) -> Any:
   if item.form == 'text':
     return item.name
   if item.form == 'image':
-    raw = data(item.files[0])
+    raw = folder.upright(data(item.files[0]))  # A photo taken sideways, turned as its EXIF says, as in training.
     if not raw.startswith(JPEG_PNG):
       raise Unreadable(f'{item.name}: not a JPEG or PNG file')
     _check_image(raw, item.name, channels)
@@ -192,7 +192,7 @@ def _read(item: Item, channels: int) -> Any:
     return np.stack(frames).reshape(len(frames), *frames[0].shape[:2], channels)
   frames = []
   for path in item.files:
-    raw = data(path)
+    raw = folder.upright(data(path))
     if not raw.startswith(JPEG_PNG):
       raise Unreadable(f'{item.name}: frame {path} is not a JPEG or PNG file')
     _check_image(raw, f'{item.name}: frame {path}', channels)
@@ -207,26 +207,10 @@ def _read(item: Item, channels: int) -> Any:
 
 
 def _check_image(raw: bytes, name: str, channels: int) -> None:
-  """Refuses an image that TensorFlow's decoders complain of (a JPEG cut short or with corrupt data, ...) as
-  Unreadable, naming the complaint: libjpeg and libpng print theirs straight to the terminal ("Premature end of
-  JPEG data", "Improper call to JPEG library in state 201") and decode a cut JPEG with its missing rows grey. A
-  test decode catches them; any other line it printed is passed on."""
-  error = None
-  with console.captured_fd2() as lines:
-    try:
-      tf.io.decode_image(raw, channels=channels, expand_animations=False)
-    except tf.errors.OpError as e:
-      error = _first_line(e)
-  # TensorFlow logs some of them itself: 'E0000 00:00:1795.3  18773 jpeg_mem.cc:331] Premature end of JPEG data'.
-  complaints = [
-    re.sub(r'^.*\.cc:\d+\] ', '', line.strip()) for line in lines if console.IMAGE_LIBRARY_LINES.search(line)
-  ]
-  for line in lines:
-    if not console.IMAGE_LIBRARY_LINES.search(line):
-      console.say(line)
-  damaged = [c for c in complaints if not c.startswith('libpng warning')]  # E.g. a PNG's colour profile: harmless.
-  if error or damaged:
-    raise Unreadable(f'{name}: a damaged image ({damaged[0] if damaged else error})')
+  """Refuses an image TensorFlow's decoders cannot read or complain of (images.decode_problem) as Unreadable."""
+  why = images.decode_problem(raw, channels)[1]
+  if why is not None:
+    raise Unreadable(f'{name}: {why}')
 
 
 def _first_line(e: BaseException) -> str:

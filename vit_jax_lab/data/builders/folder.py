@@ -14,7 +14,8 @@ Layouts of PATH (files and folders whose names start with '.' are ignored everyw
 
 Classes are the class folders' names, sorted; eval class folders must also be in train/. Images and frames are
 RGB (grey ones get three equal channels; alpha is dropped) of any size (data.image_size resizes them). JPEG and
-PNG files are stored as they are; frames of video files are stored as JPEG (quality 95). A file that does not
+PNG files are stored as they are, but a JPEG whose EXIF orientation says it was taken sideways is stored upright
+(`upright`); frames of video files are stored as JPEG (quality 95). A file that does not
 decode (as tf.io.decode_image, which reads them in training, decodes it) is skipped and reported.
 
 Each folder has its own dataset, data_dir/folder/<name>_<hash of its real path>/, whose metadata records the path
@@ -26,15 +27,17 @@ continues from a checkpoint refuses it (its model was trained on the old copy), 
 import concurrent.futures
 import dataclasses
 import hashlib
+import io
 import os
 import re
 import shutil
 from typing import Iterator, NamedTuple
 
 import numpy as np
-import tensorflow as tf
 import tensorflow_datasets as tfds
+from PIL import Image, ImageOps
 
+from vit_jax_lab.data import images
 from vit_jax_lab.errors import ConfigError, check
 
 PREFIX = 'folder:'  # data.name = PREFIX + the folder's path.
@@ -279,15 +282,24 @@ def read_tsv(path: str) -> list[tuple[str, str]]:
   return pairs
 
 
-def _decode_error(data: bytes) -> tuple[tuple[int, ...], str | None]:
-  """(shape, None), or (None, why) when TF, which decodes the file in training, cannot."""
-  if not data.startswith((b'\xff\xd8', b'\x89PNG')):
-    return (), 'not a JPEG or PNG file'
+EXIF_ORIENTATION = 0x0112  # The EXIF tag saying how a camera held sideways turned the picture.
+
+
+def upright(data: bytes) -> bytes:
+  """A JPEG's bytes with its EXIF orientation applied, as a phone's photo is meant to be seen (re-encoded at quality
+  95, the tag gone); an upright JPEG and every other file unchanged. TensorFlow's decoders ignore EXIF."""
+  if not data.startswith(b'\xff\xd8'):
+    return data
   try:
-    return tuple(tf.io.decode_image(data, channels=3, expand_animations=False).shape), None
-  except tf.errors.OpError as e:  # The message without TF's op names around it.
-    message = re.sub(r'\{\{.*?\}\}|\[Op:\w+\]', '', e.message).strip().splitlines()
-    return (), f'does not decode ({message[0][:80] if message else type(e).__name__})'
+    with Image.open(io.BytesIO(data)) as image:
+      if image.getexif().get(EXIF_ORIENTATION, 1) == 1:
+        return data
+      turned = ImageOps.exif_transpose(image)
+      out = io.BytesIO()
+      (turned if turned.mode in ('L', 'RGB') else turned.convert('RGB')).save(out, 'JPEG', quality=95)
+      return out.getvalue()
+  except (OSError, SyntaxError, ValueError):  # Damaged: left to the decode check, which reports it.
+    return data
 
 
 @dataclasses.dataclass(eq=False)
@@ -355,8 +367,8 @@ class Folder(tfds.core.GeneratorBasedBuilder):
   def _image(self, item: Item) -> tuple[bytes | None, str | None]:
     path = os.path.join(self.layout.root, item.path)
     with open(path, 'rb') as f:
-      data = f.read()
-    why = _decode_error(data)[1]
+      data = upright(f.read())
+    why = images.decode_problem(data)[1]
     return (data, None) if why is None else (None, f'{path}: {why}')
 
   def _video(self, item: Item) -> tuple[list | None, str | None]:
@@ -366,8 +378,8 @@ class Folder(tfds.core.GeneratorBasedBuilder):
     for rel in item.frames:
       path = os.path.join(self.layout.root, rel)
       with open(path, 'rb') as f:
-        frames.append(f.read())
-      shape, why = _decode_error(frames[-1])
+        frames.append(upright(f.read()))
+      shape, why = images.decode_problem(frames[-1])
       if why is not None:
         return None, f'{os.path.join(self.layout.root, item.path)}: frame {path}: {why}'
       shapes.add(shape)
