@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
   if _EARLY_SIGNALS:
     raise errors.stopped_before_training(_EARLY_SIGNALS[0])
   config, workdir = parse_args(argv)
-  _, parallel = _import_jax_parts()
+  config_lib, parallel = _import_jax_parts()
   if not console.VERBOSE:  # TensorFlow's C++ warnings too (a full disk: eight lines before our one line); our
     # modules' imports have set a lower level by now (data/__init__.py: 2), so this one is not a default.
     os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'
@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
   # reported above, should not wait for.
   from vit_jax_lab import train
 
-  train.train_and_evaluate(config, workdir)
+  train.train_and_evaluate(config, workdir, given=config_lib.given_keys(argv))
   return 0
 
 

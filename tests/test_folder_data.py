@@ -242,6 +242,21 @@ def test_an_exif_rotated_photo_is_read_upright(tmp_path):
   np.testing.assert_array_equal(read['ant/sideways.jpg']['image'], upright)
 
 
+def test_a_small_folder_trains_with_the_configs_eval_batch_shrunk_to_its_split(tmp_path, capsys):
+  root = tmp_path / 'few'
+  image_tree(root, splits=('train', 'test'), per_class=3)  # 9 test images; the smoke config's eval batch is 64.
+  config = folder_config(root, tmp_path / 'tfds')
+  assert config.data.eval_batch_size == 64
+  s = train.setup(config)
+  assert s.config.data.eval_batch_size == 16  # 9 examples on 8 devices: 2 per device.
+  assert 'data.eval_batch_size=64 -> 16: the eval split has 9 examples' in capsys.readouterr().out
+  assert config.data.eval_batch_size == 64  # What config.json records: a resume adapts it the same way.
+  metrics = train.evaluate(s, train.make_eval_step(s), train.init_state(s).eval_params())
+  assert metrics['eval/examples'] == 9
+  with pytest.raises(ConfigError, match=r'data.eval_batch_size=64 is larger than the eval split needs \(9 '):
+    train.setup(config, given={'data.eval_batch_size'})  # Chosen on the command line: refused, not changed.
+
+
 def test_natural_order():
   names = ['f10.png', 'f2.png', 'f1.png', 'g.png', 'f02b.png']
   assert sorted(names, key=folder.natural_key) == ['f1.png', 'f2.png', 'f02b.png', 'f10.png', 'g.png']

@@ -397,7 +397,7 @@ def test_init_from_files_that_are_not_npz_are_one_line(smoke_config, tmp_path):
 
 def test_absurd_sizes_are_refused_before_compiling(smoke_config):
   with pytest.raises(ConfigError, match=r'data.eval_batch_size=1000000000 is larger than the eval split needs'):
-    train.setup(smoke_config(data__eval_batch_size=10**9))
+    train.setup(smoke_config(data__eval_batch_size=10**9), given={'data.eval_batch_size'})
   with pytest.raises(ConfigError, match=r'the parameters and optimizer state need [\d,.]+ GiB per device'):
     train.setup(smoke_config(model__width=10**6, model__num_heads=1))
 

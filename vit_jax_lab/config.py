@@ -163,6 +163,11 @@ def apply_overrides(config: ml_collections.ConfigDict, args: list[str]) -> None:
     override(config, key[len('--config.') :], value)
 
 
+def given_keys(args: list[str]) -> frozenset[str]:
+  """The keys a command line sets (`--config.KEY=VALUE`): values the user chose, which the run never adapts."""
+  return frozenset(a.partition('=')[0].removeprefix('--config.') for a in args if a.startswith('--config.'))
+
+
 def _parse(text: str, field_type: type) -> Any:
   if text.lower() in ('none', 'null'):
     return None

@@ -6,6 +6,7 @@ inside, so the step is a pure function of (state, batch) with its buffers donate
 """
 
 import dataclasses
+import math
 import os
 import signal
 import sys
@@ -109,11 +110,13 @@ def setup(
   data: tuple[tfds.core.DatasetBuilder, Any] | None = None,
   workdir: str | None = None,
   resuming: bool = False,
+  given: Collection[str] = (),
 ) -> Setup:
   """Validates the config against the devices (default: all) and the data; builds the model abstractly.
   `data`: (builder, info) instead of the dataset of `config.data` (the benchmark's random inputs).
   `workdir`: where the task keeps what it derives from the data (a trained vocabulary). `resuming`: the run
-  continues from a checkpoint, so data prepared from files that changed since is refused, not prepared again."""
+  continues from a checkpoint, so data prepared from files that changed since is refused, not prepared again.
+  `given`: the keys the command line set (config.given_keys), which are refused rather than adapted to the data."""
   config_lib.validate(config)
   mesh = parallel.make_mesh(config.mesh, parallel.devices(config)[0] if devices is None else devices)
   shards = mesh.shape['data'] * mesh.shape['fsdp']
@@ -158,7 +161,8 @@ def setup(
   )
   state_shardings = parallel.shardings(abstract_state, mesh, config.mesh.fsdp_min_size, family.TENSOR_PARALLEL)
   if data is None:
-    _check_sizes(config, info, mesh, parallel.per_device_bytes(abstract_state, state_shardings))
+    config = _fit_eval_batch(config, info, math.lcm(shards, pipeline.shards(config.data, 'eval_batch_size')[1]), given)
+    _check_sizes(config, mesh, parallel.per_device_bytes(abstract_state, state_shardings))
   if config.init_from is not None:
     check(
       family.offers('load_pretrained'),
@@ -169,16 +173,30 @@ def setup(
   return Setup(config, mesh, task, builder, info, graphdef, tx, abstract_state, state_shardings)
 
 
-def _check_sizes(config: ml_collections.ConfigDict, info: Any, mesh: jax.sharding.Mesh, state_bytes: int) -> None:
-  """What would fail only after compiling, or take the machine down: an eval batch larger than the eval split
-  needs, and parameters plus optimizer state larger than a device's memory."""
-  shards = mesh.shape['data'] * mesh.shape['fsdp']
-  needed = -(-info.num_eval // shards) * shards
+def _fit_eval_batch(
+  config: ml_collections.ConfigDict, info: Any, multiple: int, given: Collection[str]
+) -> ml_collections.ConfigDict:
+  """`config`, or a copy whose data.eval_batch_size is what the eval split needs when it is larger (a small
+  dataset of one's own): the same sums over the real examples, less padding; noted. A value given on the command
+  line is refused instead, and so is one no split could fill (`multiple`: what batches must divide by)."""
+  needed = max(-(-info.num_eval // multiple) * multiple, multiple)
+  batch = config.data.eval_batch_size
+  if batch <= needed:
+    return config
   check(
-    config.data.eval_batch_size <= max(needed, shards),
-    f'data.eval_batch_size={config.data.eval_batch_size} is larger than the eval split needs ({info.num_eval:,} '
-    f'examples): use at most {max(needed, shards):,}',
+    'data.eval_batch_size' not in given,
+    f'data.eval_batch_size={batch} is larger than the eval split needs ({info.num_eval:,} examples): use at most '
+    f'{needed:,}',
   )
+  log(f'data.eval_batch_size={batch} -> {needed}: the eval split has {info.num_eval:,} examples')
+  config = config.copy_and_resolve_references()
+  config.data.eval_batch_size = needed
+  config.lock()
+  return config
+
+
+def _check_sizes(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, state_bytes: int) -> None:
+  """What would take the machine down: parameters plus optimizer state larger than a device's memory."""
   capacity = parallel.device_memory(mesh)
   check(
     capacity is None or state_bytes <= capacity,
@@ -214,8 +232,8 @@ def init_state(s: Setup) -> TrainState:
   model = nnx.merge(s.graphdef, s.abstract_state.params)
   loaded, notes = model.load_pretrained(source, jax.device_get(state.params.to_pure_dict()))
   log(f'init_from {path}' + ''.join(f'\n  {note}' for note in notes))
-  params = state.params
-  params.replace_by_pure_dict(loaded)
+  params = state.params  # Each parameter placed in its sharded layout, shard by shard (no whole-model host copy).
+  params.replace_by_pure_dict(hub.place(loaded, s.state_shardings.params.to_pure_dict()))
   return jax.jit(fresh, out_shardings=s.state_shardings)(params, seed)
 
 
@@ -470,8 +488,11 @@ def _stop_if_diverged(state: TrainState, checkpointer: checkpoints.Checkpointer)
     )
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
+def train_and_evaluate(
+  config: ml_collections.ConfigDict, workdir: str, given: Collection[str] = ()
+) -> dict[str, float]:
   """Trains to `config.total_steps` (resuming from the newest readable checkpoint) and returns the last eval.
+  `given`: the keys the command line set, which `setup` refuses rather than adapts.
 
   Ends early, with everything up to its newest checkpoint kept, on a signal (errors.Preempted, after saving a
   checkpoint of the current step), a non-finite loss (errors.Diverged) or a full disk (errors.DiskFull)."""
@@ -480,7 +501,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     for note in lock_notes:
       log(note)
     trained = workdir_lib.trained(workdir)
-    s = setup(config, workdir=workdir, resuming=trained)  # Everything is checked before the workdir records the run.
+    s = setup(
+      config, workdir=workdir, resuming=trained, given=given
+    )  # Everything is checked before the workdir records the run.
     evals = evaluators.build(config, s.mesh, s.graphdef, s.state_shardings.params, s.info)  # Checked too.
     # A new run's initial weights (init_from's) are read and fitted before anything is recorded: a rejected
     # init_from leaves the workdir as it was.
