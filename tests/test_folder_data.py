@@ -257,6 +257,18 @@ def test_a_small_folder_trains_with_the_configs_eval_batch_shrunk_to_its_split(t
     train.setup(config, given={'data.eval_batch_size'})  # Chosen on the command line: refused, not changed.
 
 
+def test_a_train_batch_larger_than_the_dataset_spans_epochs_and_resumes_exactly(tmp_path):
+  root = tmp_path / 'tiny'
+  image_tree(root, splits=('train', 'test'), per_class=3)  # 9 training images, a batch of 32 (smoke config).
+  s = train.setup(folder_config(root, tmp_path / 'tfds'))
+  batches = train.train_batches(s)
+  first = [jax.device_get(next(batches)) for _ in range(3)]
+  assert all(b['label'].shape == (32,) for b in first)
+  resumed = jax.device_get(next(train.train_batches(s, start_step=2)))
+  for key in ('inputs', 'label'):
+    np.testing.assert_array_equal(resumed[key], first[2][key])
+
+
 def test_natural_order():
   names = ['f10.png', 'f2.png', 'f1.png', 'g.png', 'f02b.png']
   assert sorted(names, key=folder.natural_key) == ['f1.png', 'f2.png', 'f02b.png', 'f10.png', 'g.png']

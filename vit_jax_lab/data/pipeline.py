@@ -253,7 +253,9 @@ def train_iterator(
     split = tfds.split_for_jax_process(data_config.train_split, process_index=shard, process_count=num_shards)
     base = _read(builder, split, data_config.cache, prepare)
     n = _count(base, builder)
-    check(n >= per_batch, f'data shard {shard} has {n} examples, fewer than its batch {per_batch}')
+    check(n > 0, f'data shard {shard} of {data_config.train_split} has no examples: use fewer data.shards')
+    # The stream runs over the epochs back to back and is batched after, so a batch larger than the shard (a small
+    # dataset of one's own) holds an epoch and more: the same examples, each augmented with its own seed.
     buffer = min(data_config.shuffle_buffer, n)
 
     def epoch(e, base=base, n=n, shard=shard, buffer=buffer):
