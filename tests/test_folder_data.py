@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 
+import jax
 import numpy as np
 import pytest
 import tensorflow as tf
