@@ -188,6 +188,18 @@ def test_few_shot_on_a_folder_with_a_known_answer_and_no_batch_option(tmp_path, 
     np.testing.assert_array_equal(accuracies, np.full(3, expected), err_msg=f'{k}-shot')
 
 
+def test_default_shots_a_small_folder_cannot_fill_are_left_out_with_a_note(tmp_path, data_dir, capsys):
+  _dark_and_bright(tmp_path / 'photos', swap_test=False)  # 7 training photos per class.
+  config = os.path.join(os.path.dirname(__file__), '..', 'configs/vit/digits.py:smoke')
+  argv = ['--config', config, f'--config.data.name=folder:{tmp_path / "photos"}', f'--config.data.data_dir={data_dir}']
+  assert fewshot_tool.main([*argv, '--config.data.image_size=8', '--draws', '2']) == 0  # Shots 1, 5, 10, 25.
+  out = capsys.readouterr().out
+  assert '10, 25-shot left out: its class 0 has 7 examples in train' in out
+  assert '| 1-shot | 5-shot |' in out and '10-shot' not in out.split('note:')[0]
+  assert fewshot_tool.main([*argv, '--config.data.image_size=8', '--shots', '1,10']) == 2  # Chosen: refused.
+  assert 'class 0 of folder:' in capsys.readouterr().err
+
+
 def test_batch_size_option_is_checked_and_listed_in_help(capsys):
   assert fewshot_tool.main(['--config', 'configs/vit/digits.py:smoke', '--batch-size', '3']) == 2
   assert 'error: --batch-size 3: must be a positive multiple of the 8 devices' in capsys.readouterr().err

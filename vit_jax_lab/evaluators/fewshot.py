@@ -124,7 +124,8 @@ class Evaluator:
   splits, input shapes, too few examples of a class) is checked when it is built, before anything compiles.
 
   `param_shardings`: how the parameters passed to `evaluate` are sharded; `info`: what the run's task knows of its
-  data (the model's input shape)."""
+  data (the model's input shape). `fit_shots`: leave out the k a dataset's rarest class cannot fill (noted in
+  `notes`) instead of refusing them, for shots the user did not choose (tools.fewshot's defaults)."""
 
   def __init__(
     self,
@@ -133,9 +134,11 @@ class Evaluator:
     graphdef: nnx.GraphDef,
     param_shardings: Any,
     info: Any,
+    fit_shots: bool = False,
   ):
     f = config.eval.fewshot
     self.config, self.mesh, self.datasets, self.seconds = config, mesh, [], 0.0
+    self.fit_shots, self.notes = fit_shots, []
     if not f.datasets:
       return
     family = models.get(config.model.name)
@@ -168,12 +171,19 @@ class Evaluator:
     train_labels = _labels(builder, train_split, info)
     counts = np.bincount(train_labels, minlength=info.num_classes)
     fewest = int(np.argmin(counts))
+    shots = tuple(k for k in f.shots if k <= counts[fewest]) if self.fit_shots else tuple(f.shots)
     check(
-      counts[fewest] >= max(f.shots),
+      shots and counts[fewest] >= max(shots),
       f'eval.fewshot: class {fewest} of {name} has {counts[fewest]} examples in {train_split}, fewer than '
-      f'{max(f.shots)} shots: lower eval.fewshot.shots or raise eval.fewshot.max_train',
+      f'{max(f.shots) if self.fit_shots else max(shots)} shots: lower eval.fewshot.shots or raise '
+      'eval.fewshot.max_train',
     )
-    draws = [draw(train_labels, info.num_classes, tuple(f.shots), i, self.config.seed) for i in range(f.draws)]
+    if shots != tuple(f.shots):
+      self.notes.append(
+        f'{name}: {", ".join(str(k) for k in f.shots if k not in shots)}-shot left out: its class {fewest} has '
+        f'{counts[fewest]} examples in {train_split}'
+      )
+    draws = [draw(train_labels, info.num_classes, shots, i, self.config.seed) for i in range(f.draws)]
     return _Dataset(name, builder, data_config, info, train_split, train_labels, draws)
 
   name = 'few-shot'

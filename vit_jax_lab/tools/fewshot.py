@@ -32,21 +32,26 @@ from vit_jax_lab.tools import common
 
 def run(argv: list[str]) -> dict[str, dict[int, np.ndarray]]:
   """The command without its printing: dataset -> k -> the test accuracy of every draw."""
-  return evaluate(*_config(argv))
+  return evaluate(*_config(argv))[0]
 
 
-def evaluate(config: ml_collections.ConfigDict, workdir: str | None) -> dict[str, dict[int, np.ndarray]]:
-  """dataset -> k -> the test accuracy of every draw, of the parameters `config` and `workdir` name."""
+def evaluate(
+  config: ml_collections.ConfigDict, workdir: str | None, fit_shots: bool = False
+) -> tuple[dict[str, dict[int, np.ndarray]], list[str]]:
+  """(dataset -> k -> the test accuracy of every draw, notes), of the parameters `config` and `workdir` name.
+  `fit_shots`: leave out the k a dataset cannot fill (the shots were not chosen) instead of refusing them."""
   task = tasks.build(config.task)
   # Passed to setup, so that its check of the run's eval batch against the eval split (a training concern, which
   # depends on the run's device count) does not apply: here a batch larger than a split is padded.
   data = pipeline.load(config.data, lambda b, d: task.dataset_info(b, d, workdir))
   s = train.setup(config, data=data, workdir=workdir)
   params = common.params_of(s, workdir)
-  return fewshot.Evaluator(config, s.mesh, s.graphdef, s.state_shardings.params, s.info).results(params)
+  evaluator = fewshot.Evaluator(config, s.mesh, s.graphdef, s.state_shardings.params, s.info, fit_shots=fit_shots)
+  return evaluator.results(params), evaluator.notes
 
 
-def _config(argv: list[str]) -> tuple[ml_collections.ConfigDict, str | None]:
+def _config(argv: list[str]) -> tuple[ml_collections.ConfigDict, str | None, bool]:
+  """(config, workdir, whether to fit the shots to the data: the user gave none)."""
   parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.fewshot', description=__doc__.splitlines()[0])
   parser.add_argument('--workdir', help='a run: its config.json and newest checkpoint')
   parser.add_argument('--config', help='a config file (with --config.init_from=...) instead of --workdir')
@@ -82,7 +87,7 @@ def _config(argv: list[str]) -> tuple[ml_collections.ConfigDict, str | None]:
       raise ConfigError(f'--shots {args.shots}: expected comma-separated integers, e.g. 1,5,10,25') from None
   if args.draws is not None:
     f.draws = args.draws
-  return config, args.workdir
+  return config, args.workdir, args.shots is None
 
 
 def table(results: dict[str, dict[int, np.ndarray]]) -> list[str]:
@@ -102,11 +107,13 @@ def _std(values: np.ndarray) -> float:
 
 @console.command
 def main(argv: list[str]) -> int:
-  config, workdir = _config(argv)
-  results = evaluate(config, workdir)
+  config, workdir, fit_shots = _config(argv)
+  results, notes = evaluate(config, workdir, fit_shots)
   draws = len(next(iter(next(iter(results.values())).values())))
   print(f'few-shot linear evaluation: test accuracy (%), mean ± std over {draws} draws')
   print('\n'.join(table(results)))
+  for note in notes:
+    print(f'note: {note}')
   own = [name for name in results if workdir is not None and name == config.data.name]
   if own:
     print(
