@@ -56,7 +56,7 @@ def figure(
   height, width = shown.shape[:2]
   label = "class token's attention" if has_class_token else 'attention received (mean over queries)'
   axes[0].imshow(shown, cmap='gray')
-  axes[0].set_title(caption)
+  axes[0].set_title(caption, fontsize='small')  # A class name may be long: the panel is narrow.
   grey = shown if shown.ndim == 2 else shown.mean(-1)  # Colours of the photo would read as attention.
   for ax, (title, scores) in zip(axes[1:], panels):
     ax.imshow(grey, cmap='gray')
@@ -83,10 +83,10 @@ def render(model, image: np.ndarray, model_input: np.ndarray, layer: int, captio
 
 
 def prediction(model, model_input: np.ndarray, names: list[str]) -> str:
-  """'predicted NAME (p%)' of one preprocessed input."""
+  """'predicted NAME' and '(p%)' on a second line, of one preprocessed input."""
   probabilities = np.asarray(jax.nn.softmax(model(model_input[None], train=False)[0].astype(np.float32)))
   best = int(probabilities.argmax())
-  return f'predicted {names[best]} ({probabilities[best]:.0%})'
+  return f'predicted {names[best]}\n({probabilities[best]:.0%})'
 
 
 @console.command

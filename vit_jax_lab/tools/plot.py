@@ -57,7 +57,7 @@ def figure(runs: dict[str, dict[str, tuple[list[int], list[float]]]], metrics: l
   for ax in axes:  # Panels left over in the last row.
     ax.set_visible(False)
   handles, labels = fig.axes[0].get_legend_handles_labels()
-  fig.legend(handles, labels, loc='outside upper center', ncols=min(len(labels), 4))
+  fig.legend(handles, labels, loc='outside lower center', ncols=min(len(labels), 4))  # The title is on top.
   fig.suptitle(f'metrics.jsonl of {len(runs)} run{"s" if len(runs) > 1 else ""}')
   return fig
 
