@@ -501,9 +501,8 @@ def train_and_evaluate(
     for note in lock_notes:
       log(note)
     trained = workdir_lib.trained(workdir)
-    s = setup(
-      config, workdir=workdir, resuming=trained, given=given
-    )  # Everything is checked before the workdir records the run.
+    # Everything is checked before the workdir records the run.
+    s = setup(config, workdir=workdir, resuming=trained, given=given)
     evals = evaluators.build(config, s.mesh, s.graphdef, s.state_shardings.params, s.info)  # Checked too.
     # A new run's initial weights (init_from's) are read and fitted before anything is recorded: a rejected
     # init_from leaves the workdir as it was.
@@ -559,9 +558,9 @@ def train_and_evaluate(
           )
           progress.rate(step)  # Eval time does not count against steps/s.
         for evaluator in (e for e in evals if e.due(step, last)):
-          scores = evaluator.evaluate(state.eval_params())
-          writer.write_scalars(step, scores)
-          log(f'{evaluator.name} at step {step}: {evaluator.summary(scores)}')
+          extra = evaluator.evaluate(state.eval_params())
+          writer.write_scalars(step, extra)
+          log(f'{evaluator.name} at step {step}: {evaluator.summary(extra)}')
           progress.rate(step)
         if last or stop or checkpointer.should_save(step):
           _stop_if_diverged(state, checkpointer)
