@@ -8,12 +8,13 @@ import os
 import shutil
 
 import jax
+import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy
 from flax import nnx
 
-from vit_jax_lab import checkpoints, hub, tasks, train
+from vit_jax_lab import checkpoints, hub, hub_benchmark, tasks, train
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.models import release, vit
 
@@ -426,3 +427,57 @@ def test_init_from_a_folder_sets_the_clip_and_transformers_keys(smoke_config, ro
   model = nnx.merge(s.graphdef, train.init_state(s).params)
   theirs = ref['features'] if 'features' in ref else ref['pooler_output']
   assert max_difference(model.features(ref['images']), theirs) < 1e-5
+
+
+def test_tensors_are_read_only_views_of_the_mapped_file(tmp_path):
+  """No copy when a tensor is read (safetensors' own get_tensor copies); bfloat16 read as ml_dtypes' (JAX's)."""
+  path = str(tmp_path / 'model.safetensors')
+  tensors = {'a': np.arange(12, dtype=np.float32).reshape(3, 4), 'b': np.ones(5, ml_dtypes.bfloat16)}
+  safetensors.numpy.save_file(tensors, path)
+  (tmp_path / 'config.json').write_text('{}')
+  read = hub.Tensors({'a': path, 'b': path})
+  a = read['a']
+  assert not a.flags.writeable and not a.flags.owndata and isinstance(a.base, np.ndarray)
+  np.testing.assert_array_equal(a, tensors['a'])
+  assert read['b'].dtype == ml_dtypes.bfloat16 and read.shape('b') == (5,)
+  np.testing.assert_array_equal(read['b'].astype(np.float32), np.ones(5, np.float32))
+
+
+def test_a_timm_qkv_stays_a_view_of_the_file_until_placed():
+  """The release layout splits timm's fused qkv and the ViT fuses it again: a view of the mapped tensor, not a copy
+  (release._join_columns); separate query / key / value (transformers') are joined by a copy."""
+  weights = hub.read(os.path.join(DATA, 'vit'))
+  model, *_ = folder_model('vit')
+  params, _ = model.load_pretrained(weights, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()))
+  qkv = params['encoder']['blocks'][0]['attn']['qkv']['kernel']
+  fused = weights.tensors['blocks.0.attn.qkv.weight']
+  assert np.shares_memory(qkv, fused)
+  np.testing.assert_array_equal(qkv, fused.T)
+  _, _, _, params = folder_model('hf_vit')
+  qkv = params['encoder']['blocks'][0]['attn']['qkv']['kernel']
+  assert qkv.flags.owndata and qkv.shape == (32, 96)
+  query = hub.read(os.path.join(DATA, 'hf_vit')).tensors['vit.encoder.layer.0.attention.attention.query.weight']
+  np.testing.assert_array_equal(qkv[:, :32], query.T)
+
+
+def test_place_puts_each_parameter_in_its_sharding():
+  devices = jax.devices()
+  mesh = jax.make_mesh((1, len(devices), 1), ('data', 'fsdp', 'model'))
+  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('fsdp'))
+  kernel = np.arange(8 * len(devices) * 3, dtype=np.float32).reshape(3, -1).T  # A transposed view, as from a file.
+  tree = {'kernel': kernel, 'bias': np.ones(3, np.float32)}
+  shardings = {'kernel': sharding, 'bias': jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())}
+  placed = hub.place(tree, shardings)
+  assert placed['kernel'].sharding == sharding and placed['bias'].sharding == shardings['bias']
+  np.testing.assert_array_equal(placed['kernel'], kernel)
+  np.testing.assert_array_equal(placed['bias'], tree['bias'])
+
+
+def test_hub_benchmark_loads_a_random_timm_folder(tmp_path):
+  """`python -m vit_jax_lab.hub_benchmark write` / `measure` on a ViT-Ti-sized folder (23 MB)."""
+  size = hub_benchmark.write(str(tmp_path), 'Ti/16')
+  result = hub_benchmark.measure(str(tmp_path))
+  assert result['file_bytes'] == size == os.path.getsize(tmp_path / 'model.safetensors')
+  assert result['parameters'] == 5_717_416  # timm's vit_tiny_patch16_224 with a 1000-class head.
+  assert result['placed_bytes'] == 4 * result['parameters']
+  assert result['read_and_convert_s'] > 0 and result['peak_rss_bytes'] > result['placed_bytes']

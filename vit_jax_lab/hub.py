@@ -1,6 +1,8 @@
 """Hub-style weight folders (timm's and Hugging Face's): config.json + model.safetensors, or
-model.safetensors.index.json + its shards. Tensors are read with safetensors' NumPy API, one at a time when asked
-for (memory-mapped); nothing is ever unpickled and torch is never imported.
+model.safetensors.index.json + its shards. safetensors checks each file's header; a tensor is a read-only view of the
+memory-mapped file, made when asked for (safetensors' own NumPy `get_tensor` copies it, twice over while reading), so
+converting a folder copies only what its layout reshapes, and `place` reads each device's shard of a parameter alone.
+Nothing is ever unpickled and torch is never imported.
 
 A folder's layout is recognised from its tensor names (LAYOUTS); converting a layout into a model's parameters is
 the model's business (its `load_pretrained` takes a `HubWeights`).
@@ -12,6 +14,8 @@ import json
 import os
 from typing import Any, Iterator
 
+import jax
+import ml_dtypes
 import numpy as np
 import safetensors
 
@@ -65,20 +69,54 @@ def is_folder(path: str) -> bool:
   return CONFIG in names or any(n.endswith('.safetensors') or n.endswith(PICKLED) for n in names)
 
 
+# safetensors dtype names -> NumPy's (bfloat16: ml_dtypes', which JAX uses).
+_DTYPES = {
+  'F64': np.float64,
+  'F32': np.float32,
+  'F16': np.float16,
+  'BF16': ml_dtypes.bfloat16,
+  'I64': np.int64,
+  'I32': np.int32,
+  'I16': np.int16,
+  'I8': np.int8,
+  'U8': np.uint8,
+  'BOOL': np.bool_,
+}
+
+
+def _header(file: str) -> tuple[dict[str, Any], int]:
+  """A safetensors file's header (name -> dtype, shape, data_offsets) and where its data begins: an 8-byte
+  little-endian length, then that much JSON."""
+  with open(file, 'rb') as f:
+    size = int.from_bytes(f.read(8), 'little')
+    header = json.loads(f.read(size))
+  header.pop('__metadata__', None)
+  return header, 8 + size
+
+
 class Tensors(collections.abc.Mapping):
-  """name -> np.ndarray, read from the folder's safetensors file(s) when asked for; iterates in file order."""
+  """name -> np.ndarray, a read-only view of the memory-mapped file holding it, made when asked for; iterates in
+  file order."""
 
   def __init__(self, files: dict[str, str]):
     self._files = files  # name -> the file holding it.
+    self._headers = {file: _header(file) for file in dict.fromkeys(files.values())}
+    self._maps: dict[str, np.memmap] = {}
 
   def __getitem__(self, name: str) -> np.ndarray:
-    with safetensors.safe_open(self._files[name], framework='np') as f:
-      return f.get_tensor(name)
+    file = self._files[name]
+    header, start = self._headers[file]
+    entry = header[name]
+    if entry['dtype'] not in _DTYPES:
+      raise ConfigError(f'{os.path.basename(file)}: tensor {name} has dtype {entry["dtype"]}, which is not read')
+    if file not in self._maps:
+      self._maps[file] = np.memmap(file, dtype=np.uint8, mode='r')
+    begin, end = entry['data_offsets']
+    return self._maps[file][start + begin : start + end].view(_DTYPES[entry['dtype']]).reshape(entry['shape'])
 
   def shape(self, name: str) -> tuple[int, ...]:
     """A tensor's shape, from the file's header alone."""
-    with safetensors.safe_open(self._files[name], framework='np') as f:
-      return tuple(f.get_slice(name).get_shape())
+    return tuple(self._headers[self._files[name]][0][name]['shape'])
 
   def __iter__(self) -> Iterator[str]:
     return iter(self._files)
@@ -170,3 +208,17 @@ def layout_of(path: str, names: collections.abc.Iterable[str]) -> str:
   first = ', '.join(sorted(names)[:5]) or 'no tensors'
   known = '; '.join(description for description, _ in LAYOUTS.values())
   raise ConfigError(f'init_from={path!r}: weights of an unknown layout (first names: {first}); known layouts: {known}')
+
+
+def place(tree: Any, shardings: Any) -> Any:
+  """Host arrays (views of a folder's memory-mapped files among them) -> jax.Arrays laid out by `shardings` (a tree
+  of the same structure), one parameter at a time (`jax.make_array_from_callback`): no host copy of the whole model
+  is made, only of one tensor at a time where the layout reshapes it."""
+
+  def one(array: Any, sharding: jax.sharding.Sharding) -> jax.Array:
+    # A strided view (a transposed kernel) is copied whole first, one tensor: sliced shard by shard, it is read
+    # from the mapped file column by column, several times slower.
+    array = np.ascontiguousarray(array)
+    return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
+
+  return jax.tree.map(one, tree, shardings)

@@ -41,11 +41,34 @@ def _attention_to_release(attn: dict, num_heads: int) -> dict:
   return out | {'out': {'kernel': attn['out']['kernel'].reshape(num_heads, -1, d), 'bias': attn['out']['bias']}}
 
 
+def _buffer(a: np.ndarray) -> Any:
+  """The object whose memory `a` views (its last ndarray base's buffer)."""
+  while isinstance(a.base, np.ndarray):
+    a = a.base
+  return a if a.base is None else a.base
+
+
+def _join_columns(parts: list[np.ndarray]) -> np.ndarray:
+  """np.concatenate(parts, axis=1), but a view where the parts are adjacent column blocks of one array (a fused
+  qkv kernel split into the release's query / key / value, as timm's and our own runs' are), so that a hub
+  folder's memory-mapped tensors are not copied here."""
+  a = parts[0]
+  if a.ndim == 2 and all(
+    p.ndim == 2 and p.dtype == a.dtype and p.strides == a.strides and p.shape[0] == a.shape[0] for p in parts
+  ):
+    pointers = [p.__array_interface__['data'][0] for p in parts]
+    adjacent = all(q - p == a.strides[1] * part.shape[1] for p, q, part in zip(pointers, pointers[1:], parts))
+    if adjacent and all(_buffer(p) is _buffer(a) for p in parts):
+      width = sum(p.shape[1] for p in parts)
+      return np.lib.stride_tricks.as_strided(a, (a.shape[0], width), a.strides, writeable=False)
+  return np.concatenate(parts, axis=1)
+
+
 def _attention_from_release(t: dict) -> dict:
   d, names = t['out']['bias'].shape[0], ('query', 'key', 'value')
   return {
     'qkv': {
-      'kernel': np.concatenate([t[n]['kernel'].reshape(d, -1) for n in names], axis=1),
+      'kernel': _join_columns([t[n]['kernel'].reshape(d, -1) for n in names]),
       'bias': np.concatenate([t[n]['bias'].reshape(-1) for n in names]),
     },
     'out': {'kernel': t['out']['kernel'].reshape(-1, d), 'bias': t['out']['bias']},
