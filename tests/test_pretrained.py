@@ -481,3 +481,13 @@ def test_hub_benchmark_loads_a_random_timm_folder(tmp_path):
   assert result['parameters'] == 5_717_416  # timm's vit_tiny_patch16_224 with a 1000-class head.
   assert result['placed_bytes'] == 4 * result['parameters']
   assert result['read_and_convert_s'] > 0 and result['peak_rss_bytes'] > result['placed_bytes']
+
+
+@pytest.mark.parametrize('row', ['clip_quickgelu', 'hf_dinov2_reg', 'hf_siglip'])
+def test_a_scanned_model_loads_the_folder_alike(row):
+  """model.scan=True: the blocks' parameters stacked on a layer axis (release.scanned_like), the same outputs."""
+  ref = np.load(os.path.join(DATA, row, 'reference.npz'))
+  model, _, _, params = folder_model(row, scan=True)
+  assert params['encoder']['blocks']['attn']['qkv']['kernel'].shape == (2, 32, 96)
+  theirs = ref['features'] if 'features' in ref else ref['pooler_output']
+  assert max_difference(model.features(ref['images']), theirs) < 1e-5
