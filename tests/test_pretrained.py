@@ -491,3 +491,17 @@ def test_a_scanned_model_loads_the_folder_alike(row):
   assert params['encoder']['blocks']['attn']['qkv']['kernel'].shape == (2, 32, 96)
   theirs = ref['features'] if 'features' in ref else ref['pooler_output']
   assert max_difference(model.features(ref['images']), theirs) < 1e-5
+
+
+def test_a_bfloat16_folder_loads_as_the_models_float32(tmp_path):
+  """Hub checkpoints are often saved in bfloat16: read (ml_dtypes' bfloat16), cast to the parameters' dtype, noted."""
+  folder = copy_row(tmp_path, 'vit')
+  path = os.path.join(folder, 'model.safetensors')
+  tensors = {k: v.astype(ml_dtypes.bfloat16) for k, v in safetensors.numpy.load_file(path).items()}
+  safetensors.numpy.save_file(tensors, path)
+  model, notes, _, params = folder_model(folder)
+  assert "bfloat16 tensors cast to the model's parameter dtype" in notes
+  assert {a.dtype for a in jax.tree.leaves(params)} == {np.dtype(np.float32)}
+  np.testing.assert_array_equal(params['cls'], tensors['cls_token'].astype(np.float32))
+  ref = np.load(os.path.join(DATA, 'vit', 'reference.npz'))
+  assert max_difference(model(ref['images']), ref['logits']) < 0.1  # bfloat16's 8 bits of mantissa.

@@ -7,6 +7,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 import vit_jax_lab.hub as hub
@@ -351,8 +352,13 @@ class ViT(base.Model):
     if options != theirs:
       notes.append(f"the folder's model computes with {theirs}; this model has {options}: its outputs differ")
     flat, origin = layout.to_release(weights.tensors, self.num_heads)
-    params, adapted = release.from_release(flat, self, params, posemb_resize=layout.POSEMB_RESIZE, origin=origin)
-    return params, notes + adapted
+    loaded, adapted = release.from_release(flat, self, params, posemb_resize=layout.POSEMB_RESIZE, origin=origin)
+    # A folder saved in bfloat16 or float16 trains in the model's own dtype: cast (copied) tensor by tensor.
+    cast = {str(a.dtype) for a, p in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)) if a.dtype != p.dtype}
+    if cast:
+      loaded = jax.tree.map(lambda a, p: a if a.dtype == p.dtype else np.asarray(a).astype(p.dtype), loaded, params)
+      notes.append(f"{' and '.join(sorted(cast))} tensors cast to the model's parameter dtype")
+    return loaded, notes + adapted
 
   @classmethod
   def release_params(cls, params: dict, model_config: Any) -> dict:
