@@ -14,9 +14,10 @@ import pytest
 import safetensors.numpy
 from flax import nnx
 
-from vit_jax_lab import checkpoints, hub, hub_benchmark, tasks, train
+from vit_jax_lab import checkpoints, hub, tasks, train
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.models import release, vit
+from vit_jax_lab.tools import hub_benchmark
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'pretrained')
 # row -> what timm made it from (tests/data/pretrained/make_references.py).
@@ -474,7 +475,7 @@ def test_place_puts_each_parameter_in_its_sharding():
 
 
 def test_hub_benchmark_loads_a_random_timm_folder(tmp_path):
-  """`python -m vit_jax_lab.hub_benchmark write` / `measure` on a ViT-Ti-sized folder (23 MB)."""
+  """`python -m vit_jax_lab.tools.hub_benchmark write` / `measure` on a ViT-Ti-sized folder (23 MB)."""
   size = hub_benchmark.write(str(tmp_path), 'Ti/16')
   result = hub_benchmark.measure(str(tmp_path))
   assert result['file_bytes'] == size == os.path.getsize(tmp_path / 'model.safetensors')

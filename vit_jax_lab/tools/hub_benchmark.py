@@ -1,8 +1,8 @@
 """Peak host memory and time of loading a large hub folder into a sharded ViT (issue 42's rule: a host holds the
 file's pages plus about one tensor, never a copy of the whole model).
 
-    python -m vit_jax_lab.hub_benchmark write --size g/14 --out /tmp/vit_g14   # a random timm folder, by numpy
-    python -m vit_jax_lab.hub_benchmark measure /tmp/vit_g14
+    python -m vit_jax_lab.tools.hub_benchmark write --size g/14 --out /tmp/vit_g14   # a random timm folder, by numpy
+    python -m vit_jax_lab.tools.hub_benchmark measure /tmp/vit_g14
 
 `write` streams random float32 tensors into model.safetensors one at a time (never the whole model in memory).
 `measure` reads the folder into our ViT over every local device (FSDP shardings of train.setup's rule) as
