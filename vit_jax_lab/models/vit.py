@@ -225,6 +225,7 @@ class ViT(base.Model):
         layernorm_epsilon=options.layernorm_epsilon,
         rngs=rngs,
       )
+    self.representation_size = representation_size
     if representation_size is not None:
       self.pre_logits = nnx.Linear(d, representation_size, rngs=rngs)
     head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
@@ -274,7 +275,7 @@ class ViT(base.Model):
       raise KeyError(self.pool)
 
     x = pooled(x)
-    if hasattr(self, 'pre_logits'):
+    if self.representation_size is not None:
       x = jnp.tanh(self.pre_logits(x))
     return x
 
