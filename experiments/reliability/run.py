@@ -1,5 +1,7 @@
 """Every way a `python -m main` run ends, from the command line: signals, kill -9, a non-finite loss, damaged
-checkpoints and files, a full disk, two runs on one workdir, bad inputs. Prints and rewrites the README's table.
+checkpoints and files, full and read-only disks, two runs on one workdir, bad inputs. Prints and rewrites the
+README's table: per case its exit status, the one line it ended with, and whether the rerun equalled the
+uninterrupted run.
 
 python -m experiments.reliability.run [--keep]    # rewrites the table in README.md; see there for the time
 Each case is a real `python -m main` subprocess (JAX_PLATFORMS=cpu) on configs/vit/digits.py, shortened to 200
@@ -33,7 +35,7 @@ TIMEOUT = 600  # Seconds one command may take before it counts as hung.
 OWN = re.compile(
   r'(parameters:|  \S.* [\d,]+$|mesh |step +\d+/|eval at step |done: step |resumed from step |error: |stopped by |'
   r'checkpoint \d+ does not read whole|took over the lock|total_steps changed |\S+ changed .* \(resume_changes\)|'
-  r'init_from |.*: the run is complete|generating the built-in dataset )'
+  r'init_from |.*: the run is complete|generating the built-in dataset |interrupted at once by a second Ctrl-C)'
 )
 NORMAL = re.compile(r'(parameters:|  \S.* [\d,]+$|mesh |step +\d+/|eval at step |done: step |resumed from step )')
 
@@ -168,29 +170,41 @@ def truncate(path: str) -> None:
     f.truncate(os.path.getsize(path) // 2)
 
 
+LINE = 110  # Characters of a printed line shown in the table.
+
+
 class Rows:
+  """The table: per case, its exit status(es), the one line it ended with, and whether the rerun equalled the
+  uninterrupted run. Lines that are not the command's own are counted in `lab.noise` and reported under it."""
+
   def __init__(self, lab: Lab):
     self.lab, self.rows = lab, []
 
-  def add(self, scenario: str, happened: str, status: str, lines: str, rerun: str = '—') -> None:
-    self.rows.append((scenario, happened, status, lines, rerun))
-    print(f'{scenario} | {happened} | {status} | {lines} | {rerun}', flush=True)
+  def add(self, case: str, status: str, line: str, rerun: str = '—') -> None:
+    self.rows.append((case, status, line, rerun))
+    print(f'{case} | {status} | {line} | {rerun}', flush=True)
 
-  def fault(self, scenario: str, first: Run | None, what: str, rerun: Run, reference: str, workdir: str) -> None:
-    """A fault (a run, or damage done by hand when `first` is None) and the rerun after it: the rerun's notes,
-    the statuses and line counts, and whether the rerun ended where the uninterrupted run did."""
-    happened = f'{what}; rerun: ' + '; '.join([*map(self.lab.show, rerun.notes()), rerun.resumed()])
-    status, lines = f'rerun {rerun.status}', f'rerun {len(rerun.lines())}'
-    if first is not None:
-      status, lines = f'{first.status}, {status}', f'{len(first.lines())}, {lines}'
-    self.add(scenario, happened, status, lines, verdict(workdir, reference))
+  def cell(self, text: str) -> str:
+    """A printed line for a cell, cut to LINE characters (the temporary directory shown as $TMP)."""
+    text = text.replace(self.lab.tmp, '$TMP')
+    return self.lab.show(text if len(text) <= LINE else text[: LINE - 1] + '…')
 
-  def refused(self, scenario: str, run: Run, workdir: str | None = None) -> None:
+  def fault(self, case: str, first: Run | None, rerun: Run, reference: str, workdir: str) -> None:
+    """A fault (a run, or damage done by hand when `first` is None) and the rerun after it: the fault's line (or the
+    rerun's first note), the statuses, and whether the rerun ended where the uninterrupted run did."""
+    notes = [line for line in rerun.notes() if not line.startswith(('error: ', 'stopped by '))]
+    line = first.last() if first is not None else (notes[0] if notes else '(no note)')
+    status = f'{first.status}, rerun {rerun.status}' if first is not None else f'rerun {rerun.status}'
+    self.add(case, status, self.cell(line) + f'; rerun {rerun.resumed()}', verdict(workdir, reference))
+
+  def refused(self, case: str, run: Run, workdir: str | None = None) -> None:
     """A run that should end at once in one line; notes a workdir it leaves behind."""
-    happened = self.lab.show(run.last())
+    line = self.cell(run.last())
+    if len(run.lines()) > 1:
+      line += f' ({len(run.lines())} lines)'
     if workdir and os.path.isdir(workdir):
-      happened += f' (left {workdir.replace(self.lab.tmp, "$TMP")} behind: {", ".join(sorted(os.listdir(workdir)))})'
-    self.add(scenario, happened, run.status, str(len(run.lines())))
+      line += f' (left {", ".join(sorted(os.listdir(workdir)))} behind)'
+    self.add(case, run.status, line)
 
 
 def signalled(lab: Lab, name: str, sig: signal.Signals) -> tuple[Run, str]:
@@ -205,49 +219,56 @@ def signalled(lab: Lab, name: str, sig: signal.Signals) -> tuple[Run, str]:
 def plain(lab: Lab, rows: Rows) -> str:
   first = lab.run(lab.workdir('first'), config=f'{CONFIG}:smoke')  # Generates the digits dataset in data_dir.
   rows.add(
-    'first run with an empty data_dir (`digits.py:smoke`; generates the dataset)',
-    f'finished; first line {lab.show(first.lines()[0])}; lines not its own: {len(first.foreign())}',
-    first.status,
-    str(len(first.lines())),
+    'first run, empty data_dir (`digits.py:smoke`; generates the dataset)', first.status, rows.cell(first.last())
   )
   reference = lab.workdir('reference')
   run = lab.run(reference, *BASE)
-  rows.add(
-    'plain run (200 steps; the uninterrupted reference)',
-    f'finished; first line {lab.show(run.lines()[0])}; last {lab.show(run.last())}; '
-    f'lines not its own: {len(run.foreign())}',
-    run.status,
-    str(len(run.lines())),
-  )
+  rows.add('plain run (200 steps; the uninterrupted reference)', run.status, rows.cell(run.last()))
   return reference
 
 
 def signals(lab: Lab, rows: Rows, reference: str) -> None:
-  for sig in (signal.SIGTERM, signal.SIGINT):
+  for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     run, workdir = signalled(lab, sig.name.lower(), sig)
     rerun = lab.run(workdir, *BASE)
-    rows.fault(f'{sig.name} mid-run, rerun', run, lab.show(run.last()), rerun, reference, workdir)
+    rows.fault(f'{sig.name} mid-run, rerun', run, rerun, reference, workdir)
 
   workdir = lab.workdir('kill9')
   run = lab.start(workdir, *BASE)
   run.wait_until(lambda: logged_step(workdir) > 50)
   run.process.kill()
   run.wait()
-  steps = [line.split()[1] for line in run.lines() if line.startswith('step ')]
   rerun = lab.run(workdir, *BASE)
-  rows.fault('kill -9 mid-run, rerun', run, f'killed after step {steps[-1]} was logged', rerun, reference, workdir)
+  rows.fault('kill -9 mid-run, rerun', run, rerun, reference, workdir)
+
+  workdir = lab.workdir('early')
+  run = lab.start(workdir, *BASE)
+  time.sleep(2)  # Importing JAX.
+  run.process.send_signal(signal.SIGTERM)
+  lab.check_noise(run.wait())
+  rerun = lab.run(workdir, *BASE)
+  rows.fault('SIGTERM 2 s after the start (before the first step), rerun', run, rerun, reference, workdir)
+
+  workdir = lab.workdir('twice')
+  run = lab.start(workdir, *BASE)
+  run.wait_until(lambda: logged_step(workdir) > 50)
+  run.process.send_signal(signal.SIGINT)
+  time.sleep(0.3)  # Two signals sent at once are one to the process: a person's second press comes later.
+  run.process.send_signal(signal.SIGINT)
+  lab.check_noise(run.wait())
+  rerun = lab.run(workdir, *BASE)
+  rows.fault('Ctrl-C twice mid-run, rerun', run, rerun, reference, workdir)
 
 
 def diverged(lab: Lab, rows: Rows) -> None:
   workdir = lab.workdir('nan')
   run = lab.run(workdir, *NAN)
-  rows.add('non-finite loss (`optim.lr=1e4`)', lab.show(run.last()), run.status, str(len(run.lines())))
+  rows.add('non-finite loss (`optim.lr=1e4`)', run.status, rows.cell(run.last()))
   lower = NAN + ('--config.optim.lr=1e-3',)
-  run = lab.run(workdir, *lower)
-  rows.refused('… rerun with `optim.lr=1e-3`', run)
+  rows.refused('… rerun with `optim.lr=1e-3`', lab.run(workdir, *lower))
   run = lab.run(workdir, *lower, '--config.resume_changes=optim.lr')
-  happened = f'continued: {"; ".join(map(lab.show, run.notes()))}; {run.resumed()}; ended {lab.show(run.last())}'
-  rows.add('… rerun adding `resume_changes=optim.lr`', happened, run.status, str(len(run.lines())))
+  note = next((line for line in run.notes() if 'resume_changes' in line), '(no note)')
+  rows.add('… rerun adding `resume_changes=optim.lr`', run.status, rows.cell(note) + f'; {run.resumed()}')
 
 
 def damaged(lab: Lab, rows: Rows, reference: str) -> None:
@@ -257,37 +278,24 @@ def damaged(lab: Lab, rows: Rows, reference: str) -> None:
     return workdir
 
   cases = (
-    ('truncate', 'newest checkpoint: a data file truncated to half, rerun', truncate),
-    ('delete', 'newest checkpoint: a data file deleted, rerun', os.remove),
+    ('truncate', 'newest checkpoint: its largest file truncated to half, rerun', truncate),
+    ('delete', 'newest checkpoint: its largest file deleted, rerun', os.remove),
   )
-  for name, scenario, damage in cases:
+  for name, case, damage in cases:
     workdir = copy(name)
-    path = largest_data_file(workdir)
-    damage(path)
-    rerun = lab.run(workdir, *BASE)
-    what = f'{name}d the largest file in {os.path.relpath(os.path.dirname(path), workdir)}/ of the finished run'
-    rows.fault(scenario, None, what, rerun, reference, workdir)
+    damage(largest_data_file(workdir))
+    rows.fault(case, None, lab.run(workdir, *BASE), reference, workdir)
   workdir = copy('metadata')
-  path = os.path.join(newest_checkpoint(workdir), 'state', '_METADATA')
-  os.remove(path)
-  rerun = lab.run(workdir, *BASE)
-  rows.fault(
-    'newest checkpoint: `state/_METADATA` deleted, rerun',
-    None,
-    f'deleted {os.path.relpath(path, workdir)} of the finished run',
-    rerun,
-    reference,
-    workdir,
-  )
+  os.remove(os.path.join(newest_checkpoint(workdir), 'state', '_METADATA'))
+  rows.fault('newest checkpoint: `state/_METADATA` deleted, rerun', None, lab.run(workdir, *BASE), reference, workdir)
 
   workdir = copy('config_json')
   truncate(os.path.join(workdir, 'config.json'))
   rows.refused('`config.json` truncated to half, rerun', lab.run(workdir, *BASE))
 
   run = lab.run(copy('longer'), *BASE[:-1], '--config.checkpoint_every=50', '--config.total_steps=220')
-  notes = [line for line in run.notes() if line.startswith('total_steps changed')]
-  happened = f'{lab.show(notes[0]) if notes else "no note"}; {run.resumed()}; trained to step 220'
-  rows.add('finished run rerun with `total_steps` 200 -> 220', happened, run.status, str(len(run.lines())))
+  note = next((line for line in run.notes() if line.startswith('total_steps changed')), '(no note)')
+  rows.add('finished run rerun with `total_steps` 200 -> 220', run.status, rows.cell(note) + f'; {run.resumed()}')
 
 
 def disk_full(lab: Lab, rows: Rows) -> None:
@@ -301,17 +309,26 @@ def disk_full(lab: Lab, rows: Rows) -> None:
     rerun = lab.run(workdir, *DISK)
     reference = lab.workdir('disk_reference')
     lab.run(reference, *DISK)
-    rows.fault(
-      'disk full (20 MB tmpfs, 400 steps, a checkpoint every 20 kept), rerun after growing it to 200 MB',
-      run,
-      lab.show(run.last()),
-      rerun,
-      reference,
-      workdir,
-    )
+    rows.fault('workdir disk full (20 MB tmpfs, 400 steps), rerun after growing it', run, rerun, reference, workdir)
   finally:
     lab.kill_all()
     subprocess.run(['umount', mount], check=False)
+  for name, size, case in (
+    ('tiny', '8k', 'workdir on an 8 KB disk'),
+    ('data64k', '64k', 'empty data_dir on a 64 KB disk'),
+  ):
+    mount = os.path.join(lab.tmp, name)
+    os.makedirs(mount)
+    subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs', mount], check=True)
+    try:
+      if name == 'tiny':
+        run = lab.run(os.path.join(mount, 'run'), *BASE)
+      else:
+        run = lab.run(lab.workdir(name), *BASE, f'--config.data.data_dir={mount}')
+      rows.refused(case, run)
+    finally:
+      lab.kill_all()
+      subprocess.run(['umount', mount], check=False)
 
 
 def two_runs(lab: Lab, rows: Rows, reference: str) -> None:
@@ -322,9 +339,8 @@ def two_runs(lab: Lab, rows: Rows, reference: str) -> None:
   lab.check_noise(first.wait())
   rows.add(
     'a second run on the workdir of a running one',
-    f'second: {lab.show(second.last())}; first: {"finished" if first.status == "0" else lab.show(first.last())}',
     f'{second.status}, first {first.status}',
-    f'{len(second.lines())}, first {len(first.lines())}',
+    rows.cell(second.last()),
     verdict(workdir, reference),
   )
 
@@ -334,14 +350,7 @@ def partial_line(lab: Lab, rows: Rows, reference: str) -> None:
   with open(os.path.join(workdir, 'metrics.jsonl'), 'a') as f:
     f.write('{"step": 999, "train/loss": 0.12')
   rerun = lab.run(workdir, *BASE)
-  rows.fault(
-    'half-written last line appended to metrics.jsonl after a SIGTERM, rerun',
-    run,
-    lab.show(run.last()),
-    rerun,
-    reference,
-    workdir,
-  )
+  rows.fault('half-written line appended to metrics.jsonl after a SIGTERM, rerun', run, rerun, reference, workdir)
 
 
 def huge_total_steps(lab: Lab, rows: Rows) -> None:
@@ -351,12 +360,10 @@ def huge_total_steps(lab: Lab, rows: Rows) -> None:
   run.process.send_signal(signal.SIGTERM)
   lab.check_noise(run.wait())
   line = next(line for line in run.lines() if line.startswith('step '))
-  eta = re.search(r'ETA ([\d,]+d \d\d:\d\d:\d\d)$', line)
-  happened = f'accepted; first log line {lab.show(line)} ({"ETA in days" if eta else "ETA not in days"}); SIGTERM'
-  rows.add('`total_steps=1000000000000`', happened, run.status, str(len(run.lines())))
+  rows.add('`total_steps=1000000000000`, then SIGTERM', run.status, rows.cell(line))
 
 
-def bad_inputs(lab: Lab, rows: Rows) -> None:
+def bad_inputs(lab: Lab, rows: Rows, reference: str) -> None:
   import numpy as np
 
   files = os.path.join(lab.tmp, 'files')
@@ -368,28 +375,50 @@ def bad_inputs(lab: Lab, rows: Rows) -> None:
   for path, content in ((text, 'not weights\n'), (regular, 'a file, not a folder\n')):
     with open(path, 'w') as f:
       f.write(content)
+  syntax = os.path.join(files, 'syntax.py')
+  with open(syntax, 'w') as f:
+    f.write('def get_config(:\n')
   cases = [
     ('`model.patch_size=0`', '--config.model.patch_size=0'),
-    ('`model.patch_size=-2`', '--config.model.patch_size=-2'),
     ('`model.patch_size=3` (8x8 images)', '--config.model.patch_size=3'),
+    ('`model.depth=0`', '--config.model.depth=0'),
     ('`init_from=` a truncated .npz', f'--config.init_from={npz}'),
     ('`init_from=` an empty file', f'--config.init_from={empty}'),
     ('`init_from=` a text file (named .npz)', f'--config.init_from={text}'),
+    ('`init_from=` a ViT of another size (the reference, `model.width=32`)', f'--config.init_from={reference}'),
     ('`data.name=` (empty)', '--config.data.name='),
+    ('`data.data_dir=` a file', f'--config.data.data_dir={regular}'),
     ('`optim.lr=1e400`', '--config.optim.lr=1e400'),
     ('`data.eval_batch_size=1000000000`', '--config.data.eval_batch_size=1000000000'),
     ('`model.width=1000000`', '--config.model.width=1000000'),
   ]
-  for i, (scenario, override) in enumerate(cases):
+  for i, (case, override) in enumerate(cases):
+    extra = ('--config.model.width=32', '--config.model.num_heads=2') if 'another size' in case else ()
     workdir = lab.workdir(f'bad{i}')
-    rows.refused(scenario, lab.run(workdir, *BASE, override), workdir)
+    rows.refused(case, lab.run(workdir, *BASE, override, *extra), workdir)
+  other = next(i for i, (case, _) in enumerate(cases) if 'another size' in case)
+  workdir = lab.workdir(f'bad{other}')  # Refused an init_from of another size: the corrected command runs.
+  short = (
+    '--config.total_steps=20',
+    '--config.eval_every=20',
+    '--config.log_every=10',
+    '--config.schedule.warmup_steps=2',
+  )
+  run = lab.run(workdir, *short)
+  rows.add('… the same workdir without `init_from`', run.status, rows.cell(run.last()))
+  rows.refused('`--config` a file with a syntax error', lab.run(lab.workdir('syntax'), *BASE, config=syntax))
   rows.refused('`--workdir` a regular file', lab.run(regular, *BASE))
   rows.refused("`--workdir ''`", lab.run('', *BASE))
+  metrics = lab.workdir('metrics_folder')
+  os.makedirs(os.path.join(metrics, 'metrics.jsonl'))
+  rows.refused('`metrics.jsonl` a folder in the workdir', lab.run(metrics, *BASE))
   mount = os.path.join(lab.tmp, 'readonly')
   os.makedirs(mount)
   subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=1m,ro', 'tmpfs', mount], check=True)
   try:
     rows.refused('`--workdir` on a read-only file system', lab.run(os.path.join(mount, 'run'), *BASE))
+    rows.refused('empty `data.data_dir` on a read-only file system', lab.run(lab.workdir('ro_data'), *BASE,
+      f'--config.data.data_dir={mount}'))  # fmt: skip
   finally:
     subprocess.run(['umount', mount], check=False)
 
@@ -411,7 +440,7 @@ def main() -> None:
     two_runs(lab, rows, reference)
     partial_line(lab, rows, reference)
     huge_total_steps(lab, rows)
-    bad_inputs(lab, rows)
+    bad_inputs(lab, rows, reference)
   finally:
     lab.kill_all()
   minutes = (time.time() - start) / 60
@@ -419,10 +448,11 @@ def main() -> None:
     print(f"not the command's own line ({log}): {line}")
   lines = [
     f'Regenerated by `python -m experiments.reliability.run` in {minutes:.0f} minutes '
-    f'({os.cpu_count()} CPU cores, JAX_PLATFORMS=cpu). $TMP is the temporary directory of the runs.',
+    f"({os.cpu_count()} CPU cores, JAX_PLATFORMS=cpu); $TMP is the runs' temporary directory. Lines printed that "
+    f"are not the command's own, over all {lab.count} commands: {len(lab.noise)}.",
     '',
-    '| scenario | what happened | exit status | lines printed | rerun = uninterrupted run |',
-    '|---|---|---|---|---|',
+    '| case | exit status | the line it ended with | rerun = uninterrupted run |',
+    '|---|---|---|---|',
   ]
   lines += [f'| {" | ".join(row)} |' for row in rows.rows]
   common.write_table(__file__, lines)
