@@ -13,9 +13,14 @@ image is a JPEG or PNG file; a video a folder of frames (natural order: 2.png be
 file. A folder of images, or of videos, gives one JSON line per file: {"input": path, "top_k": [[label, p], ...]}
 ({"input", "output"} for seq2seq). Labels are the class names of the run's dataset.
 
+python -m vit_jax_lab.tools.predict --pretrained vit_base_patch16_224.augreg_in21k_ft_in1k/ cat.jpg
+
 Weights: the newest checkpoint of --workdir (its parameter average with ema_decay, as evaluation uses), or, with
---config, those of --config.init_from (a release .npz or a run), loaded as training loads them. The model is compiled
-once, for batches of --batch_size (the last one padded).
+--config, those of --config.init_from (a release .npz or a run), loaded as training loads them. With --pretrained,
+a timm or Hugging Face transformers classifier folder (config.json + model.safetensors) runs as it is: the ViT of
+its shape, its label names (timm's label_names, transformers' id2label) and its own preprocessing (timm's
+pretrained_cfg, transformers' preprocessor_config.json). The model is compiled once, for batches of --batch_size
+(the last one padded).
 """
 
 import argparse
@@ -24,6 +29,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import sys
 import time
@@ -34,10 +40,11 @@ import numpy as np
 import tensorflow as tf
 from flax import nnx
 
-from vit_jax_lab import config as config_lib, console, parallel, tasks, train
+from vit_jax_lab import config as config_lib, console, hub, models, parallel, tasks, train
 from vit_jax_lab.data import images
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.errors import ConfigError, check
+from vit_jax_lab.models import vit
 from vit_jax_lab.tools import common
 
 try:
@@ -266,6 +273,14 @@ class Predictor:
     self.model_input = tf.function(fn, input_signature=[spec])
     self.step = self._compile()
 
+  @property
+  def channels(self) -> int:
+    return self.s.info.input_shape[-1]
+
+  @property
+  def device(self) -> jax.Device:
+    return self.s.mesh.devices.flat[0]
+
   def _fit(self, raw):
     """Images (frames) of another size than the run's data, when its config resizes nothing (no data.image_size
     or resize_size; its preprocessing then takes the dataset's size only): squashed to that size first."""
@@ -293,7 +308,7 @@ class Predictor:
   def results(self, items: list[Item], batch: int) -> Iterator[tuple[Item, Any, bool]]:
     """(item, its prediction or the one-line reason it could not be read, whether it was adapted), in order.
     Threads read and preprocess the inputs while the device runs the batch before."""
-    channels = self.s.info.input_shape[-1]
+    channels = self.channels
 
     def prepared(item):
       try:
@@ -315,7 +330,7 @@ class Predictor:
       if pending:
         yield pending
 
-    device, running = self.s.mesh.devices.flat[0], None
+    device, running = self.device, None
     for pending in chunks():
       rows = [v for _, v, _ in pending if not isinstance(v, Unreadable)]
       outputs = self.step(self.params, jax.device_put(_stacked(rows, batch), device)) if rows else None
@@ -416,6 +431,163 @@ def load(args: argparse.Namespace, overrides: list[str], devices=None) -> Predic
   return Predictor(kind, config, s, jax.device_put(params, s.mesh.devices.flat[0]), labels, args.top_k)
 
 
+# --- A hub folder as it is ----------------------------------------------------------------------------------------
+
+# transformers' resample codes (PIL's) -> tf.image.resize's methods.
+_RESAMPLE = {0: 'nearest', 1: 'lanczos3', 2: 'bilinear', 3: 'bicubic', 4: 'area', 5: 'bilinear'}
+_TIMM_MEAN, _TIMM_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # timm's defaults (ImageNet's).
+
+
+@dataclasses.dataclass(frozen=True)
+class Preprocessing:
+  """A hub folder's evaluation preprocessing of an image, as its library applies it: resize (an int: the shorter
+  side to it; a pair: to that size; None: none), a central crop to `crop`, then value * scale, (value - mean) / std
+  per channel. The resize is TensorFlow's (antialiased, rounded to uint8 as PIL's), not PIL's: equal to the
+  library's only where the image already has that size."""
+
+  resize: int | tuple[int, int] | None
+  crop: tuple[int, int] | None
+  method: str
+  scale: float
+  mean: tuple[float, ...]
+  std: tuple[float, ...]
+
+
+def _pair(value: Any) -> tuple[int, int]:
+  if isinstance(value, dict):
+    return value['height'], value['width']
+  return (value, value) if isinstance(value, int) else tuple(value)
+
+
+def preprocessing_of(path: str, config: dict, layout: str) -> Preprocessing:
+  """The folder's preprocessing: timm's `pretrained_cfg` (input_size, crop_pct, crop_mode, interpolation, mean,
+  std) or transformers' preprocessor_config.json (size, crop, resample, rescale, image_mean, image_std)."""
+  if layout == 'timm_vit':
+    cfg = config.get('pretrained_cfg') or {}
+    height, width = cfg.get('input_size', [3, 224, 224])[1:]
+    crop_pct, mode = cfg.get('crop_pct') or 0.875, cfg.get('crop_mode', 'center')
+    check(mode in ('center', 'squash'), f'--pretrained {path}: pretrained_cfg.crop_mode={mode!r} is not read')
+    # timm's transforms_factory: the shorter side to size / crop_pct for a square input, else both sides.
+    scaled = (math.floor(height / crop_pct), math.floor(width / crop_pct))
+    resize = scaled[0] if height == width and mode == 'center' else scaled
+    method = cfg.get('interpolation', 'bilinear')
+    check(method in ('bicubic', 'bilinear', 'nearest'), f'--pretrained {path}: interpolation={method!r} is not read')
+    mean, std = cfg.get('mean', _TIMM_MEAN), cfg.get('std', _TIMM_STD)
+    return Preprocessing(resize, (height, width), method, 1 / 255, tuple(mean), tuple(std))
+  file = os.path.join(path, 'preprocessor_config.json')
+  check(os.path.isfile(file), f'--pretrained {path} has no preprocessor_config.json: its preprocessing is unknown')
+  with open(file) as f:
+    p = json.load(f)
+  size = p.get('size') if p.get('do_resize', True) else None
+  resize = size['shortest_edge'] if isinstance(size, dict) and 'shortest_edge' in size else size and _pair(size)
+  crop = _pair(p['crop_size']) if p.get('do_center_crop') and p.get('crop_size') else None
+  normalise = p.get('do_normalize', True)
+  return Preprocessing(
+    resize,
+    crop,
+    _RESAMPLE.get(p.get('resample', 2), 'bilinear'),
+    p.get('rescale_factor', 1 / 255) if p.get('do_rescale', True) else 1.0,
+    tuple(p.get('image_mean', (0.5, 0.5, 0.5))) if normalise else (0.0,),
+    tuple(p.get('image_std', (0.5, 0.5, 0.5))) if normalise else (1.0,),
+  )
+
+
+def _preprocess(p: Preprocessing, image: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  """An image (uint8) through `p`; and whether it was resized (or its crop cut or padded anything)."""
+  x, shape = tf.cast(image, tf.float32), tf.shape(image)[:2]
+  if isinstance(p.resize, int):
+    short, ratio = tf.reduce_min(shape), tf.cast(shape, tf.float32) / tf.cast(tf.reduce_min(shape), tf.float32)
+    size = tf.where(shape == short, p.resize, tf.cast(ratio * p.resize, tf.int32))
+  else:
+    size = shape if p.resize is None else tf.constant(p.resize)
+  same = tf.reduce_all(size == shape)
+
+  def resized():
+    y = tf.image.resize(x, size, method=p.method, antialias=True)
+    return tf.clip_by_value(tf.round(y), 0, 255)
+
+  x = tf.cond(same, lambda: x, resized)
+  changed = ~same
+  if p.crop is not None:
+    changed |= tf.reduce_any(tf.shape(x)[:2] != p.crop)
+    x = tf.image.resize_with_crop_or_pad(x, *p.crop)
+  return (x * p.scale - tf.constant(p.mean)) / tf.constant(p.std), changed
+
+
+def _labels(config: dict, num_classes: int) -> list[str]:
+  """timm's `label_names`, transformers' `id2label`; the class index where the folder has neither."""
+  names = config.get('label_names') or []
+  if 'id2label' in config:
+    names = [str(config['id2label'].get(str(i), i)) for i in range(num_classes)]
+  return [str(n) for n in names] if len(names) == num_classes else [str(i) for i in range(num_classes)]
+
+
+@dataclasses.dataclass
+class HubPredictor(Predictor):
+  """A timm or transformers classifier folder as its library runs it: its model, labels and preprocessing."""
+
+  model: Any = None
+  input_shape: tuple[int, ...] = ()
+  preprocessing: Preprocessing | None = None
+
+  def __post_init__(self):
+    self.classify = True
+
+    def model_input(raw):
+      image = tf.io.decode_image(raw, channels=self.channels, expand_animations=False)
+      x, changed = _preprocess(self.preprocessing, image)
+      return {'images': x}, changed
+
+    self.model_input = tf.function(model_input, input_signature=[tf.TensorSpec([], tf.string)])
+    graphdef = nnx.graphdef(self.model)
+    top_k = min(self.top_k, len(self.labels))
+
+    def step(params, batch):
+      logits = nnx.merge(graphdef, params)(batch['images'])
+      return jax.lax.top_k(jax.nn.softmax(logits.astype(np.float32), axis=-1), top_k)
+
+    self.step = jax.jit(step)
+
+  @property
+  def channels(self) -> int:
+    return self.input_shape[-1]
+
+  @property
+  def device(self) -> jax.Device:
+    return jax.devices()[0]
+
+
+def load_hub(path: str, top_k: int) -> HubPredictor:
+  """A hub folder with a classification head, as it is: the ViT of its shape (ViT.pretrained_config) and class
+  count with its weights, its label names and its preprocessing."""
+  weights = hub.read(path)
+  check(weights.layout in vit.HUB_LAYOUTS, f'--pretrained {path}: {hub.LAYOUTS[weights.layout][0]} is not read')
+  options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+  num_classes, input_shape = options['num_classes'], options['input_shape']
+  projection = '_clip_' in weights.config.get('architecture', '') or 'Projection' in str(
+    weights.config.get('architectures')
+  )
+  what = 'its head is an embedding projection' if projection else 'a backbone'
+  check(
+    num_classes and not projection,
+    f'--pretrained {path} has no classification head ({what}): fine-tune it with --config.init_from={path}, then '
+    'predict with --workdir',
+  )
+  model_config = models.config('vit')
+  vit.ViT.pretrained_config(model_config, weights)  # The folder's shape into the defaults.
+  model = models.build(model_config, nnx.Rngs(0), num_classes=num_classes, input_shape=input_shape)
+  params = nnx.state(model, nnx.Param)
+  loaded, notes = model.load_pretrained(weights, jax.device_get(params.to_pure_dict()))
+  for note in notes:
+    print(f'--pretrained {path}: {note}', file=sys.stderr)
+  params.replace_by_pure_dict(loaded)
+  nnx.update(model, params)
+  labels = _labels(weights.config, num_classes)
+  preprocessing = preprocessing_of(path, weights.config, weights.layout)
+  params = jax.device_put(nnx.state(model), jax.devices()[0])
+  return HubPredictor('image', None, None, params, labels, top_k, model, input_shape, preprocessing)
+
+
 # --- The command --------------------------------------------------------------------------------------------------
 
 
@@ -438,6 +610,12 @@ def _write(out: TextIO, item: Item, value: Any, jsonl: bool, classify: bool) -> 
 def _notes(predictor: Predictor, adapted: int) -> str | None:
   if not adapted:
     return None
+  if isinstance(predictor, HubPredictor):
+    p = predictor.preprocessing
+    return (
+      f"note: {adapted} inputs resized or cut to the folder's size by TensorFlow's {p.method} resize (antialiased), "
+      "not the library's PIL one: their probabilities differ slightly from the library's"
+    )
   if predictor.kind == 'text':
     return (
       f'note: {adapted} inputs have more than data.max_input_length={predictor.s.info.input_shape[0]} tokens (EOS '
@@ -455,6 +633,7 @@ def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.predict', description=__doc__.splitlines()[0])
   parser.add_argument('--workdir', help='a run: its config.json and newest checkpoint')
   parser.add_argument('--config', help='a config file, with --config.init_from=WEIGHTS, instead of --workdir')
+  parser.add_argument('--pretrained', help='a timm or transformers classifier folder, run as it is (no config)')
   parser.add_argument('--top_k', type=int, default=5, help='labels printed per input (classification)')
   parser.add_argument('--lines', help='a UTF-8 text file: one input per line (seq2seq models reading text)')
   parser.add_argument('--out', help='write JSON lines to this file (default: stdout)')
@@ -475,7 +654,14 @@ def main(argv: list[str]) -> int:
   check(inputs or args.lines, 'no inputs: give image or video files, folders of them, text (seq2seq), or --lines FILE')
   parallel.enable_compilation_cache()
   start = time.perf_counter()
-  predictor = load(args, overrides)
+  if args.pretrained is not None:
+    check(
+      args.workdir is None and args.config is None and not overrides,
+      '--pretrained DIR runs the folder as it is: give no --workdir, --config nor --config.KEY overrides',
+    )
+    predictor = load_hub(args.pretrained, args.top_k)
+  else:
+    predictor = load(args, overrides)
   items, folders = collect(predictor.kind, inputs, args.lines)
   loaded = time.perf_counter()
   batch = min(args.batch_size or DEFAULT_BATCH[predictor.kind], len(items))

@@ -7,6 +7,11 @@ no project dependency. Made with torch 2.14.1 (CPU use), timm 1.0.31 and transfo
 environment (ROW...: only those rows):
 
     /work/torchenv/bin/python tests/data/pretrained/make_references.py tests/data/pretrained [ROW...]
+
+`... make_references.py tests/data/pretrained predict` writes predict/ instead (tests/test_pretrained_commands.py):
+a PNG at the models' input size and each PREDICT row's probabilities from the library's own eval pipeline on it
+(timm: resolve_data_config + create_transform, crop_pct 1; transformers: the folder's image processor), the
+committed folders' weights loaded by the library.
 """
 
 import json
@@ -14,6 +19,7 @@ import os
 import sys
 
 import numpy as np
+import safetensors.torch
 import timm
 import torch
 import transformers
@@ -115,7 +121,41 @@ def transformers_row(out: str, row: str, seed: int) -> None:
   print(row, model_class, {k: v.shape for k, v in ref.items()})
 
 
+# Folders with a head whose eval pipeline is the identity on a 32x32 image (timm's at crop_pct 1).
+PREDICT = ('vit', 'deit_distilled', 'hf_vit')
+
+
+def predict_references(out: str) -> None:
+  from PIL import Image
+
+  folder = os.path.join(out, 'predict')
+  os.makedirs(folder, exist_ok=True)
+  path = os.path.join(folder, 'image.png')
+  Image.fromarray(np.random.RandomState(100).randint(0, 256, (32, 32, 3), np.uint8)).save(path)
+  image = Image.open(path).convert('RGB')
+  for row in PREDICT:
+    if row in ROWS:
+      name, overrides = ROWS[row]
+      overlay = dict(crop_pct=1.0, input_size=(3, 32, 32))
+      model = timm.create_model(name, pretrained_cfg_overlay=overlay, **SMALL, **overrides).eval()
+      model.load_state_dict(safetensors.torch.load_file(os.path.join(out, row, 'model.safetensors')))
+      transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
+      pixels = transform(image)[None]
+    else:
+      model = transformers.AutoModelForImageClassification.from_pretrained(os.path.join(out, row)).eval()
+      processor = transformers.AutoImageProcessor.from_pretrained(os.path.join(out, row))
+      pixels = processor(images=image, return_tensors='pt')['pixel_values']
+    with torch.no_grad():
+      logits = model(pixels)
+    logits = logits if isinstance(logits, torch.Tensor) else logits.logits
+    probabilities = torch.softmax(logits, -1).numpy()
+    np.save(os.path.join(folder, f'{row}.npy'), probabilities)
+    print(row, probabilities.shape, probabilities.max())
+
+
 def main(out: str, only: list[str]) -> None:
+  if only == ['predict']:
+    return predict_references(out)
   for seed, row in enumerate(HF_ROWS, start=len(ROWS)):
     if not only or row in only:
       transformers_row(out, row, seed)
