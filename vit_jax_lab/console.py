@@ -153,10 +153,12 @@ def quiet_libraries() -> None:
   # stderr, where their banners go, and never with this module, which main.py imports before it checks the config.
   with held_stderr() as held:  # TensorFlow's two shared libraries print a banner each while they load.
     held['replay'] = False
-    import tensorflow as tf  # noqa: F401
+    import tensorflow as tf
   import tensorflow_datasets as tfds
 
   absl_logging.set_verbosity(absl_logging.FATAL)
+  tf.get_logger().setLevel('ERROR')  # Its Python logger, apart from absl's: AutoGraph's "could not transform" lines.
+  tf.autograph.set_verbosity(0)
   tfds.disable_progress_bar()
   if not isinstance(sys.stderr, _WithoutDeadLoopTracebacks):
     sys.stderr = _WithoutDeadLoopTracebacks(sys.stderr)
