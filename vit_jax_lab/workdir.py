@@ -18,7 +18,7 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from vit_jax_lab import config as config_lib, models, tasks
+from vit_jax_lab import config as config_lib, hosts, models, tasks
 from vit_jax_lab.errors import ConfigError, check
 
 # Keys a resumed run may change: cadence, length, where data lives, how devices are laid out and how a
@@ -122,7 +122,7 @@ def _acquire(path: str) -> list[str]:
     with open(path) as f:
       holder = f.read().split()
     host, pid = (holder[0], int(holder[1])) if len(holder) == 2 and holder[1].isdigit() else ('?', 0)
-    if host != socket.gethostname() or _alive(pid):
+    if host != socket.gethostname() or hosts.alive(pid):
       raise ConfigError(
         f'--workdir {os.path.dirname(path)} is in use by process {pid} on {host}: wait for it or use another '
         f'--workdir (if that process is gone, delete {path})'
@@ -132,16 +132,6 @@ def _acquire(path: str) -> list[str]:
   finally:
     with contextlib.suppress(FileNotFoundError):
       os.remove(temporary)
-
-
-def _alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True  # Someone else's process.
-  return pid > 0
 
 
 def _release(path: str) -> None:

@@ -7,6 +7,7 @@ import shutil
 import socket
 from typing import Iterator
 
+from vit_jax_lab import hosts
 from vit_jax_lab.errors import check
 
 BUILTIN = {
@@ -72,7 +73,7 @@ def _remove_killed(parent: str, version: str) -> None:
   markers = [n for n in os.listdir(parent) if n.startswith(f'.preparing_{version}.')]
   for name in markers:
     host, _, pid = name[len(f'.preparing_{version}.') :].rpartition('.')
-    if host != socket.gethostname() or not pid.isdigit() or _alive(int(pid)):
+    if host != socket.gethostname() or not pid.isdigit() or hosts.alive(int(pid)):
       return  # Someone may be preparing it now: its unfinished folder is not ours to remove.
     os.remove(os.path.join(parent, name))
   left = sorted(n for n in os.listdir(parent) if n.startswith('incomplete.') and n.endswith(f'_{version}'))
@@ -81,13 +82,3 @@ def _remove_killed(parent: str, version: str) -> None:
   if left:
     first = os.path.join(parent, left[0])
     print(f'removed {len(left)} unfinished preparation(s) left by a stopped run: {first}', flush=True)
-
-
-def _alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True
-  return True
