@@ -6,13 +6,24 @@ import json
 import os
 import shutil
 
+import jax
+import ml_collections
 import numpy as np
 import pytest
+from flax import nnx
 
-from vit_jax_lab.tools import predict
+from conftest import load_config
+from vit_jax_lab import checkpoints, hub, train
+from vit_jax_lab.errors import ConfigError
+from vit_jax_lab.models import vit
+from vit_jax_lab.tools import export, predict
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'pretrained')
 IMAGE = os.path.join(DATA, 'predict', 'image.png')  # 32x32: the folders' input size.
+
+
+def max_difference(a, b):
+  return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
 
 
 def _folder(tmp_path, row):
@@ -60,3 +71,96 @@ def test_predict_pretrained_without_a_head_is_one_line(row, message, capsys):
   assert predict.main(['--pretrained', os.path.join(DATA, row), IMAGE]) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith('error: ') and message in err[0], err
+
+
+# Exported models: ViT constructor keys beyond the sizes (width 32, 2 blocks, 4 heads, MLP 64, patches of 8).
+EXPORTED = {
+  'tok': dict(),
+  'map_layerscale_registers_tanh': dict(
+    pool='map', layerscale=0.1, reg_tokens=2, gelu_approximate=True, posemb_prefix=False
+  ),
+  'distilled_quickgelu': dict(distilled=True, activation='quick_gelu'),
+}
+
+
+def _random_vit(name):
+  """A ViT whose every parameter is drawn by NumPy (seed 0): the same on every JAX version."""
+  model = vit.ViT(
+    10, (32, 32, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=8, rngs=nnx.Rngs(0), **EXPORTED[name]
+  )
+  state = nnx.state(model, nnx.Param)
+  rs = np.random.RandomState(0)
+  params = jax.tree.map(lambda x: (0.3 * rs.randn(*x.shape)).astype(np.float32), jax.device_get(state.to_pure_dict()))
+  state.replace_by_pure_dict(params)
+  nnx.update(model, state)
+  return model, params
+
+
+@pytest.mark.parametrize('name', EXPORTED)
+def test_export_timm_round_trip_is_exact_and_gives_timms_logits(name, tmp_path):
+  """ours -> model.safetensors -> ours: the same parameters, bit for bit; and timm 1.0.31 loading the folder
+  (timm.create_model(architecture, pretrained=True, pretrained_cfg_overlay=dict(file=...), **model_args), by hand
+  in a torch environment: export/timm_logits_NAME.npy) gives our logits."""
+  model, params = _random_vit(name)
+  folder = str(tmp_path / name)
+  data = ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=40))
+  config = export.write_timm(model, params, data, folder)
+  assert config['pretrained_cfg']['crop_pct'] == 0.8 and config['pretrained_cfg']['mean'] == [0.5] * 3
+  weights = hub.read(folder)
+  assert weights.layout == 'timm_vit' and set(weights.tensors) >= {'patch_embed.proj.weight', 'head.weight'}
+  options = vit.HUB_LAYOUTS['timm_vit'].vit_options(weights.config, weights.tensors)
+  assert {k: options[k] for k in model.structure} == model.structure
+  fresh = vit.ViT(
+    10, (32, 32, 3), rngs=nnx.Rngs(1), **{k: v for k, v in options.items() if k not in ('num_classes', 'input_shape')}
+  )
+  loaded, _ = fresh.load_pretrained(weights, jax.device_get(nnx.state(fresh, nnx.Param).to_pure_dict()))
+  jax.tree.map(np.testing.assert_array_equal, loaded, params)
+  images = np.load(os.path.join(DATA, 'export', 'images.npy'))
+  difference = max_difference(model(images), np.load(os.path.join(DATA, 'export', f'timm_logits_{name}.npy')))
+  print(f'{name}: max |ours - timm| logits {difference:.2e}')
+  assert difference < 1e-5
+
+
+@pytest.mark.slow
+def test_export_command_writes_a_run_as_a_timm_folder(data_dir, tmp_path):
+  """`tools.export --format safetensors --layout timm --workdir RUN`: the run's evaluation parameters, and its
+  preprocessing (digits: kept at the dataset's 8x8, value range (-1, 1)) in pretrained_cfg."""
+  workdir, out = str(tmp_path / 'run'), str(tmp_path / 'timm')
+  config = load_config('configs/vit/digits.py:smoke', data_dir, total_steps=2, eval_every=2, checkpoint_every=2)
+  train.train_and_evaluate(config, workdir)
+  assert export.main(['--format', 'safetensors', '--layout', 'timm', '--workdir', workdir, '--out', out]) == 0
+  written = json.load(open(os.path.join(out, 'config.json')))
+  cfg = written['pretrained_cfg']
+  assert (cfg['input_size'][1:], cfg['crop_pct'], cfg['crop_mode'], cfg['mean']) == ([8, 8], 1.0, 'squash', [0.5])
+  weights = hub.read(out)
+  options = vit.HUB_LAYOUTS['timm_vit'].vit_options(weights.config, weights.tensors)
+  model = vit.ViT(rngs=nnx.Rngs(1), **options)
+  loaded, _ = model.load_pretrained(weights, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()))
+  jax.tree.map(np.testing.assert_array_equal, loaded, checkpoints.read_params(workdir))
+  assert export.main(['--format', 'safetensors', '--layout', 'timm', '--workdir', workdir, '--out', out]) == 2
+
+
+def test_export_safetensors_mistakes_are_one_line(tmp_path, capsys):
+  for argv, message in [
+    (['--format', 'safetensors', '--workdir', str(tmp_path), '--out', str(tmp_path / 'x')], 'give --layout timm'),
+  ]:
+    assert export.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+  model, params = _random_vit('tok')
+  other = vit.ViT(
+    10, (32, 32, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=8, pool='gap', rngs=nnx.Rngs(0)
+  )
+  with pytest.raises(ConfigError, match="model.pool='gap'; timm's ViT pools 'tok' or 'map'"):
+    export.timm_config(other, ml_collections.ConfigDict(dict(value_range=(0.0, 1.0), resize_size=None)))
+
+
+if __name__ == '__main__':  # The folders make_references.py's `export DIR` mode loads with timm.
+  import sys
+
+  for name in EXPORTED:
+    export.write_timm(
+      *_random_vit(name),
+      ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None)),
+      f'{sys.argv[1]}/{name}',
+    )

@@ -126,7 +126,10 @@ def timm_options(config: dict[str, Any]) -> dict[str, Any]:
   architecture, args = config.get('architecture', ''), config.get('model_args') or {}
   quick = 'quickgelu' in architecture or args.get('act_layer') == 'quick_gelu'
   epsilon = 1e-5 if '_clip_' in architecture else TIMM_OPTIONS['layernorm_epsilon']  # CLIP: nn.LayerNorm's default.
-  return TIMM_OPTIONS | dict(layernorm_epsilon=epsilon, activation='quick_gelu' if quick else 'gelu')
+  approximate = args.get('act_layer') == 'gelu_tanh'  # As tools.export writes a tanh-GELU run.
+  return TIMM_OPTIONS | dict(
+    gelu_approximate=approximate, layernorm_epsilon=epsilon, activation='quick_gelu' if quick else 'gelu'
+  )
 
 
 def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
@@ -173,3 +176,56 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
 def notes(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> list[str]:
   """What the load notes first: the architecture read."""
   return [f'timm {config.get("architecture", "ViT")} read from its safetensors']
+
+
+def from_release(flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """The release flat layout (`release.to_release`) -> timm's VisionTransformer state dict, the inverse of
+  `to_release` (what `tools.export --layout timm` writes). A release name timm has no place for is one line."""
+  out, used = {}, set()
+  inverse = {v: k for k, v in (_TOP | _POOL | _TOKENS).items()}
+  blocks = sorted({int(m.group(1)) for n in flat if (m := re.match(r'Transformer/encoderblock_(\d+)/', n))})
+  for i in blocks:
+    inverse |= {f'Transformer/encoderblock_{i}/{v}': f'blocks.{i}.{k}' for k, v in _BLOCK.items()}
+    for j, ls in enumerate(('ls1', 'ls2')):
+      inverse[f'Transformer/encoderblock_{i}/LayerScale_{j}/gamma'] = f'blocks.{i}.{ls}.gamma'
+  inverse['Transformer/posembed_input/pos_embedding'] = 'pos_embed'
+
+  def take(name):
+    used.add(name)
+    return np.asarray(flat[name])
+
+  for name in flat:
+    if name in inverse and not name.endswith(('/kernel', '/bias', '/scale')):  # Tokens, gammas, positions.
+      out[inverse[name]] = take(name)
+  if 'embedding/kernel' in flat:
+    out['patch_embed.proj.weight'] = take('embedding/kernel').transpose(3, 2, 0, 1)
+    out['patch_embed.proj.bias'] = take('embedding/bias')
+    # timm's patch embedding has no bias beside norm_pre (CLIP): a zero one is the same function, dropped.
+    if 'norm_pre/scale' in flat and not out['patch_embed.proj.bias'].any():
+      del out['patch_embed.proj.bias']
+  for module, timm_name in inverse.items():
+    if f'{module}/scale' in flat:
+      out[f'{timm_name}.weight'], out[f'{timm_name}.bias'] = take(f'{module}/scale'), take(f'{module}/bias')
+    elif f'{module}/kernel' in flat:
+      kernel = take(f'{module}/kernel')
+      out[f'{timm_name}.weight'] = kernel.reshape(-1, kernel.shape[-1]).T  # An attention output's (heads, hd, out).
+      out[f'{timm_name}.bias'] = take(f'{module}/bias')
+
+  def fused(prefix, names):
+    kernels = [take(f'{prefix}/{n}/kernel') for n in names]
+    biases = [take(f'{prefix}/{n}/bias') for n in names]
+    weight = np.concatenate([k.reshape(k.shape[0], -1) for k in kernels], axis=1).T
+    return weight, np.concatenate([b.reshape(-1) for b in biases])
+
+  for i in blocks:
+    prefix = f'Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1'
+    if f'{prefix}/query/kernel' in flat:
+      out[f'blocks.{i}.attn.qkv.weight'], out[f'blocks.{i}.attn.qkv.bias'] = fused(prefix, ('query', 'key', 'value'))
+  prefix = 'MAPHead_0/MultiHeadDotProductAttention_0'
+  if f'{prefix}/query/kernel' in flat:
+    out['attn_pool.q.weight'], out['attn_pool.q.bias'] = fused(prefix, ('query',))
+    out['attn_pool.kv.weight'], out['attn_pool.kv.bias'] = fused(prefix, ('key', 'value'))
+  left = sorted(set(flat) - used)
+  if left:
+    raise ConfigError(f'--layout timm: timm has no place for {", ".join(left[:5])}{" ..." if len(left) > 5 else ""}')
+  return {k: np.ascontiguousarray(v) for k, v in out.items()}

@@ -19,6 +19,7 @@ inputs resized to it.
 import argparse
 import contextlib
 import copy
+import json
 import os
 import shutil
 import sys
@@ -30,6 +31,7 @@ import jax.extend as jex
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import safetensors.numpy
 import tensorflow as tf
 from flax import nnx
 from jax._src.export import _export
@@ -40,6 +42,7 @@ from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
 
 from vit_jax_lab import checkpoints, console, models, tasks, train
 from vit_jax_lab.errors import ConfigError, check
+from vit_jax_lab.models import release, timm_layout
 from vit_jax_lab.tools import common
 
 PLATFORMS = ('cpu', 'cuda', 'tpu')
@@ -216,10 +219,115 @@ def _name(path) -> str:
   return '/'.join(k for k in keys if k != 'value')
 
 
+# The ViT keys timm's VisionTransformer computes as ours only at these values (timm's LayerNorm epsilon is 1e-6).
+_TIMM_FIXED = dict(posemb='learn', prenorm=True, representation_size=None, layernorm_epsilon=1e-6)
+_TIMM_POOL = {'tok': 'token', 'map': 'map'}  # timm's 'avg' pools after fc_norm, not after the encoder norm as ours.
+
+
+def timm_config(model: nnx.Module, data_config: ml_collections.ConfigDict) -> dict:
+  """A ViT's timm config.json: its architecture and `model_args` (every size, so `timm.create_model(architecture,
+  **model_args)` builds it), and `pretrained_cfg` from the run's evaluation preprocessing (data.resize_size: the
+  shorter side, then a central crop, crop_pct = image size / resize size; else squashed to the input size;
+  data.value_range as mean / std). A key timm computes otherwise is one line."""
+  structure, options = model.structure, model.options
+  mine = dict(
+    posemb=structure['posemb'],
+    prenorm=getattr(options, 'prenorm', True),
+    representation_size=model.representation_size,
+    layernorm_epsilon=options.layernorm_epsilon,
+  )
+  for key, value in _TIMM_FIXED.items():
+    check(
+      mine[key] == value,
+      f'--layout timm: model.{key}={mine[key]!r}; timm computes the ViT with model.{key}={value!r}',
+    )
+  pool = structure['pool']
+  check(
+    not structure['distilled'] or structure['posemb_prefix'],
+    "--layout timm: timm's distilled ViT has position rows for its tokens: model.posemb_prefix=False is not written",
+  )
+  check(pool in _TIMM_POOL, f"--layout timm: model.pool={pool!r}; timm's ViT pools 'tok' or 'map'")
+  channels = model.embedding.kernel.shape[-2]
+  patch = structure['patch_size']
+  height, width = model.grid[0] * patch, model.grid[1] * patch
+  activation = 'gelu_tanh' if options.gelu_approximate else structure['activation']
+  num_classes = model.head.out_features
+  args = dict(
+    img_size=[height, width],
+    patch_size=patch,
+    in_chans=channels,
+    num_classes=num_classes,
+    global_pool=_TIMM_POOL[pool],
+    class_token=pool == 'tok',
+    embed_dim=structure['width'],
+    depth=structure['depth'],
+    num_heads=structure['num_heads'],
+    mlp_ratio=structure['mlp_dim'] / structure['width'],
+    reg_tokens=structure['reg_tokens'],
+    no_embed_class=not structure['posemb_prefix'],
+    init_values=structure['layerscale'],
+    pre_norm=structure['norm_pre'],
+    act_layer=activation,
+  )
+  low, high = data_config.value_range
+  short = data_config.resize_size
+  pretrained_cfg = dict(
+    input_size=[channels, height, width],
+    interpolation='bilinear',  # tf.image.resize's default, as our pipeline resizes.
+    crop_pct=1.0 if short is None else min(height, width) / short,
+    crop_mode='center' if short is not None else 'squash',
+    mean=[-low / (high - low)] * channels,
+    std=[1 / (high - low)] * channels,
+    num_classes=num_classes,
+    first_conv='patch_embed.proj',
+    classifier='head',
+  )
+  architecture = 'deit_base_distilled_patch16_224' if structure['distilled'] else 'vit_base_patch16_224'
+  return dict(
+    architecture=architecture,
+    num_classes=num_classes,
+    num_features=structure['width'],
+    global_pool=args['global_pool'],
+    model_args=args,
+    pretrained_cfg=pretrained_cfg,
+  )
+
+
+def write_timm(model: nnx.Module, params: dict, data_config: ml_collections.ConfigDict, out: str) -> dict:
+  """Writes `params` of the ViT `model` as a timm hub folder `out` (config.json, model.safetensors written with
+  safetensors' NumPy API) and returns its config."""
+  config = timm_config(model, data_config)
+  tensors = timm_layout.from_release(release.to_release(params, model.structure['num_heads']))
+  os.makedirs(out)
+  with open(os.path.join(out, 'config.json'), 'w') as f:
+    json.dump(config, f, indent=2)
+  safetensors.numpy.save_file(tensors, os.path.join(out, 'model.safetensors'), metadata={'format': 'pt'})
+  return config
+
+
+def export_timm(workdir: str, out: str) -> dict:
+  """The newest checkpoint of the ViT run `workdir` as a timm hub folder `out` (`write_timm`)."""
+  common.check_new(out)
+  config = common.config_of(workdir, None, [])
+  check(
+    config.model.name == 'vit',
+    f'--workdir {workdir} holds a {config.model.name!r} model: --layout timm writes ViT runs',
+  )
+  _check_checkpoint(workdir)
+  params = checkpoints.read_params(workdir)
+  with contextlib.redirect_stdout(sys.stderr):
+    s = train.setup(common.one_device_one_example(config), jax.devices()[:1])
+  model = nnx.eval_shape(lambda: train.build_model(s.config, s.task, s.info, jax.random.key(0)))
+  return write_timm(model, params, config.data, out)
+
+
 @console.command
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.export', description=__doc__.splitlines()[0])
-  parser.add_argument('--format', choices=('npz', 'saved_model'), default='npz', help='npz: the release layout')
+  parser.add_argument(
+    '--format', choices=('npz', 'saved_model', 'safetensors'), default='npz', help='npz: the release layout'
+  )
+  parser.add_argument('--layout', choices=('timm',), help='safetensors: the hub layout written (timm)')
   parser.add_argument('--workdir', help='a run: its config.json and newest checkpoint (its parameter average)')
   parser.add_argument('--config', help='saved_model: a config file with --config.init_from=x.npz, not --workdir')
   parser.add_argument('--out', required=True, help='the .npz file, or the SavedModel folder (must not exist)')
@@ -227,6 +335,12 @@ def main(argv: list[str]) -> int:
     '--platforms', default=','.join(PLATFORMS), help=f'saved_model: where it runs, of {", ".join(PLATFORMS)}'
   )
   args, overrides = parser.parse_known_args(argv)
+  if args.format == 'safetensors':
+    if args.config is not None or overrides or args.workdir is None or args.layout != 'timm':
+      raise ConfigError('--format safetensors exports a ViT run: give --layout timm, --workdir and --out only')
+    config = export_timm(args.workdir, args.out)
+    print(f'wrote a timm folder ({config["architecture"]}, {config["num_classes"]} classes) to {args.out}')
+    return 0
   if args.format == 'npz':
     if args.config is not None or overrides or args.workdir is None:
       raise ConfigError('--format npz exports a run: give --workdir and --out only')

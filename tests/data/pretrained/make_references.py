@@ -12,6 +12,11 @@ environment (ROW...: only those rows):
 a PNG at the models' input size and each PREDICT row's probabilities from the library's own eval pipeline on it
 (timm: resolve_data_config + create_transform, crop_pct 1; transformers: the folder's image processor), the
 committed folders' weights loaded by the library.
+
+`... make_references.py tests/data/pretrained export DIR` writes export/timm_logits_NAME.npy: timm's logits on
+export/images.npy of each folder DIR/NAME that `python tests/test_pretrained_commands.py DIR` exported (our ViTs
+as timm folders), loaded as a timm user loads one: create_model(architecture, pretrained=True,
+pretrained_cfg_overlay=dict(file=...), **model_args).
 """
 
 import json
@@ -153,9 +158,30 @@ def predict_references(out: str) -> None:
     print(row, probabilities.shape, probabilities.max())
 
 
+def export_references(out: str, folders: str) -> None:
+  images = torch.from_numpy(np.load(os.path.join(out, 'export', 'images.npy'))).permute(0, 3, 1, 2)
+  for name in sorted(os.listdir(folders)):
+    with open(os.path.join(folders, name, 'config.json')) as f:
+      config = json.load(f)
+    file = os.path.join(folders, name, 'model.safetensors')
+    overlay = dict(file=file, num_classes=config['num_classes'])
+    model = timm.create_model(
+      config['architecture'], pretrained=True, pretrained_cfg_overlay=overlay, **config['model_args']
+    ).eval()
+    state = model.state_dict()
+    missing = [k for k, v in safetensors.torch.load_file(file).items() if not torch.equal(state[k], v)]
+    assert not missing and len(state) == len(safetensors.torch.load_file(file)), missing
+    with torch.no_grad():
+      logits = model(images).numpy()
+    np.save(os.path.join(out, 'export', f'timm_logits_{name}.npy'), logits)
+    print(name, config['architecture'], logits.shape)
+
+
 def main(out: str, only: list[str]) -> None:
   if only == ['predict']:
     return predict_references(out)
+  if only[:1] == ['export']:
+    return export_references(out, only[1])
   for seed, row in enumerate(HF_ROWS, start=len(ROWS)):
     if not only or row in only:
       transformers_row(out, row, seed)
