@@ -10,6 +10,7 @@ import jax
 import ml_collections
 import numpy as np
 import pytest
+import tensorflow as tf
 from flax import nnx
 
 from conftest import load_config
@@ -138,6 +139,20 @@ def test_export_command_writes_a_run_as_a_timm_folder(data_dir, tmp_path):
   loaded, _ = model.load_pretrained(weights, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()))
   jax.tree.map(np.testing.assert_array_equal, loaded, checkpoints.read_params(workdir))
   assert export.main(['--format', 'safetensors', '--layout', 'timm', '--workdir', workdir, '--out', out]) == 2
+
+  # predict --pretrained on the folder: the run's own predictions, with its class names (an 8x8 digit: the
+  # identity in both pipelines).
+  image = str(tmp_path / 'digit.png')
+  tf.io.write_file(image, tf.io.encode_png(np.random.RandomState(0).randint(0, 256, (8, 8, 1), np.uint8)))
+  assert written['label_names'] == [str(i) for i in range(10)]
+  predicted = {}
+  for flag, source in (('--workdir', workdir), ('--pretrained', out)):
+    path = str(tmp_path / f'{flag[2:]}.jsonl')
+    assert predict.main([flag, source, image, '--top_k', '10', '--out', path]) == 0
+    predicted[flag] = dict(json.loads(open(path).read())['top_k'])
+  assert predicted['--workdir'].keys() == predicted['--pretrained'].keys()
+  for label, p in predicted['--workdir'].items():
+    assert abs(p - predicted['--pretrained'][label]) < 1e-5, (label, p, predicted['--pretrained'][label])
 
 
 def test_export_safetensors_mistakes_are_one_line(tmp_path, capsys):

@@ -295,10 +295,12 @@ def timm_config(model: nnx.Module, data_config: ml_collections.ConfigDict) -> di
   )
 
 
-def write_timm(model: nnx.Module, params: dict, data_config: ml_collections.ConfigDict, out: str) -> dict:
-  """Writes `params` of the ViT `model` as a timm hub folder `out` (config.json, model.safetensors written with
-  safetensors' NumPy API) and returns its config."""
-  config = timm_config(model, data_config)
+def write_timm(
+  model: nnx.Module, params: dict, data_config: ml_collections.ConfigDict, out: str, labels: list[str] | None = None
+) -> dict:
+  """Writes `params` of the ViT `model` as a timm hub folder `out` (config.json, with `label_names` when given;
+  model.safetensors written with safetensors' NumPy API) and returns its config."""
+  config = timm_config(model, data_config) | ({'label_names': labels} if labels else {})
   tensors = timm_layout.from_release(release.to_release(params, model.structure['num_heads']))
   os.makedirs(out)
   with open(os.path.join(out, 'config.json'), 'w') as f:
@@ -320,7 +322,8 @@ def export_timm(workdir: str, out: str) -> dict:
   with contextlib.redirect_stdout(sys.stderr):
     s = train.setup(common.one_device_one_example(config), jax.devices()[:1])
   model = nnx.eval_shape(lambda: train.build_model(s.config, s.task, s.info, jax.random.key(0)))
-  return write_timm(model, params, config.data, out)
+  labels = common.class_names(s.builder, model.head.out_features)
+  return write_timm(model, params, config.data, out, labels)
 
 
 @console.command
