@@ -186,10 +186,11 @@ def test_no_readable_checkpoint_is_an_error_that_moves_nothing(smoke_config, ref
 
 @pytest.fixture
 def small_disk(tmp_path):
-  """A 10 MB tmpfs (mounting needs root, which this project's machines and CI have)."""
+  """A 24 MB tmpfs (mounting needs root, which this project's machines and CI have): the rerun after freeing space
+  holds every checkpoint, with those cut short moved aside (10 MB was too few on a loaded machine)."""
   path = str(tmp_path / 'disk')
   os.makedirs(path)
-  subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=10m', 'tmpfs', path], check=True)
+  subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=24m', 'tmpfs', path], check=True)
   yield path
   subprocess.run(['umount', '--lazy', path], check=True)  # Lazy: orbax's threads may still hold a file.
 
@@ -201,7 +202,7 @@ def test_a_full_disk_is_one_error_and_the_rerun_after_freeing_space_equals_an_un
   config = smoke_config(total_steps=6, checkpoint_every=1, keep=100)
   workdir = os.path.join(small_disk, 'run')
   with open(os.path.join(small_disk, 'ballast'), 'wb') as f:
-    f.write(b'\0' * (10 * 2**20 - 2_000_000))  # Room for about three of the six checkpoints (0.4-0.7 MB each).
+    f.write(b'\0' * (24 * 2**20 - 2_000_000))  # Room for about three of the six checkpoints (0.4-0.7 MB each).
   with pytest.raises(errors.DiskFull, match=f'^no space left at {workdir}'):
     train.train_and_evaluate(config, workdir)
   saved = [int(d) for d in os.listdir(os.path.join(workdir, 'checkpoints')) if d.isdigit()]

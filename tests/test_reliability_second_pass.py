@@ -198,13 +198,26 @@ def test_a_folder_changed_before_the_resume_is_refused_and_its_prepared_copy_kep
 # 5. Signals with no line.
 
 
+def catching(process: subprocess.Popen, sig: int, timeout: float = 60) -> None:
+  """Returns once `process` catches `sig` (its SigCgt mask in /proc). Before, a signal meets the interpreter's start
+  or what the process inherited: a pytest-xdist worker ignores SIGTERM, and so would its children until then."""
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    with open(f'/proc/{process.pid}/status') as f:
+      caught = int(next(line for line in f if line.startswith('SigCgt:')).split()[1], 16)
+    if caught >> (sig - 1) & 1:
+      return
+    time.sleep(0.005)
+  raise AssertionError(f'process {process.pid} did not catch signal {sig} within {timeout} s')
+
+
 @pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_during_start_up_says_nothing_was_trained(data_dir, tmp_path, sig):
   workdir = str(tmp_path / 'run')
   process = subprocess.Popen(
     command(workdir, data_dir), cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
   )
-  time.sleep(1.5)  # Importing JAX and TensorFlow.
+  catching(process, sig)  # main.py's first lines; JAX and TensorFlow are being imported now.
   process.send_signal(sig)
   _, err = process.communicate(timeout=120)
   assert process.returncode == errors.Preempted.exit_status, err

@@ -15,8 +15,10 @@ class ConfigError(ValueError):
   exit_status = 2
 
 
-class Stopped(Exception):
-  """The run stopped before total_steps and kept everything up to its newest checkpoint."""
+class Stopped(BaseException):
+  """The run stopped before total_steps and kept everything up to its newest checkpoint. A BaseException, as
+  KeyboardInterrupt is: signal handlers raise it wherever the program is, and a library's `except Exception` (in an
+  import, a retry loop) must not take a stop for its own error and carry on."""
 
   exit_status = 1
 
