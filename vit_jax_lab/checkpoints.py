@@ -19,7 +19,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from vit_jax_lab import console, hub
-from vit_jax_lab.errors import ConfigError, Stopped, disk_errors, no_space  # noqa: F401 (no_space: as before)
+from vit_jax_lab.errors import ConfigError, disk_errors
 
 
 class Checkpointer:
@@ -63,9 +63,7 @@ class Checkpointer:
       with console.held_stderr() as held:
         try:
           state, failure = self.restore(step, abstract_state), None
-        except Stopped:  # A signal during start-up (train.StopSignals), not a damaged checkpoint.
-          raise
-        except Exception as e:  # Whatever orbax or tensorstore raise for a bad file; reported, never hidden.
+        except Exception as e:  # Whatever orbax or tensorstore raise for a bad file (a signal's stop is not one).
           state, failure = None, first_line(e)
           gc.collect()  # Finalises the abandoned reads now, while their messages are held back.
           time.sleep(0.5)

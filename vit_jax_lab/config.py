@@ -20,7 +20,7 @@ from ml_collections import config_dict
 
 import vit_jax_lab.models.attention as attention
 from vit_jax_lab import data, evaluators, optim, parallel
-from vit_jax_lab.errors import ConfigError, Stopped, check
+from vit_jax_lab.errors import ConfigError, check
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -119,7 +119,7 @@ def _config_file_errors(path: str) -> Iterator[None]:
   (`file:line`) and the message; ours pass as they are."""
   try:
     yield
-  except (ConfigError, Stopped):  # Ours, and a signal during start-up (main.py): as they are.
+  except ConfigError:  # Ours, as it is (a signal's stop, a BaseException, passes by itself).
     raise
   except SyntaxError as e:
     raise ConfigError(f'--config: {e.filename}:{e.lineno}: SyntaxError: {e.msg}') from None

@@ -497,7 +497,7 @@ def train_and_evaluate(
   Ends early, with everything up to its newest checkpoint kept, on a signal (errors.Preempted, after saving a
   checkpoint of the current step), a non-finite loss (errors.Diverged) or a full disk (errors.DiskFull)."""
   started = time.perf_counter()
-  with workdir_lib.lock(workdir) as lock_notes, checkpoints.disk_errors(workdir), StopSignals(workdir) as signals:
+  with workdir_lib.lock(workdir) as lock_notes, errors.disk_errors(workdir), StopSignals(workdir) as signals:
     for note in lock_notes:
       log(note)
     trained = workdir_lib.trained(workdir)
