@@ -34,8 +34,8 @@ LAYOUTS = {
     ('patch_embed.proj.weight', 'blocks.0.attn.qkv.weight'),
   ),
   'transformers_vit': (
-    "transformers' ViT / DINOv2 (embeddings.patch_embeddings.projection.weight, encoder.layer.N.attention.attention"
-    '.query.weight)',
+    "transformers' ViT / DINOv2 / ViViT / VideoMAE (embeddings.patch_embeddings.projection.weight, encoder.layer.N"
+    '.attention.attention.query.weight)',
     ('embeddings.patch_embeddings.projection.weight', 'encoder.layer.0.attention.attention.query.weight'),
   ),
   'transformers_clip': (

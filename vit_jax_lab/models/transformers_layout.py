@@ -11,6 +11,12 @@ stripped, and a whole model's text tower is left out.
 PyTorch Linear weights are (out, in), the patch embedding a convolution (out, in, h, w). DINOv2 with registers adds
 its position embeddings to the class token and the patches, never to the registers: the class token's row is added
 to the class token (the same function), the rest covers the patches alone (model.posemb_prefix=False), as timm does.
+
+The video classifiers `VivitForVideoClassification` and `VideoMAEForVideoClassification` are saved in the
+'transformers_vit' layout too (their model_type tells them apart): the same names under `vivit.` / `videomae.`, a
+Conv3d tubelet embedding (out, in, time, h, w), VideoMAE's query and value biases as `q_bias` / `v_bias` (its key has
+none: a zero one is the same function, softmax being blind to a constant per query) and its `fc_norm` after the
+average pool. `vivit_options` gives the ViViT keys of such a folder.
 """
 
 import re
@@ -45,7 +51,15 @@ ACTIVATIONS = {
   'gelu_pytorch_tanh': ('gelu', True),
   'gelu_new': ('gelu', True),
   'quick_gelu': ('quick_gelu', False),
+  'gelu_fast': ('gelu', True),  # ViViT's: the tanh approximation written out.
 }
+# Video model_type -> the defaults of its config class (into the ViViT's model 1).
+VIDEO_TYPES = {
+  'vivit': dict(hidden_act='gelu_fast', layer_norm_eps=1e-6, image_size=224, num_frames=32),
+  'videomae': dict(hidden_act='gelu', layer_norm_eps=1e-12, image_size=224, num_frames=16, use_mean_pooling=True),
+}
+# VideoMAE's fc_norm is an nn.LayerNorm built without the config's epsilon: PyTorch's default.
+FC_NORM_EPSILON = 1e-5
 
 _ATTENTION = 'MultiHeadDotProductAttention_1'
 _BLOCK = {  # Module inside encoder.layer(s).N -> its release name inside Transformer/encoderblock_N.
@@ -76,6 +90,7 @@ _TOP = {
   'post_layernorm': 'Transformer/encoder_norm',
   'pooler.dense': 'pre_logits',
   'classifier': 'head',
+  'fc_norm': 'fc_norm',
   'visual_projection': 'head',
   'head.layernorm': 'MAPHead_0/LayerNorm_0',
   'head.mlp.fc1': 'MAPHead_0/MlpBlock_0/Dense_0',
@@ -84,6 +99,11 @@ _TOP = {
 }
 _PATCH = ('embeddings.patch_embeddings.projection.weight', 'embeddings.patch_embedding.weight')
 _LAYER = re.compile(r'encoder\.layers?\.(\d+)\.')
+# VideoMAE's separate query and value biases (transformers 5 renames them so on loading).
+_SPLIT_BIASES = {
+  '.attention.attention.q_bias': '.attention.attention.query.bias',
+  '.attention.attention.v_bias': '.attention.attention.value.bias',
+}
 
 
 def _names(tensors: Mapping[str, Any]) -> dict[str, str]:
@@ -93,6 +113,9 @@ def _names(tensors: Mapping[str, Any]) -> dict[str, str]:
   out = {}
   for name in tensors:
     short = name[len(prefix) :] if prefix and name.startswith(prefix) else name
+    for split, bias in _SPLIT_BIASES.items():
+      if short.endswith(split):
+        short = short[: -len(split)] + bias
     if not short.startswith(_TEXT):
       out[short] = name
   return out
@@ -106,8 +129,8 @@ def _convert(out: str, weight: np.ndarray, bias: np.ndarray | None, num_heads: i
   """One Linear, LayerNorm or the patch convolution under the release name `out`."""
   if bias is None:  # CLIP's patch embedding and projection have none: a zero one is the same function.
     bias = np.zeros(weight.shape[0], weight.dtype)
-  if out == 'embedding':
-    return {'embedding/kernel': weight.transpose(2, 3, 1, 0), 'embedding/bias': bias}
+  if out == 'embedding':  # A Conv2d (out, in, h, w) or a video's Conv3d (out, in, time, h, w).
+    return {'embedding/kernel': weight.transpose(*range(2, weight.ndim), 1, 0), 'embedding/bias': bias}
   if weight.ndim == 1:  # A LayerNorm.
     return {f'{out}/scale': weight, f'{out}/bias': bias}
   kernel = weight.T
@@ -188,6 +211,10 @@ def image_config(config: dict[str, Any]) -> dict[str, Any]:
   """The image tower's config: a whole two-tower model's `vision_config` (with its model_type), else config.json's,
   its model_type's defaults filled in."""
   model_type = config.get('model_type')
+  if model_type in VIDEO_TYPES:
+    raise ConfigError(
+      f"init_from: a transformers model_type={model_type!r} is a video model: read it into model.name='vivit'"
+    )
   if model_type in TWO_TOWERS:
     config = {'model_type': TWO_TOWERS[model_type]} | (config.get('vision_config') or {})
     model_type = config['model_type']
@@ -247,6 +274,66 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
     norm_pre='pre_layrnorm.weight' in names,
     activation=activation,
     representation_size=shape('pooler.dense.weight')[0] if 'pooler.dense.weight' in names else None,
+    gelu_approximate=approximate,
+    layernorm_epsilon=float(config['layer_norm_eps']),
+  )
+
+
+def video_config(config: dict[str, Any]) -> dict[str, Any]:
+  """A video classifier's config.json, its model_type's defaults filled in; what the ViViT cannot be is one line."""
+  model_type = config.get('model_type')
+  if model_type not in VIDEO_TYPES:
+    raise ConfigError(
+      f'init_from: a transformers model_type={model_type!r} is not read into the ViViT; read: {", ".join(VIDEO_TYPES)}'
+    )
+  config = VIDEO_TYPES[model_type] | {k: v for k, v in config.items() if v is not None}
+  if not config.get('use_mean_pooling', True):
+    raise ConfigError(
+      'init_from: a VideoMAE with use_mean_pooling=False (its classifier reads the first patch token after a '
+      'final LayerNorm) is not read into the ViViT; its mean-pooling models are'
+    )
+  return config
+
+
+def vivit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
+  """The ViViT constructor keys of a transformers video classifier's folder (its config.json and tensor shapes), with
+  `input_shape` (frames, height, width, channels) and `num_classes` (0: a backbone without a classifier)."""
+  model_type = config.get('model_type')
+  config = video_config(config)
+  names = _names(tensors)
+
+  def shape(short):
+    return _shape(tensors, names[short])
+
+  width, channels, time, patch, patch_width = shape(_PATCH[0])
+  if patch != patch_width:
+    raise ConfigError(f'init_from: tubelets of {patch} x {patch_width} pixels are not square, as the ViViT needs')
+  size = config['image_size']
+  height, wide = (size, size) if isinstance(size, int) else tuple(size)
+  act = config['hidden_act']
+  if act not in ACTIVATIONS:
+    raise ConfigError(
+      f'init_from: hidden_act={act!r} of the transformers config is not one of {", ".join(ACTIVATIONS)}'
+    )
+  activation, approximate = ACTIVATIONS[act]
+  if activation != 'gelu':
+    raise ConfigError(f"init_from: hidden_act={act!r}: the ViViT's MLPs compute GELU only")
+  head = 'classifier.weight' in names
+  return dict(
+    num_classes=shape('classifier.weight')[0] if head else 0,
+    input_shape=(config['num_frames'], height, wide, channels),
+    patch_size=patch,
+    tubelet_time=time,
+    width=width,
+    depth=len({m.group(1) for n in names if (m := _LAYER.match(n))}),
+    mlp_dim=shape('encoder.layer.0.intermediate.dense.weight')[0],
+    num_heads=config['num_attention_heads'],
+    model='spatiotemporal',
+    embedding='tubelet',
+    pool='tok' if 'embeddings.cls_token' in names else 'gap',
+    # VideoMAE's position table is a fixed buffer, never saved.
+    posemb='learn' if 'embeddings.position_embeddings' in names else 'sincos_flat',
+    fc_norm=FC_NORM_EPSILON if model_type == 'videomae' else None,
     gelu_approximate=approximate,
     layernorm_epsilon=float(config['layer_norm_eps']),
   )

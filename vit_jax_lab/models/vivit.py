@@ -11,9 +11,15 @@ Initialised from an image ViT (`load_pretrained`), a clip of T copies of an imag
 the image's tokens. Without a class token that leaves softmax attention and the average pool unchanged,
 so model 1 (and model 3 with its temporal attention zeroed) gives exactly the image model's output. A
 class token is outweighed nt : 1 by the copies, so with one it holds only for nt = 1 (tests/test_vivit.py).
+
+Hugging Face transformers' video classifiers load too (`init_from` a hub folder; transformers_layout): ViViT
+(model 1, class token, learned positions) and VideoMAE (model 1, fixed sine-cosine positions over the token index,
+mean pooling and `fc_norm`), each giving the library's logits.
 """
 
+import dataclasses
 import functools
+import inspect
 import re
 from typing import Any
 
@@ -22,14 +28,32 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+import vit_jax_lab.hub as hub
 import vit_jax_lab.models.attention as attention
 import vit_jax_lab.models.base as base
 import vit_jax_lab.models.layers as layers
 import vit_jax_lab.models.release as release
+import vit_jax_lab.models.transformers_layout as transformers_layout
 import vit_jax_lab.models.vit as vit
 from vit_jax_lab.errors import ConfigError
 
 MODELS = ('spatiotemporal', 'factorised_encoder', 'factorised_self_attention', 'factorised_dot_product')
+# hub layout -> the module that reads it (vivit_options, to_release, notes).
+HUB_LAYOUTS = {'transformers_vit': transformers_layout}
+# What a hub folder fixes beside the sizes (ViViT.pretrained_config fills each left unset or at its default).
+SIZES = ('patch_size', 'width', 'depth', 'mlp_dim', 'num_heads')
+STRUCTURE = ('model', 'embedding', 'tubelet_time', 'pool', 'posemb', 'fc_norm')
+# The encoder options a folder computes with (taken from it when left at their defaults).
+FOLDER_OPTIONS = ('gelu_approximate', 'layernorm_epsilon')
+
+
+def sincos_flat(length: int, features: int) -> np.ndarray:
+  """(length, features) fixed position embeddings over the token index, sines at even and cosines at odd features,
+  the pair 2i at frequency 10000^(-2i / features): VideoMAE's table (its get_sinusoid_encoding_table), computed in
+  float64 as it is."""
+  angles = np.arange(length)[:, None] / np.power(10_000.0, 2 * (np.arange(features) // 2) / features)
+  angles[:, 0::2], angles[:, 1::2] = np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])
+  return angles.astype(np.float32)
 
 
 def decode_variant(variant: str | None) -> dict[str, int]:
@@ -189,11 +213,14 @@ class ViViT(base.Model):
     pool: 'tok' (class token) or 'gap' (average of the tokens); None: as the paper, 'tok' for models 1
       and 2 (model 2 pools each time step and then the clip the same way), 'gap' for 3 and 4, which keep
       tokens on the time x space grid and so have no class token.
-    posemb: 'learn' (learned; spatio-temporal, or spatial and temporal for model 2) or 'sincos' (fixed:
-      2-D sine-cosine over space plus 1-D over time).
+    posemb: 'learn' (learned; spatio-temporal, or spatial and temporal for model 2), 'sincos' (fixed: 2-D
+      sine-cosine over space plus 1-D over time) or 'sincos_flat' (fixed: 1-D sine-cosine over the tokens' index,
+      time-major, sines and cosines interleaved: VideoMAE's; not model 2).
     posemb_resize: initialising from an image ViT of another patch grid, how its position embeddings are
       resampled over space: 'zoom' (scipy.ndimage.zoom, as the releases), 'bilinear' or 'bicubic' (as the ViT's).
     head_zero_init: start the classification head at zero.
+    fc_norm: if set, a LayerNorm of this epsilon on the average-pooled tokens, in place of the last encoder's final
+      LayerNorm on every token (VideoMAE's mean pooling: 1e-5, PyTorch's default); needs pool='gap'. None: none.
     tubelet_init: initialising from an image ViT (config.init_from), the tubelet kernel is the image kernel
       at the central time index and zero elsewhere ('central_frame') or the image kernel at every time
       index divided by tubelet_time ('inflate'). Either way a static clip embeds as its image does.
@@ -208,7 +235,7 @@ class ViViT(base.Model):
   """
 
   NO_DECAY = ('pos_embedding', 'cls', 'temporal_pos_embedding', 'temporal_cls')
-  PRETRAINED = ('npz', 'run')
+  PRETRAINED = ('npz', 'run', *HUB_LAYOUTS)
 
   def __init__(
     self,
@@ -230,6 +257,7 @@ class ViViT(base.Model):
     posemb: str = 'learn',
     posemb_resize: str = 'zoom',
     head_zero_init: bool = True,
+    fc_norm: float | None = None,
     tubelet_init: str = 'central_frame',
     temporal_attention_init: str = 'zero',
     rngs: nnx.Rngs,
@@ -246,7 +274,7 @@ class ViViT(base.Model):
       dict(
         model=(model, MODELS),
         embedding=(embedding, ('tubelet', 'frames')),
-        posemb=(posemb, ('learn', 'sincos')),
+        posemb=(posemb, ('learn', 'sincos', 'sincos_flat')),
         posemb_resize=(posemb_resize, tuple(release.POSEMB_RESIZE)),
         pool=(pool, ('tok', 'gap') if model in MODELS[:2] else ('gap',)),
         attention_order=(attention_order, ('time_space', 'space_time')),
@@ -280,12 +308,30 @@ class ViViT(base.Model):
       )
     if temporal_depth < 1:
       raise ConfigError(f'model.temporal_depth={temporal_depth} must be positive')
+    if posemb == 'sincos_flat' and model == 'factorised_encoder':
+      raise ConfigError(
+        "model.posemb='sincos_flat' numbers the tokens of one grid; model 'factorised_encoder' has two: use "
+        "model.posemb='sincos' or 'learn'"
+      )
+    if fc_norm is not None and (isinstance(fc_norm, bool) or not isinstance(fc_norm, (int, float)) or fc_norm <= 0):
+      raise ConfigError(f'model.fc_norm={fc_norm!r} must be a positive number (its LayerNorm epsilon) or None')
+    if fc_norm is not None and pool != 'gap':
+      raise ConfigError(f"model.fc_norm={fc_norm!r} normalises the average pool: it needs model.pool='gap'")
     p, d = dims['patch_size'], dims['width']
     self.model, self.pool, self.posemb_type, self.num_heads = model, pool, posemb, dims['num_heads']
     self.posemb_resize = posemb_resize
     self.space_grid = (height // p, wide // p)
     self.grid = (frames // (tubelet_time or 1), self.space_grid[0] * self.space_grid[1])  # (nt, ns)
     self.tubelet_init, self.temporal_attention_init = tubelet_init, temporal_attention_init
+    # What a hub folder must agree on (transformers_layout.vivit_options); fc_norm's epsilon only computes.
+    self.structure = dims | dict(
+      model=model,
+      embedding=embedding,
+      tubelet_time=tubelet_time,
+      pool=pool,
+      posemb=posemb,
+      fc_norm=fc_norm is not None,
+    )
     nt, ns = self.grid
     init = nnx.initializers.normal(0.02)
 
@@ -327,6 +373,9 @@ class ViViT(base.Model):
     else:
       self.pos_embedding = learned(nt * ns + (pool == 'tok'))
       self.encoder = encoder(dims['depth'], block=block, pattern=pattern((nt, *self.space_grid)))
+    self.fc_norm = None if fc_norm is None else nnx.LayerNorm(d, epsilon=fc_norm, rngs=rngs)
+    if fc_norm is not None:  # The pooled vector is normalised instead of each token.
+      (self.temporal_encoder if model == 'factorised_encoder' else self.encoder).norm = None
     head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
     self.head = nnx.Linear(d, num_classes, kernel_init=head_init, rngs=rngs)
 
@@ -347,8 +396,9 @@ class ViViT(base.Model):
       )
     else:
       fixed = (space[None] + time[:, None]).reshape(nt * ns, d) if sincos else None
+      fixed = sincos_flat(nt * ns, d) if self.posemb_type == 'sincos_flat' else fixed
       x = self._encode(x.reshape(b, nt * ns, d), self.encoder, self.cls, self.pos_embedding, fixed, train, rngs)
-    return x
+    return self.fc_norm(x) if self.fc_norm is not None else x
 
   def _encode(self, x, encoder, cls, learned, fixed, train, rngs) -> jax.Array:
     """Tokens (B, N, D) -> one pooled vector per row: class token or average."""
@@ -358,10 +408,13 @@ class ViViT(base.Model):
 
   # --- Initialisation from an image ViT ----------------------------------------------------------
 
-  def load_pretrained(self, source: dict, params: dict) -> tuple[dict, list[str]]:
+  def load_pretrained(self, source: Any, params: dict) -> tuple[dict, list[str]]:
     """Weights for this model from an image ViT: a release .npz's flat dict, or our ViT's parameters (a pure
-    nested dict, scanned or not). `params` are this model's initial ones; what has no image counterpart (model 2's
-    temporal encoder, the head for another class count) keeps them."""
+    nested dict, scanned or not); or from a transformers video classifier's hub folder (hub.HubWeights). `params`
+    are this model's initial ones; what has no image counterpart (model 2's temporal encoder, the head for another
+    class count) keeps them."""
+    if isinstance(source, hub.HubWeights):
+      return self._load_hub(source, params)
     if not any('/' in k for k in source):
       if 'embedding' not in source or np.ndim(source['embedding']['kernel']) != 4 or 'temporal_encoder' in source:
         raise ConfigError(
@@ -379,6 +432,103 @@ class ViViT(base.Model):
     unscanned = layers.unscanned(params)
     image, notes = release.from_release(source, image_model, self.image_params(unscanned))
     return layers.scanned_like(self.from_image(image, unscanned), params), notes
+
+  @classmethod
+  def pretrained_config(cls, model_config: Any, weights: hub.HubWeights) -> list[str]:
+    """A transformers video classifier's shape into config.model: each size the config leaves unset (no variant, no
+    value) and each of STRUCTURE it leaves at the constructor's default takes the folder's value; one set otherwise
+    is one ConfigError line naming both values. The GELU form and LayerNorm epsilon take the folder's when left at
+    their defaults. The clip's frames and size come from the data (learned positions resampled when they differ)."""
+    if weights.layout not in HUB_LAYOUTS:
+      return []  # checkpoints.check_init_from refuses it in one line.
+    folder = HUB_LAYOUTS[weights.layout].vivit_options(weights.config, weights.tensors)
+    preset = decode_variant(model_config.get('variant'))
+    defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()}
+    notes = []
+    for key in (*SIZES, *STRUCTURE):
+      ours = model_config.get(key) if model_config.get(key) is not None else preset.get(key)
+      same = (ours is None) == (folder[key] is None) if key == 'fc_norm' else ours == folder[key]
+      if same:
+        continue
+      if ours is not None and ours != defaults.get(key, None):
+        raise ConfigError(
+          f'init_from={weights.path!r} is a model with model.{key}={folder[key]!r}, the config sets '
+          f'model.{key}={ours!r}{" (by model.variant)" if model_config.get(key) is None else ""}: set '
+          f'--config.model.{key}={folder[key]!r}, or leave it to the folder'
+        )
+      model_config[key] = folder[key]
+      notes.append(f'model.{key}={folder[key]!r} from the folder')
+    encoder_defaults = {f.name: f.default for f in dataclasses.fields(cls.ENCODER)}
+    for key in FOLDER_OPTIONS:
+      if model_config.get(key, encoder_defaults[key]) == encoder_defaults[key] != folder[key]:
+        model_config[key] = folder[key]
+        notes.append(f'model.{key}={folder[key]!r} from the folder')
+    return notes
+
+  def _load_hub(self, weights: hub.HubWeights, params: dict) -> tuple[dict, list[str]]:
+    """A transformers ViViT or VideoMAE folder: its shape must be this model's (one line naming the first key that
+    differs); its class count and clip size may differ (head replaced; learned positions resampled)."""
+    if weights.layout not in HUB_LAYOUTS:
+      raise ConfigError(
+        f'init_from={weights.path!r} holds {hub.LAYOUTS[weights.layout][0]} weights, which the ViViT does not read'
+      )
+    layout = HUB_LAYOUTS[weights.layout]
+    folder = layout.vivit_options(weights.config, weights.tensors)
+    for key, mine in self.structure.items():
+      theirs = folder[key] is not None if key == 'fc_norm' else folder[key]
+      if theirs != mine:
+        mine = (self.fc_norm.epsilon if self.fc_norm is not None else None) if key == 'fc_norm' else mine
+        raise ConfigError(
+          f'init_from={weights.path!r} is a model with model.{key}={folder[key]!r}, this model has '
+          f'model.{key}={mine!r}: set --config.model.{key}={folder[key]!r}'
+        )
+    notes = layout.notes(weights.config, weights.tensors)
+    theirs = {key: folder[key] for key in FOLDER_OPTIONS} | {'fc_norm': folder['fc_norm']}
+    mine = {key: getattr(self.options, key) for key in FOLDER_OPTIONS}
+    mine['fc_norm'] = self.fc_norm.epsilon if self.fc_norm is not None else None
+    if mine != theirs:
+      notes.append(f"the folder's model computes with {theirs}; this model has {mine}: its outputs differ")
+    flat, origin = layout.to_release(weights.tensors, self.num_heads)
+    fc_norm = {k: flat.pop(f'fc_norm/{k}') for k in ('scale', 'bias') if f'fc_norm/{k}' in flat}
+    if 'fc_norm' in params and not fc_norm:
+      notes.append(f'fc_norm ({params["fc_norm"]["scale"].shape[0]},) initialised: the source has none')
+    fc_norm = fc_norm or params.get('fc_norm')
+    pos = 'Transformer/posembed_input/pos_embedding'
+    if pos in flat and 'pos_embedding' in params and flat[pos].shape != params['pos_embedding'].shape:
+      frames, height, wide, _ = folder['input_shape']
+      p, t = folder['patch_size'], folder['tubelet_time']
+      resized = self._resample_positions(flat[pos], (frames // t, height // p, wide // p))
+      notes.append(
+        f'position embeddings resampled {flat[pos].shape} -> {resized.shape}: over space by jax.image.resize '
+        'bicubic, over time linear (antialiased when shrinking)'
+      )
+      flat[pos] = resized
+    target = {k: v for k, v in params.items() if k != 'fc_norm'}
+    loaded, adapted = release.from_release(flat, self, target, origin=origin)
+    if fc_norm is not None:
+      if np.shape(fc_norm['scale']) != np.shape(params['fc_norm']['scale']):
+        raise ConfigError(
+          f'init_from does not fit the model: mis-shaped: fc_norm {np.shape(fc_norm["scale"])} (model: '
+          f'{np.shape(params["fc_norm"]["scale"])})'
+        )
+      loaded['fc_norm'] = fc_norm
+    # A folder saved in bfloat16 or float16 trains in the model's own dtype: cast (copied) tensor by tensor.
+    cast = {str(a.dtype) for a, p in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)) if a.dtype != p.dtype}
+    if cast:
+      loaded = jax.tree.map(lambda a, p: a if a.dtype == p.dtype else np.asarray(a).astype(p.dtype), loaded, params)
+      notes.append(f"{' and '.join(sorted(cast))} tensors cast to the model's parameter dtype")
+    return loaded, notes + adapted
+
+  def _resample_positions(self, pos: np.ndarray, grid: tuple[int, int, int]) -> np.ndarray:
+    """Learned positions (1, [1 +] nt * h * w, D) of the token grid `grid` (nt, h, w) -> this model's grid: each
+    time step's bicubic over space, then linear over time (transformers' ViViT resamples only a square grid)."""
+    rows = int(self.cls is not None)
+    d = pos.shape[-1]
+    x = np.asarray(pos[0, rows:], np.float32).reshape(*grid, d)
+    x = jax.image.resize(x, (grid[0], *self.space_grid, d), 'bicubic', antialias=True)
+    x = jax.image.resize(x, (self.grid[0], *self.space_grid, d), 'linear', antialias=True)
+    x = np.asarray(x, pos.dtype).reshape(1, -1, d)
+    return np.concatenate([pos[:, :rows], x], axis=1)
 
   def image_params(self, params: dict) -> dict:
     """The part of this model's parameters (a pure dict) an image ViT has, in the ViT's layout."""

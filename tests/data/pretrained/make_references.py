@@ -66,6 +66,18 @@ HF_ROWS = {
     dict(intermediate_size=64, projection_dim=16),
   ),
 }
+# transformers video rows (clips of 4 frames of 16 x 24, tubelets 2 x 8 x 8: a 2 x 2 x 3 token grid, not square, so
+# that the order of time, height and width is checked): (model class, config class, image processor class, config).
+HF_VIDEO = dict(image_size=[16, 24], num_frames=4, intermediate_size=64, num_labels=10)
+HF_VIDEO_ROWS = {
+  'hf_vivit': ('VivitForVideoClassification', 'VivitConfig', 'VivitImageProcessor', dict(tubelet_size=[2, 8, 8])),
+  'hf_videomae': (
+    'VideoMAEForVideoClassification',
+    'VideoMAEConfig',
+    'VideoMAEImageProcessor',
+    dict(tubelet_size=2, patch_size=8, use_mean_pooling=True),
+  ),
+}
 # row -> another image size: the same weights loaded by timm's own filter (bicubic position-embedding resampling).
 RESIZED = {'vit': 48, 'dinov2_reg4': 56}
 # transformers row -> another image size, the same model run on it: DINOv2 resamples its position embeddings itself
@@ -124,6 +136,31 @@ def transformers_row(out: str, row: str, seed: int) -> None:
     **ref,
   )
   print(row, model_class, {k: v.shape for k, v in ref.items()})
+
+
+def transformers_video_row(out: str, row: str, seed: int) -> None:
+  """A video classifier's folder and reference.npz: `videos` (clips, NTHWC) and the model's `logits` on them."""
+  model_class, config_class, processor_class, overrides = HF_VIDEO_ROWS[row]
+  config = getattr(transformers, config_class)(**(HF_SMALL | HF_VIDEO | overrides))
+  model = getattr(transformers, model_class)(config).eval()
+  randomise(model, seed)
+  folder = os.path.join(out, row)
+  model.save_pretrained(folder, safe_serialization=True)
+  height, width = config.image_size
+  size = {'height': height, 'width': width}
+  getattr(transformers, processor_class)(size=size, crop_size=size).save_pretrained(folder)
+  videos = np.random.RandomState(seed).randn(2, config.num_frames, height, width, 3).astype(np.float32)
+  with torch.no_grad():
+    logits = model(pixel_values=torch.from_numpy(videos).permute(0, 1, 4, 2, 3)).logits.numpy()
+  np.savez_compressed(
+    os.path.join(folder, 'reference.npz'),
+    torch=torch.__version__,
+    transformers=transformers.__version__,
+    name=model_class,
+    videos=videos,
+    logits=logits,
+  )
+  print(row, model_class, logits.shape)
 
 
 # Folders with a head whose eval pipeline is the identity on a 32x32 image (timm's at crop_pct 1).
@@ -185,6 +222,9 @@ def main(out: str, only: list[str]) -> None:
   for seed, row in enumerate(HF_ROWS, start=len(ROWS)):
     if not only or row in only:
       transformers_row(out, row, seed)
+  for seed, row in enumerate(HF_VIDEO_ROWS, start=len(ROWS) + len(HF_ROWS)):
+    if not only or row in only:
+      transformers_video_row(out, row, seed)
   for seed, (row, (name, overrides)) in enumerate(ROWS.items()):
     if only and row not in only:
       continue
