@@ -14,9 +14,10 @@ import pytest
 import safetensors.numpy
 from flax import nnx
 
+from conftest import load_config
 from vit_jax_lab import checkpoints, hub, tasks, train
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.models import release, vit
+from vit_jax_lab.models import release, transformers_layout, vit, vivit
 from vit_jax_lab.tools import hub_benchmark
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'pretrained')
@@ -506,3 +507,220 @@ def test_a_bfloat16_folder_loads_as_the_models_float32(tmp_path):
   np.testing.assert_array_equal(params['cls'], tensors['cls_token'].astype(np.float32))
   ref = np.load(os.path.join(DATA, 'vit', 'reference.npz'))
   assert max_difference(model(ref['images']), ref['logits']) < 0.1  # bfloat16's 8 bits of mantissa.
+
+
+# transformers video classifier rows (make_references.py HF_VIDEO_ROWS): clips of 4 frames of 16 x 24, tubelets
+# 2 x 8 x 8, a 2 x 2 x 3 token grid.
+VIDEO_ROWS = {
+  'hf_vivit': 'VivitForVideoClassification (model 1, class token, learned positions, gelu_fast)',
+  'hf_videomae': 'VideoMAEForVideoClassification (fixed sine-cosine positions, mean pooling + fc_norm, q_bias/v_bias)',
+}
+
+
+def video_model(row, num_classes=None, input_shape=None, **overrides):
+  """Our ViViT of the folder's shape (its class count and clip size unless given) with the folder's weights, and
+  the load notes."""
+  weights = hub.read(os.path.join(DATA, row))
+  options = vivit.HUB_LAYOUTS[weights.layout].vivit_options(weights.config, weights.tensors)
+  classes, shape = options.pop('num_classes'), options.pop('input_shape')
+  model = vivit.ViViT(num_classes or classes or 7, input_shape or shape, rngs=nnx.Rngs(0), **(options | overrides))
+  initial = jax.device_get(nnx.state(model, nnx.Param).to_pure_dict())
+  params, notes = model.load_pretrained(weights, initial)
+  state = nnx.state(model, nnx.Param)
+  state.replace_by_pure_dict(params)
+  nnx.update(model, state)
+  return model, notes, initial, params
+
+
+@pytest.mark.parametrize('row', VIDEO_ROWS)
+def test_transformers_video_folder_gives_the_librarys_logits(row):
+  ref = np.load(os.path.join(DATA, row, 'reference.npz'))
+  model, notes, _, _ = video_model(row)
+  difference = max_difference(model(ref['videos']), ref['logits'])
+  print(f'{row}: max |ours - transformers| logits {difference:.2e} (logits up to {np.abs(ref["logits"]).max():.2f})')
+  assert difference < 1e-5
+  assert np.abs(ref['logits']).max() > 0.1  # Random weights, not a zero head.
+  assert notes == [f'transformers {ref["name"]} read from its safetensors']
+
+
+@pytest.mark.parametrize(
+  'row,expected',
+  [
+    ('hf_vivit', dict(pool='tok', posemb='learn', fc_norm=None, gelu_approximate=True, layernorm_epsilon=1e-6)),
+    ('hf_videomae', dict(pool='gap', posemb='sincos_flat', fc_norm=1e-5, gelu_approximate=False)),
+  ],
+)
+def test_video_folder_options_come_from_its_config_and_tensors(row, expected):
+  weights = hub.read(os.path.join(DATA, row))
+  options = transformers_layout.vivit_options(weights.config, weights.tensors)
+  assert {k: options[k] for k in expected} == expected
+  assert options['input_shape'] == (4, 16, 24, 3) and (options['patch_size'], options['tubelet_time']) == (8, 2)
+  assert (options['width'], options['depth'], options['mlp_dim'], options['num_heads']) == (32, 2, 64, 4)
+  assert (options['model'], options['num_classes']) == ('spatiotemporal', 10)
+
+
+def test_videomae_in_transformers_5_names_and_with_a_key_bias_loads_alike(tmp_path):
+  """transformers 5 renames q_bias / v_bias to query.bias / value.bias when it loads; a zero key bias (what ours
+  holds for VideoMAE's missing one) is the same function, a non-zero one is read."""
+  folder = copy_row(tmp_path, 'hf_videomae')
+  path = os.path.join(folder, 'model.safetensors')
+  tensors = safetensors.numpy.load_file(path)
+  renamed = {k.replace('.q_bias', '.query.bias').replace('.v_bias', '.value.bias'): v for k, v in tensors.items()}
+  assert len(renamed) == len(tensors) and not any('q_bias' in k for k in renamed)
+  safetensors.numpy.save_file(renamed, path)
+  ref = np.load(os.path.join(DATA, 'hf_videomae', 'reference.npz'))
+  model, _, _, params = video_model(folder)
+  assert max_difference(model(ref['videos']), ref['logits']) < 1e-5
+  qkv_bias = params['encoder']['blocks'][0]['attn']['qkv']['bias']
+  np.testing.assert_array_equal(qkv_bias[32:64], np.zeros(32, np.float32))  # The key's.
+  np.testing.assert_array_equal(qkv_bias[:32], tensors['videomae.encoder.layer.0.attention.attention.q_bias'])
+
+
+def test_videomae_positions_and_fc_norm_are_the_function():
+  """Neither new key is a no-op: VideoMAE's table is not the 2-D + 1-D 'sincos', and fc_norm's epsilon is used."""
+  ref = np.load(os.path.join(DATA, 'hf_videomae', 'reference.npz'))
+  with pytest.raises(ConfigError) as e:
+    video_model('hf_videomae', posemb='sincos')
+  assert "model.posemb='sincos_flat', this model has model.posemb='sincos'" in one_line(e)
+  table = vivit.sincos_flat(12, 32)
+  np.testing.assert_array_equal(table[0], np.tile([0.0, 1.0], 16).astype(np.float32))
+  np.testing.assert_allclose(table[5, :2], [np.sin(5), np.cos(5)], rtol=1e-6)
+  model, notes, _, _ = video_model('hf_videomae', fc_norm=0.5)
+  assert any(
+    "computes with {'gelu_approximate': False, 'layernorm_epsilon': 1e-12, 'fc_norm': 1e-05}" in n for n in notes
+  )
+  assert max_difference(model(ref['videos']), ref['logits']) > 1e-3
+
+
+def test_a_video_head_of_another_class_count_is_replaced_and_fc_norm_kept():
+  ref = np.load(os.path.join(DATA, 'hf_videomae', 'reference.npz'))
+  model, notes, initial, params = video_model('hf_videomae', num_classes=5)
+  assert 'head (32, 10) re-initialised for (32, 5)' in notes
+  np.testing.assert_array_equal(params['head']['kernel'], initial['head']['kernel'])
+  tensors = hub.read(os.path.join(DATA, 'hf_videomae')).tensors
+  np.testing.assert_array_equal(params['fc_norm']['scale'], tensors['fc_norm.weight'])
+  assert model.features(ref['videos']).shape == (2, 32)
+
+
+def test_another_clip_size_resamples_learned_positions_and_recomputes_fixed_ones():
+  """ViViT's learned positions (2 x 2 x 3 tubelets) to 4 x 3 x 3: bicubic over space, linear over time, the class
+  token's row kept; VideoMAE's fixed table is computed for the new grid (as VideoMAE at that size)."""
+  model, notes, _, params = video_model('hf_vivit', input_shape=(8, 24, 24, 3))
+  (note,) = [n for n in notes if n.startswith('position embeddings resampled')]
+  assert '(1, 13, 32) -> (1, 37, 32)' in note and 'bicubic' in note
+  folder = hub.read(os.path.join(DATA, 'hf_vivit')).tensors['vivit.embeddings.position_embeddings']
+  np.testing.assert_array_equal(params['pos_embedding'][:, :1], folder[:, :1])
+  assert model(np.zeros((1, 8, 24, 24, 3), np.float32)).shape == (1, 10)
+  model, notes, _, _ = video_model('hf_videomae', input_shape=(8, 24, 24, 3))
+  assert not any('resampled' in n for n in notes)
+  assert model(np.zeros((1, 8, 24, 24, 3), np.float32)).shape == (1, 10)
+
+
+def test_a_resampled_grid_of_the_same_size_is_the_same_table():
+  model, *_ = video_model('hf_vivit')
+  pos = hub.read(os.path.join(DATA, 'hf_vivit')).tensors['vivit.embeddings.position_embeddings']
+  np.testing.assert_allclose(model._resample_positions(pos, (2, 2, 3)), pos, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+  'row,key,value,message',
+  [
+    (
+      'hf_vivit',
+      'model',
+      'factorised_encoder',
+      "model.model='spatiotemporal', this model has model.model='factorised_",
+    ),
+    ('hf_vivit', 'tubelet_time', 1, 'model.tubelet_time=2, this model has model.tubelet_time=1'),
+    ('hf_videomae', 'fc_norm', None, 'model.fc_norm=1e-05, this model has model.fc_norm=None'),
+    ('hf_videomae', 'pool', 'tok', "model.fc_norm=1e-05 normalises the average pool: it needs model.pool='gap'"),
+  ],
+)
+def test_a_video_model_of_another_shape_is_one_line_naming_the_key(row, key, value, message):
+  with pytest.raises(ConfigError) as e:
+    video_model(row, **{key: value})
+  assert message in one_line(e)
+
+
+def test_image_and_video_folders_go_to_their_family():
+  with pytest.raises(ConfigError) as e:
+    folder_model('hf_vivit')
+  assert "model_type='vivit' is a video model: read it into model.name='vivit'" in one_line(e)
+  with pytest.raises(ConfigError) as e:
+    video_model('hf_vit')
+  assert "model_type='vit' is not read into the ViViT; read: vivit, videomae" in one_line(e)
+
+
+def test_a_videomae_without_mean_pooling_is_refused(tmp_path):
+  folder = copy_row(tmp_path, 'hf_videomae')
+  with open(os.path.join(folder, 'config.json')) as f:
+    config = json.load(f)
+  with open(os.path.join(folder, 'config.json'), 'w') as f:
+    json.dump(config | dict(use_mean_pooling=False), f)
+  with pytest.raises(ConfigError) as e:
+    video_model(folder)
+  assert 'use_mean_pooling=False (its classifier reads the first patch token' in one_line(e)
+
+
+@pytest.mark.parametrize(
+  'kwargs,message',
+  [
+    (dict(fc_norm='small'), "model.fc_norm='small' must be a positive number"),
+    (dict(fc_norm=True), 'model.fc_norm=True must be a positive number'),
+    (dict(fc_norm=1e-5, pool='tok'), "needs model.pool='gap'"),
+    (dict(posemb='sincos_flat', model='factorised_encoder'), "model.posemb='sincos_flat' numbers the tokens"),
+    (dict(posemb='sincos1d'), "model.posemb='sincos1d' is not one of 'learn', 'sincos', 'sincos_flat'"),
+  ],
+)
+def test_new_vivit_keys_are_validated(kwargs, message):
+  with pytest.raises(ConfigError, match=message):
+    vivit.ViViT(10, (4, 16, 16, 3), variant='mu/8x2', rngs=nnx.Rngs(0), **kwargs)
+
+
+def test_default_vivit_parameters_are_unchanged():
+  model = vivit.ViViT(10, (4, 16, 16, 3), variant='mu/8x2', rngs=nnx.Rngs(0))
+  params = nnx.state(model, nnx.Param).to_pure_dict()
+  assert set(params) == {'embedding', 'cls', 'pos_embedding', 'encoder', 'head'}
+  assert set(params['encoder']) == {'blocks', 'norm'}
+
+
+def test_a_scanned_vivit_loads_the_folder_alike():
+  ref = np.load(os.path.join(DATA, 'hf_videomae', 'reference.npz'))
+  model, _, _, params = video_model('hf_videomae', scan=True)
+  assert params['encoder']['blocks']['attn']['qkv']['kernel'].shape == (2, 32, 96)
+  assert max_difference(model(ref['videos']), ref['logits']) < 1e-5
+
+
+@pytest.mark.parametrize('row', VIDEO_ROWS)
+def test_init_from_a_video_folder_in_a_run_takes_the_folders_shape(tmp_path, row, capsys):
+  """train.setup / init_state as `python -m main --config configs/vivit/moving_digits.py --config.init_from=DIR`
+  runs them: sizes left unset and keys at their defaults come from the folder (noted); the run starts from its
+  weights."""
+  config = load_config(
+    'configs/vivit/moving_digits.py:spatiotemporal,smoke', str(tmp_path), init_from=os.path.join(DATA, row)
+  )
+  config.model.update(dict.fromkeys((*SIZES, 'tubelet_time', 'pool')), dropout=0.0, drop_path=0.0)
+  info, _ = tasks.build(config.task).synthetic_batch('4,16,24,3,10', config.data.batch_size)
+  s = train.setup(config, data=(None, info))
+  out = capsys.readouterr().out
+  model = nnx.merge(s.graphdef, train.init_state(s).params)
+  ref = np.load(os.path.join(DATA, row, 'reference.npz'))
+  assert max_difference(model(ref['videos']), ref['logits']) < 1e-5
+  assert (config.model.width, config.model.patch_size, config.model.tubelet_time) == (32, 8, 2)
+  assert 'model.width=32 from the folder' in out
+  if row == 'hf_videomae':
+    assert (config.model.pool, config.model.posemb, config.model.fc_norm) == ('gap', 'sincos_flat', 1e-5)
+    assert "model.posemb='sincos_flat' from the folder" in out and 'model.layernorm_epsilon=1e-12 from' in out
+
+
+def test_a_video_key_the_config_sets_otherwise_is_one_line(tmp_path):
+  config = load_config(
+    'configs/vivit/moving_digits.py:spatiotemporal,smoke', str(tmp_path), init_from=os.path.join(DATA, 'hf_vivit')
+  )
+  config.model.update(dict.fromkeys(SIZES))  # The smoke config sets pool='gap'; the folder has a class token.
+  info, _ = tasks.build(config.task).synthetic_batch('4,16,24,3,10', config.data.batch_size)
+  with pytest.raises(ConfigError) as e:
+    train.setup(config, data=(None, info))
+  assert "is a model with model.pool='tok', the config sets model.pool='gap': set --config.model.pool='tok'" in (
+    one_line(e)
+  )
