@@ -1,7 +1,7 @@
-"""timm and Hugging Face transformers hub folders (config.json + model.safetensors) into our ViT: each row's
-outputs equal the library's own on the same inputs (reference folders written by
-tests/data/pretrained/make_references.py with timm 1.0.31 and transformers 5.24; torch is never imported here), what
-fine-tuning adapts, and every refusal as one line."""
+"""timm and Hugging Face transformers hub folders (config.json + model.safetensors) into our ViT, and transformers'
+video classifiers into our ViViT: each row's outputs equal the library's own on the same inputs (reference folders
+written by tests/data/pretrained/make_references.py with timm 1.0.31 and transformers 5.24; torch is never imported
+here), what fine-tuning adapts, and every refusal as one line."""
 
 import json
 import os

@@ -2,9 +2,9 @@
 transformers model saved as a hub folder (config.json + model.safetensors, by timm's own save_for_hf or the model's
 save_pretrained; for transformers also preprocessor_config.json by its image processor) and reference.npz with the
 input images (NHWC) and the library's eval-mode outputs on them (timm: logits and pre-logits features;
-transformers: the outputs the model returns). Not run by the tests: it needs torch, timm and transformers, which are
-no project dependency. Made with torch 2.14.1 (CPU use), timm 1.0.31 and transformers 5.24 in a separate
-environment (ROW...: only those rows):
+transformers: the outputs the model returns; its video classifiers, HF_VIDEO_ROWS: `videos` (NTHWC) and `logits`).
+Not run by the tests: it needs torch, timm and transformers, which are no project dependency. Made with torch
+2.14.1 (CPU use), timm 1.0.31 and transformers 5.24 in a separate environment (ROW...: only those rows):
 
     /work/torchenv/bin/python tests/data/pretrained/make_references.py tests/data/pretrained [ROW...]
 
