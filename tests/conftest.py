@@ -107,3 +107,22 @@ def wait_for_first_log(workdir: str, timeout: float) -> None:
 def pytest_unconfigure(config):
   if _OWN_CACHE:
     shutil.rmtree(os.environ['VIT_JAX_LAB_TEST_CACHE'], ignore_errors=True)
+
+
+# What a GPU machine with its own jax, flax, optax, orbax and numpy lacks (ml_collections travels as a wheel): a
+# step on synthetic input must not need any of it.
+ABSENT_ON_ACCELERATOR_MACHINES = ('tensorflow', 'tensorflow_datasets', 'clu', 'tensorboard', 'av', 'sacremoses')
+
+
+def without_packages(tmp_path, names=ABSENT_ON_ACCELERATOR_MACHINES) -> dict:
+  """An environment whose Python processes (and theirs) cannot import `names`: a sitecustomize.py that refuses
+  them, first on PYTHONPATH."""
+  (tmp_path / 'sitecustomize.py').write_text(
+    'import importlib.abc, sys\n'
+    'class Refuse(importlib.abc.MetaPathFinder):\n'
+    '  def find_spec(self, name, path, target=None):\n'
+    f'    if name.split(".")[0] in {set(names)!r}:\n'
+    '      raise ImportError(f"{name} is made unimportable by the test")\n'
+    'sys.meta_path.insert(0, Refuse())\n'
+  )
+  return dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]), JAX_NUM_CPU_DEVICES='1')

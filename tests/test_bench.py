@@ -2,9 +2,12 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
+import conftest
 from vit_jax_lab.tools import bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -112,3 +115,40 @@ def test_without_xla_counts_the_step_flops_are_its_matmuls(smoke_config, monkeyp
       counts['matmuls', scan] = bench.step_flops(s, config, batch)
   assert 0.8 * counts['xla', False] < counts['matmuls', False] < counts['xla', False]
   assert counts['matmuls', True] == counts['matmuls', False] and counts['xla', True] == counts['xla', False]
+
+
+def test_a_step_on_synthetic_input_and_every_family_need_no_tensorflow(tmp_path):
+  script = """
+import sys
+from vit_jax_lab import config as config_lib, train
+from vit_jax_lab.data import info
+from vit_jax_lab.tools import bench
+assert bench.main(['--steps', '1', '--warmup', '0', '--config', 'configs/vit/digits.py:smoke',
+                   '--synthetic', '16,16,3,10']) == 0
+for spec, shape in [('configs/vivit/moving_digits.py:factorised_encoder,smoke', '4,16,16,1,5'),
+                    ('configs/seq2seq/scan.py:simple,smoke', '12,40'), ('configs/lra/listops.py:smoke', '32,20,10')]:
+  config = config_lib.load(spec)
+  s, batch = bench.synthetic_setup(config, shape)
+  state, metrics = train.make_train_step(s)(train.init_state(s), batch)
+  assert float(metrics['loss']) > 0, spec
+config = config_lib.load('configs/tracking/digits.py:mlp,smoke')
+d = config.data
+geometry = info.TrackingInfo(1, 6, (48, 48), 8, 8, d.template_size, d.search_size, 2.0, 4.0)
+train.init_state(train.setup(config, data=(None, geometry)))
+loaded = [m for m in ('tensorflow', 'tensorflow_datasets', 'clu') if m in sys.modules]
+assert not loaded, loaded
+print('no tensorflow')
+"""
+  done = subprocess.run(
+    [sys.executable, '-c', script], cwd=ROOT, env=conftest.without_packages(tmp_path), capture_output=True, text=True
+  )
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.stdout.strip().endswith('no tensorflow') and '| vit |' not in done.stderr
+
+
+def test_the_package_refusal_itself_works(tmp_path):
+  """The check above could pass vacuously if the refusal did nothing: an import of TensorFlow must fail under it."""
+  done = subprocess.run(
+    [sys.executable, '-c', 'import tensorflow'], env=conftest.without_packages(tmp_path), capture_output=True, text=True
+  )
+  assert done.returncode != 0 and 'made unimportable by the test' in done.stderr

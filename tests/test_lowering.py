@@ -9,29 +9,29 @@ import pytest
 
 from conftest import ROOT
 from vit_jax_lab import checkpoints, config as config_lib, train
-from vit_jax_lab.data import labels, text, tracking
+from vit_jax_lab.data import info as info_lib
 
 PLATFORMS = ('cuda', 'tpu')
 BATCH = 8  # One example per device of the data x fsdp = 4 x 2 mesh.
 
 
 def _classification(input_shape, classes=10, key='image', vocab_size=0):
-  info = labels.LabelInfo(classes, key, input_shape, BATCH, BATCH, vocab_size)
+  info = info_lib.LabelInfo(classes, key, input_shape, BATCH, BATCH, vocab_size)
   inputs = jax.ShapeDtypeStruct((BATCH, *input_shape), jnp.int32 if vocab_size else jnp.float32)
   label = jax.ShapeDtypeStruct((BATCH,), jnp.int32)
   return info, {'inputs': inputs, 'label': label}
 
 
 def _seq2seq(length=12, size=40):
-  vocab = text.WordVocab([f'w{i}' for i in range(size - len(text.SPECIALS))])
-  info = text.TextInfo('inputs', 'targets', vocab, vocab, (length,), length, BATCH, BATCH)
+  vocab = info_lib.WordVocab([f'w{i}' for i in range(size - len(info_lib.SPECIALS))])
+  info = info_lib.TextInfo('inputs', 'targets', vocab, vocab, (length,), length, BATCH, BATCH)
   tokens = jax.ShapeDtypeStruct((BATCH, length), jnp.int32)
   return info, {'inputs': tokens, 'targets': tokens}
 
 
 def _tracking(config):
   d = config.data
-  info = tracking.TrackingInfo(1, 6, (48, 48), BATCH, BATCH, d.template_size, d.search_size, 2.0, 4.0)
+  info = info_lib.TrackingInfo(1, 6, (48, 48), BATCH, BATCH, d.template_size, d.search_size, 2.0, 4.0)
 
   def crops(size):
     return jax.ShapeDtypeStruct((BATCH, size, size, 1), jnp.float32)

@@ -16,7 +16,7 @@ from PIL import Image
 from conftest import build_builtin, load_config
 from test_train import crash_after_logging, read_metrics, run_steps
 from vit_jax_lab import boxes, config as config_lib, train
-from vit_jax_lab.data import tracking as data_tracking
+from vit_jax_lab.data import info as info_lib, tracking as data_tracking
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.models import layers, tracker
 from vit_jax_lab.tasks import tracking
@@ -114,7 +114,7 @@ def test_perfect_predictions_track_exactly_even_at_frame_edges():
     ],
     np.float32,
   )
-  geometry = data_tracking.TrackingInfo(6, 5, (height, width), 2, 2, 16, 32, 2.0, 4.0)
+  geometry = info_lib.TrackingInfo(6, 5, (height, width), 2, 2, 16, 32, 2.0, 4.0)
   predicted, logits = jax.jit(lambda f, b: tracking.track(Oracle(), f, b, geometry))(
     oracle_frames(truth, height, width), truth[:, 0]
   )
@@ -145,7 +145,7 @@ def test_search_regions_are_led_by_the_tracked_velocity():
   path = np.array([20.0, 50.0]) + np.arange(8)[:, None] * velocity
   truth = np.concatenate([path, np.full((8, 2), 8.0)], 1)[None].astype(np.float32)
   height, width = 80, 90
-  geometry = data_tracking.TrackingInfo(6, 8, (height, width), 2, 2, 16, 32, 2.0, 2.0)
+  geometry = info_lib.TrackingInfo(6, 8, (height, width), 2, 2, 16, 32, 2.0, 2.0)
   frames = oracle_frames(truth, height, width)
   lag = np.arange(8)[:, None] > 0
   for smoothing in (0.0, 0.5):
@@ -181,7 +181,7 @@ def test_tracking_in_bfloat16_keeps_float32_boxes():
   for key in ('box', 'boxes'):
     np.testing.assert_array_equal(cast[key], batch[key])
   truth = np.array([[[10, 12, 8, 6], [13, 11, 8, 7], [17, 14, 9, 7]]], np.float32)
-  geometry = data_tracking.TrackingInfo(3, 1, (40, 50), 2, 2, 16, 32, 2.0, 4.0)
+  geometry = info_lib.TrackingInfo(3, 1, (40, 50), 2, 2, 16, 32, 2.0, 4.0)
   frames, first = (jnp.asarray(x, jnp.bfloat16) for x in (oracle_frames(truth, 40, 50), truth[:, 0]))
   predicted, _ = jax.jit(lambda f, b: tracking.track(Oracle(), f, b, geometry))(frames, first)
   assert predicted.dtype == jnp.float32
@@ -197,7 +197,7 @@ def test_evaluation_leaves_out_the_frames_without_the_target():
   example = {'frames': frames, 'boxes': np.where(absent[:, None], np.nan, truth), 'absent': absent}
   data_config = config_lib.base_config().data
   data_config.value_range = (0.0, 255.0)  # Frames scaled by 1: the oracle's coordinates kept.
-  geometry = data_tracking.TrackingInfo(6, 4, (40, 50), 2, 2, 16, 32, 2.0, 4.0, (0.0, 255.0))
+  geometry = info_lib.TrackingInfo(6, 4, (40, 50), 2, 2, 16, 32, 2.0, 4.0, (0.0, 255.0))
   evaluated = data_tracking.preprocess_fn(data_config, geometry, train=False)(example, tf.constant([0, 0], tf.int64))
   np.testing.assert_array_equal(evaluated['absent'], absent)
   task = tracking.Tracking()

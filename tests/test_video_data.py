@@ -14,7 +14,7 @@ import main
 from conftest import ROOT
 from vit_jax_lab import config as config_lib, parallel
 from vit_jax_lab.config import ConfigError
-from vit_jax_lab.data import images as image_data, labels as label_data, pipeline, videos
+from vit_jax_lab.data import images as image_data, info as info_lib, labels as label_data, pipeline, videos
 from vit_jax_lab.tasks.classification import Classification
 
 OPPOSITE = [1, 0, 3, 2]  # right <-> left, down <-> up.
@@ -32,8 +32,8 @@ def synthetic(shape, seed=0) -> np.ndarray:
   return np.random.default_rng(seed).integers(0, 256, (*shape, 1)).astype(np.uint8)
 
 
-def video_info(num_frames, height, width) -> label_data.LabelInfo:
-  return label_data.LabelInfo(
+def video_info(num_frames, height, width) -> info_lib.LabelInfo:
+  return info_lib.LabelInfo(
     num_classes=4, input_key='video', input_shape=(num_frames, height, width, 1), num_train=0, num_eval=0
   )
 
@@ -221,7 +221,7 @@ def test_inception_crop_is_the_same_for_all_frames():
 def test_scale_jitter_and_colour_are_seeded_per_example_and_alike_for_all_frames():
   """scenic's training augmentation: one scale, crop and colour change per clip, a function of the example's seed."""
   still = np.repeat(np.random.default_rng(0).integers(0, 256, (1, 12, 16, 3)).astype(np.uint8), 4, axis=0)
-  info = label_data.LabelInfo(4, 'video', (4, 8, 8, 3), 0, 0)
+  info = info_lib.LabelInfo(4, 'video', (4, 8, 8, 3), 0, 0)
 
   def clip(s, **data):
     config = make_config(num_frames=4, image_size=8, resize_size=12, **data)

@@ -148,18 +148,12 @@ def quiet_libraries() -> None:
   lines (absl's, up to ERROR: orbax logs a failed write before it raises it, and we report it in one line)."""
   if VERBOSE:
     return
+  # TensorFlow is not imported here: a command that reads no dataset never loads it (tools.bench --synthetic), so
+  # its quieting waits in the environment and in Python's logging: its C++ start-up lines (the CPU feature banner),
+  # its Python logger (AutoGraph's "could not transform" lines). TFDS's progress bars: data/pipeline.py.
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-  # The one place a command imports TensorFlow and TFDS (5.5 s and 0.6 s, `python -X importtime`): under held
-  # stderr, where their banners go, and never with this module, which main.py imports before it checks the config.
-  with held_stderr() as held:  # TensorFlow's two shared libraries print a banner each while they load.
-    held['replay'] = False
-    import tensorflow as tf
-  import tensorflow_datasets as tfds
-
+  logging.getLogger('tensorflow').setLevel(logging.ERROR)
   absl_logging.set_verbosity(absl_logging.FATAL)
-  tf.get_logger().setLevel('ERROR')  # Its Python logger, apart from absl's: AutoGraph's "could not transform" lines.
-  tf.autograph.set_verbosity(0)
-  tfds.disable_progress_bar()
   if not isinstance(sys.stderr, _WithoutDeadLoopTracebacks):
     sys.stderr = _WithoutDeadLoopTracebacks(sys.stderr)
   sys.unraisablehook = _unraisable_unless_abandoned_read

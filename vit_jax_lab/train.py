@@ -12,7 +12,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Collection, Iterator
+import types
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator
 
 import flax
 import jax
@@ -20,25 +21,36 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-import tensorflow_datasets as tfds
 from flax import nnx
 from jax.experimental import multihost_utils
 
 from vit_jax_lab import (
   checkpoints,
   config as config_lib,
+  data as data_lib,
   errors,
   hub,
   models,
   optim,
   parallel,
-  reporting,
   tasks,
   workdir as workdir_lib,
 )
-from vit_jax_lab.data import pipeline
 from vit_jax_lab.errors import check
-from vit_jax_lab.evaluators import common as evaluators
+
+if TYPE_CHECKING:
+  import tensorflow_datasets as tfds
+
+
+def _io() -> types.SimpleNamespace:
+  """The data pipeline, the evaluators and the report writers, imported at their first use, never with this module:
+  they load TensorFlow (5.4 s, `python -X importtime`), which a step on synthetic input (`tools.bench --synthetic`,
+  the lowering tests) never needs, and which some accelerator machines do not have."""
+  from vit_jax_lab import reporting
+  from vit_jax_lab.data import pipeline
+  from vit_jax_lab.evaluators import common as evaluators
+
+  return types.SimpleNamespace(pipeline=pipeline, evaluators=evaluators, reporting=reporting)
 
 
 @flax.struct.dataclass
@@ -86,7 +98,7 @@ class Setup:
   config: ml_collections.ConfigDict
   mesh: jax.sharding.Mesh
   task: tasks.Task
-  builder: tfds.core.DatasetBuilder
+  builder: 'tfds.core.DatasetBuilder | None'  # None: synthetic input, no dataset.
   info: Any  # What the task's dataset_info returned (shapes, classes, vocabularies).
   graphdef: nnx.GraphDef
   tx: optax.GradientTransformation
@@ -107,7 +119,7 @@ def _keys(seed: jax.Array) -> tuple[jax.Array, jax.Array]:
 def setup(
   config: ml_collections.ConfigDict,
   devices: list[jax.Device] | None = None,
-  data: tuple[tfds.core.DatasetBuilder, Any] | None = None,
+  data: 'tuple[tfds.core.DatasetBuilder | None, Any] | None' = None,
   workdir: str | None = None,
   resuming: bool = False,
   given: Collection[str] = (),
@@ -128,7 +140,7 @@ def setup(
       f'data.{key}={batch} must be divisible by the {shards} batch shards '
       f'(mesh data x fsdp = {mesh.shape["data"]} x {mesh.shape["fsdp"]})',
     )
-    pipeline.shards(config.data, key)
+    data_lib.shards(config.data, key)
   check(
     by_tokens or config.data.batch_size % (shards * config.accum_steps) == 0,
     f'data.batch_size={config.data.batch_size} must be divisible by accum_steps={config.accum_steps} '
@@ -136,13 +148,13 @@ def setup(
   )
   task = tasks.build(config.task)
   builder, info = (
-    pipeline.load(config.data, lambda b, d: task.dataset_info(b, d, workdir), resuming=resuming)
+    _io().pipeline.load(config.data, lambda b, d: task.dataset_info(b, d, workdir), resuming=resuming)
     if data is None
     else data
   )
   buckets = task.buckets(config.data, info)  # Refuses a token budget the task cannot batch by.
   if buckets is not None:
-    pipeline.bucket_rows(config.data, buckets.lengths(), shards * config.accum_steps)  # A budget too small.
+    _io().pipeline.bucket_rows(config.data, buckets.lengths(), shards * config.accum_steps)  # A budget too small.
   family = models.get(config.model.name)
   if config.init_from is not None and hub.is_folder(config.init_from) and family.offers('pretrained_config'):
     for note in family.pretrained_config(config.model, hub.read(config.init_from)):  # The folder's shape.
@@ -161,7 +173,7 @@ def setup(
   )
   state_shardings = parallel.shardings(abstract_state, mesh, config.mesh.fsdp_min_size, family.TENSOR_PARALLEL)
   if data is None:
-    config = _fit_eval_batch(config, info, math.lcm(shards, pipeline.shards(config.data, 'eval_batch_size')[1]), given)
+    config = _fit_eval_batch(config, info, math.lcm(shards, data_lib.shards(config.data, 'eval_batch_size')[1]), given)
     _check_sizes(config, mesh, parallel.per_device_bytes(abstract_state, state_shardings))
   if config.init_from is not None:
     check(
@@ -241,7 +253,7 @@ def train_batches(s: Setup, start_step: int = 0) -> Iterator[dict[str, jax.Array
   """The task's global train batches (prepared, preprocessed, packed or bucketed as it asks), from `start_step` on."""
   data = s.config.data
   rows_multiple = s.mesh.shape['data'] * s.mesh.shape['fsdp'] * s.config.accum_steps
-  return pipeline.train_iterator(
+  return _io().pipeline.train_iterator(
     s.builder,
     data,
     s.task.preprocess(data, s.info, train=True),
@@ -368,7 +380,7 @@ def evaluate(s: Setup, eval_step, params) -> dict[str, float]:
   if s.task.sequential(s.info):
     return {f'eval/{k}': v for k, v in s.task.summarize(_sequential_sums(s, params)).items()}
   preprocess = s.task.preprocess(s.config.data, s.info, train=False)
-  batches = pipeline.eval_batches(
+  batches = _io().pipeline.eval_batches(
     s.builder,
     s.config.data,
     preprocess,
@@ -398,7 +410,7 @@ def host_predict(s: Setup, params) -> Callable[..., Any]:
 
 def _sequential_sums(s: Setup, params) -> dict[str, np.ndarray]:
   """The task's `sequential_sums` over each process's share of the eval split, added up over processes."""
-  examples = pipeline.eval_examples(s.builder, s.config.data, s.task.prepare(s.info, False))
+  examples = _io().pipeline.eval_examples(s.builder, s.config.data, s.task.prepare(s.info, False))
   sums = s.task.sequential_sums(host_predict(s, params), examples)
   if jax.process_count() > 1:
     sums = jax.tree.map(lambda x: x.sum(0), multihost_utils.process_allgather(sums))
@@ -496,14 +508,14 @@ def train_and_evaluate(
 
   Ends early, with everything up to its newest checkpoint kept, on a signal (errors.Preempted, after saving a
   checkpoint of the current step), a non-finite loss (errors.Diverged) or a full disk (errors.DiskFull)."""
-  started = time.perf_counter()
+  started, io = time.perf_counter(), _io()
   with workdir_lib.lock(workdir) as lock_notes, errors.disk_errors(workdir), StopSignals(workdir) as signals:
     for note in lock_notes:
       log(note)
     trained = workdir_lib.trained(workdir)
     # Everything is checked before the workdir records the run.
     s = setup(config, workdir=workdir, resuming=trained, given=given)
-    evals = evaluators.build(config, s.mesh, s.graphdef, s.state_shardings.params, s.info)  # Checked too.
+    evals = io.evaluators.build(config, s.mesh, s.graphdef, s.state_shardings.params, s.info)  # Checked too.
     # A new run's initial weights (init_from's) are read and fitted before anything is recorded: a rejected
     # init_from leaves the workdir as it was.
     state = None if trained else init_state(s)
@@ -522,7 +534,7 @@ def train_and_evaluate(
       state = restored
     elif state is None:
       state = init_state(s)
-    log(reporting.parameter_overview(state.params))
+    log(io.reporting.parameter_overview(state.params))
     device_note = parallel.devices(config)[1]
     log(
       f'mesh {dict(s.mesh.shape)}{f" ({device_note})" if device_note else ""}; parameters + optimizer state per '
@@ -530,9 +542,9 @@ def train_and_evaluate(
     )
     batches = train_batches(s, start)
     train_step, eval_step = make_train_step(s), make_eval_step(s)
-    writer = reporting.writer(workdir, start)
+    writer = io.reporting.writer(workdir, start)
     batch = None if config.data.token_budget else config.data.batch_size  # A token budget: batches vary.
-    progress = reporting.Progress(config.total_steps, batch, start)
+    progress = io.reporting.Progress(config.total_steps, batch, start)
     pending, eval_metrics = [], {}
     signals.begin_training()
     try:
@@ -576,8 +588,8 @@ def train_and_evaluate(
       checkpointer.close()
     newest = f'{checkpointer.directory}/{config.total_steps}'
     scores = '  '.join(f'{k} {v:.4f}' for k, v in eval_metrics.items() if k != 'eval/examples')
-    best = reporting.best_eval(os.path.join(workdir, 'metrics.jsonl'))
-    wall = reporting.duration(time.perf_counter() - started)
+    best = io.reporting.best_eval(os.path.join(workdir, 'metrics.jsonl'))
+    wall = io.reporting.duration(time.perf_counter() - started)
     parts = (f'step {config.total_steps}', scores, best, f'wall {wall}', f'workdir {workdir}', f'checkpoint {newest}')
     log('done: ' + '  '.join(p for p in parts if p))
   return eval_metrics

@@ -9,6 +9,7 @@ those import TensorFlow (about 5 s): this file imports nothing heavy, so a confi
 import os
 from typing import Callable
 
+import jax
 import ml_collections
 from ml_collections import config_dict
 
@@ -232,3 +233,23 @@ def validate(d: ml_collections.ConfigDict) -> None:
   """Every part's checks of `config.data`."""
   for _, checks in PARTS:
     checks(d)
+
+
+def shards(data_config, batch_key: str) -> tuple[list[int], int, int]:
+  """(this process's shard ids, number of shards, examples per shard in a `data.<batch_key>` batch)."""
+  global_batch = data_config[batch_key]
+  local, count = shard_ids(data_config)
+  check(global_batch % count == 0, f'data.{batch_key}={global_batch} must be divisible by data.shards={count}')
+  return local, count, global_batch // count
+
+
+def shard_ids(data_config) -> tuple[list[int], int]:
+  """(this process's shard ids, number of shards) of `data.shards`."""
+  count = jax.process_count() if data_config.shards == -1 else data_config.shards
+  check(
+    count % jax.process_count() == 0,
+    f'data.shards={count} must be a multiple of the process count {jax.process_count()}',
+  )
+  per_process = count // jax.process_count()
+  first = jax.process_index() * per_process
+  return list(range(first, first + per_process)), count

@@ -6,7 +6,6 @@ declares its vocabulary in its metadata (`info.metadata['vocabulary']`: the toke
 it, its longest sequence (`info.metadata['max_length']`); the built-in `listops` does.
 """
 
-import dataclasses
 from typing import Callable
 
 import numpy as np
@@ -14,21 +13,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vit_jax_lab.data import images, videos
+from vit_jax_lab.data.info import LabelInfo
 from vit_jax_lab.errors import ConfigError, check
-
-
-@dataclasses.dataclass(frozen=True)
-class LabelInfo:
-  """What a classification model and task need to know about the data before anything is built."""
-
-  num_classes: int
-  input_key: str  # The raw feature the model input is made from: 'image', 'video' or 'inputs' (token ids).
-  input_shape: tuple[int, ...]  # One preprocessed example: (height, width, channels), (frames, h, w, c), or
-  # (data.max_input_length,) token ids, padded with 0.
-  num_train: int  # Examples in the train split (all shards).
-  num_eval: int  # Examples in the eval split (all shards).
-  vocab_size: int = 0  # Token inputs: ids are below this (0 is padding); 0 for images and videos.
-
 
 IMAGE_AUGMENTATIONS = (  # data.* keys that resize or augment images and videos: refused for token inputs.
   'image_size',

@@ -28,13 +28,15 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from jax.experimental import multihost_utils
 
-from vit_jax_lab import errors
+from vit_jax_lab import console, data as data_lib, errors
 from vit_jax_lab.data import builders
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.errors import ConfigError, check
 
 # TensorFlow only feeds data; an accelerator it grabbed would be taken from JAX.
 tf.config.set_visible_devices([], 'GPU')
+if not console.VERBOSE:
+  tfds.disable_progress_bar()  # Preparing a built-in dataset or a folder draws one per split.
 
 Batch = dict[str, jax.Array]
 Preprocess = Callable[[dict, tf.Tensor], dict]
@@ -146,26 +148,6 @@ def _readable(builder: tfds.core.DatasetBuilder) -> Iterator[None]:
     raise ConfigError(f'the prepared data of {where} is damaged ({reason}): {fix}') from None
 
 
-def shards(data_config, batch_key: str) -> tuple[list[int], int, int]:
-  """(this process's shard ids, number of shards, examples per shard in a `data.<batch_key>` batch)."""
-  global_batch = data_config[batch_key]
-  local, count = _shard_ids(data_config)
-  check(global_batch % count == 0, f'data.{batch_key}={global_batch} must be divisible by data.shards={count}')
-  return local, count, global_batch // count
-
-
-def _shard_ids(data_config) -> tuple[list[int], int]:
-  """(this process's shard ids, number of shards)."""
-  count = jax.process_count() if data_config.shards == -1 else data_config.shards
-  check(
-    count % jax.process_count() == 0,
-    f'data.shards={count} must be a multiple of the process count {jax.process_count()}',
-  )
-  per_process = count // jax.process_count()
-  first = jax.process_index() * per_process
-  return list(range(first, first + per_process)), count
-
-
 @dataclasses.dataclass(frozen=True)
 class Buckets:
   """Token-budget batching (`data.token_budget`) as a task defines it: what an example's length is, and how a
@@ -182,7 +164,7 @@ class Buckets:
 def bucket_rows(data_config, lengths: list[int], multiple: int) -> list[int]:
   """Rows of a batch of each bucket length: as many as fit `data.token_budget` padded tokens, rounded down to a
   multiple of `multiple` (batch shards x accum_steps) and of the data shards, so that every batch divides."""
-  budget, unit = data_config.token_budget, math.lcm(multiple, _shard_ids(data_config)[1])
+  budget, unit = data_config.token_budget, math.lcm(multiple, data_lib.shard_ids(data_config)[1])
   check(
     budget // max(lengths) >= unit,
     f'data.token_budget={budget} is too small: a batch of the longest bucket ({max(lengths)} tokens) needs at '
@@ -240,7 +222,7 @@ def train_iterator(
   if buckets is not None:
     ds = _bucketed(builder, data_config, preprocess, buckets, rows_multiple, seed, start_step, prepare)
     return _to_global(ds.prefetch(tf.data.AUTOTUNE), sharding, builder)
-  local_shards, num_shards, shard_batch = shards(data_config, 'batch_size')
+  local_shards, num_shards, shard_batch = data_lib.shards(data_config, 'batch_size')
   per_batch = shard_batch * (pack[0] if pack else 1)
   repeats = data_config.repeated_augment  # Each example this many times in a row, a seed (stream index) per copy.
   check(
@@ -309,7 +291,7 @@ def _bucketed(
   """Local train batches by token budget: per shard and bucket, the shard's epochs of that bucket's examples
   (shuffled per (seed, shard, epoch) as above, augmentations seeded by epoch and example), batched; step s takes
   the bucket `_schedule` gives it."""
-  local_shards, num_shards = _shard_ids(data_config)
+  local_shards, num_shards = data_lib.shard_ids(data_config)
   lengths = tf.constant(buckets.lengths(), tf.int32)
 
   def bucket_of(ex):
@@ -403,7 +385,7 @@ def eval_batches(
   builder, data_config, preprocess: Preprocess, sharding: jax.sharding.Sharding, prepare: Prepare
 ) -> Iterator[Batch]:
   """The whole eval split once, in order; the last batches are padded with `mask` = 0."""
-  local_shards, num_shards, shard_batch = shards(data_config, 'eval_batch_size')
+  local_shards, num_shards, shard_batch = data_lib.shards(data_config, 'eval_batch_size')
   splits = [
     tfds.split_for_jax_process(data_config.eval_split, process_index=s, process_count=num_shards)
     for s in range(num_shards)

@@ -5,7 +5,6 @@ vocabularies are built from the training split's words (SCAN, captions); Sentenc
 are trained on the training text when no model file is given, or loaded from `data.vocab`.
 """
 
-import dataclasses
 import os
 import tempfile
 from typing import Callable
@@ -17,28 +16,9 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vit_jax_lab.data import pipeline
+from vit_jax_lab.data.info import SPECIALS, TextInfo, WordVocab, until_eos
 from vit_jax_lab.errors import check
 from vit_jax_lab.tokens import BOS, EOS, PAD, UNK
-
-SPECIALS = ('<pad>', '<s>', '</s>', '<unk>')
-
-
-class WordVocab:
-  """Words split on spaces; `words` (sorted, unique) take the ids after the special tokens."""
-
-  def __init__(self, words: list[str]):
-    self.words = list(SPECIALS) + sorted(set(words))
-    self.size = len(self.words)
-    keys, values = tf.constant(self.words[len(SPECIALS) :]), tf.range(len(SPECIALS), self.size, dtype=tf.int32)
-    self._table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, values), UNK)
-
-  def encode_tf(self, text: tf.Tensor) -> tf.Tensor:
-    """A scalar string -> int32 ids (unknown words: UNK), without EOS."""
-    return self._table.lookup(tf.strings.split(text))
-
-  def decode(self, ids: np.ndarray) -> str:
-    """Ids up to the first EOS -> text; PAD and BOS are skipped."""
-    return ' '.join(self.words[i] for i in _until_eos(ids) if i not in (PAD, BOS))
 
 
 class SentencePieceVocab:
@@ -49,19 +29,26 @@ class SentencePieceVocab:
     self._sp = spm.SentencePieceProcessor(model_file=path)
     self.size = self._sp.get_piece_size()
 
-  def encode_tf(self, text: tf.Tensor) -> tf.Tensor:
-    def encode(s):
-      return np.asarray(self._sp.encode(np.asarray(s).item().decode('utf-8')), np.int32)
-
-    return tf.ensure_shape(tf.numpy_function(encode, [text], tf.int32, stateful=False), [None])
+  def encode(self, text: str) -> list[int]:
+    return self._sp.encode(text)
 
   def decode(self, ids: np.ndarray) -> str:
-    return self._sp.decode([int(i) for i in _until_eos(ids) if i not in (PAD, BOS)])
+    return self._sp.decode([int(i) for i in until_eos(ids) if i not in (PAD, BOS)])
 
 
-def _until_eos(ids: np.ndarray) -> list[int]:
-  ids = [int(i) for i in ids]
-  return ids[: ids.index(EOS)] if EOS in ids else ids
+def encoder(vocab: WordVocab | SentencePieceVocab) -> Callable[[tf.Tensor], tf.Tensor]:
+  """A scalar string -> int32 ids (unknown words: UNK), without EOS, inside tf.data. Made outside the map, so a
+  word vocabulary's lookup table is built once, eagerly."""
+  if isinstance(vocab, WordVocab):
+    keys = tf.constant(vocab.words[len(SPECIALS) :])
+    values = tf.range(len(SPECIALS), vocab.size, dtype=tf.int32)
+    table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, values), UNK)
+    return lambda text: table.lookup(tf.strings.split(text))
+
+  def encode(s):
+    return np.asarray(vocab.encode(np.asarray(s).item().decode('utf-8')), np.int32)
+
+  return lambda text: tf.ensure_shape(tf.numpy_function(encode, [text], tf.int32, stateful=False), [None])
 
 
 def train_sentencepiece(texts: list[str], vocab_size: int, path: str) -> SentencePieceVocab:
@@ -81,20 +68,6 @@ def train_sentencepiece(texts: list[str], vocab_size: int, path: str) -> Sentenc
     minloglevel=2,
   )
   return SentencePieceVocab(path)
-
-
-@dataclasses.dataclass(frozen=True)
-class TextInfo:
-  """What a seq2seq model and task need to know about the data before anything is built."""
-
-  input_key: str  # Source feature: text, or an image.
-  target_key: str  # Target text feature.
-  input_vocab: WordVocab | SentencePieceVocab | None  # None: the inputs are images.
-  target_vocab: WordVocab | SentencePieceVocab
-  input_shape: tuple[int, ...]  # (max_input_length,) tokens, or (height, width, channels).
-  max_target_length: int  # Target tokens, EOS included.
-  num_train: int
-  num_eval: int
 
 
 def _texts(builder, split: str, keys: tuple[str, ...], limit: int = -1) -> dict[str, list[str]]:
@@ -162,12 +135,14 @@ def prepare_fn(info: TextInfo, train: bool) -> Callable[[tf.data.Dataset], tf.da
   """Raw examples -> {'inputs', 'targets'} token ids (EOS-terminated) or images. For training, examples longer
   than the maximum lengths are left out; for evaluation every example is kept and cut to them."""
   max_input, max_target = info.input_shape[0], info.max_target_length
+  encode_target = encoder(info.target_vocab)
+  encode_input = None if info.input_vocab is None else encoder(info.input_vocab)
 
   def tokenize(ex):
-    targets = tf.concat([info.target_vocab.encode_tf(ex[info.target_key]), [EOS]], 0)
+    targets = tf.concat([encode_target(ex[info.target_key]), [EOS]], 0)
     if info.input_vocab is None:
       return {'inputs': ex[info.input_key], 'targets': targets}
-    return {'inputs': tf.concat([info.input_vocab.encode_tf(ex[info.input_key]), [EOS]], 0), 'targets': targets}
+    return {'inputs': tf.concat([encode_input(ex[info.input_key]), [EOS]], 0), 'targets': targets}
 
   def fits(ex):
     fit = tf.shape(ex['targets'])[0] <= max_target

@@ -7,7 +7,6 @@ shape (tracking_digits), or (T,) encoded image files of any length and size (tra
 digits' boxes (zeros where fewer), for training crops cut around them (data.distractor_fraction).
 """
 
-import dataclasses
 import math
 from typing import Callable, Iterator
 
@@ -16,23 +15,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vit_jax_lab import boxes
+from vit_jax_lab.data.info import TrackingInfo
 from vit_jax_lab.errors import check
-
-
-@dataclasses.dataclass(frozen=True)
-class TrackingInfo:
-  """What the tracker and the tracking task need to know about the data before anything is built."""
-
-  channels: int
-  frames: int | None  # Frames per sequence; None: sequences of any length (real videos, tracked one by one).
-  frame_size: tuple[int, int] | None  # (height, width) of the frames; None: any.
-  num_train: int  # Sequences in the train split.
-  num_eval: int  # Sequences in the eval split.
-  template_size: int  # The crops, as data.template_size, data.search_size, data.template_factor, data.search_factor.
-  search_size: int
-  template_factor: float
-  search_factor: float
-  value_range: tuple[float, float] = (-1.0, 1.0)  # data.value_range: what frames are scaled to.
 
 
 def dataset_info(builder: tfds.core.DatasetBuilder, data_config) -> TrackingInfo:

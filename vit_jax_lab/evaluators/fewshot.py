@@ -27,8 +27,9 @@ import numpy as np
 import tensorflow_datasets as tfds
 from flax import nnx
 
-from vit_jax_lab import models, parallel
+from vit_jax_lab import data as data_lib, models, parallel
 from vit_jax_lab.data import labels as labels_lib, pipeline
+from vit_jax_lab.data.info import LabelInfo
 from vit_jax_lab.errors import ConfigError, check
 
 BIAS = 100.0  # big_vision's BIAS_CONSTANT.
@@ -113,7 +114,7 @@ class _Dataset:
   name: str
   builder: tfds.core.DatasetBuilder
   data_config: ml_collections.ConfigDict  # config.data for this dataset (name, data_dir, preprocessing).
-  info: labels_lib.LabelInfo
+  info: LabelInfo
   train_split: str  # eval.fewshot.train_split cut to max_train.
   train_labels: np.ndarray  # Its labels, in order.
   draws: list[dict[int, np.ndarray]]  # Positions in train_split of every draw's k-shot examples.
@@ -225,7 +226,7 @@ class Evaluator:
       labels_lib.prepare_fn(d.info),
     )
     rows = [jax.device_get(self._features(params, batch)) for batch in batches]
-    num_shards = pipeline.shards(data_config, 'eval_batch_size')[1]
+    num_shards = data_lib.shards(data_config, 'eval_batch_size')[1]
     # Batch j holds rows j*b... of every shard side by side, each shard a contiguous part of the split padded at
     # its end: ordered by shard, then batch, the real rows are the split in order.
     x, y, mask = (
@@ -239,7 +240,7 @@ class Evaluator:
     return x, y
 
 
-def _labels(builder: tfds.core.DatasetBuilder, split: str, info: labels_lib.LabelInfo) -> np.ndarray:
+def _labels(builder: tfds.core.DatasetBuilder, split: str, info: LabelInfo) -> np.ndarray:
   """The labels of `split` in order, read without decoding the images."""
   ds = builder.as_dataset(
     split=split,

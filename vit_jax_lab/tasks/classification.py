@@ -13,11 +13,12 @@ import numpy as np
 import optax
 from flax import nnx
 
+from vit_jax_lab.data.info import LabelInfo
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tasks.base import Batch, Preprocess, Task, synthetic_dims
 
 if TYPE_CHECKING:
-  from vit_jax_lab.data import labels
+  pass
 
 
 def _labels() -> types.ModuleType:
@@ -59,7 +60,7 @@ class Classification(Task):
     self.cutmix = cutmix
     self.mix_switch_prob = mix_switch_prob
 
-  def dataset_info(self, builder, data_config, workdir: str | None) -> labels.LabelInfo:
+  def dataset_info(self, builder, data_config, workdir: str | None) -> LabelInfo:
     del workdir  # Nothing is derived from the data.
     info = _labels().dataset_info(builder, data_config)
     if info.input_key == 'inputs' and (self.mixup or self.cutmix):
@@ -69,16 +70,16 @@ class Classification(Task):
       )
     return info
 
-  def model_kwargs(self, info: labels.LabelInfo) -> dict[str, Any]:
+  def model_kwargs(self, info: LabelInfo) -> dict[str, Any]:
     """Images and videos: num_classes and input_shape; token sequences: num_classes, vocab_size and max_len."""
     if info.input_key == 'inputs':
       return dict(num_classes=info.num_classes, vocab_size=info.vocab_size, max_len=info.input_shape[0])
     return dict(num_classes=info.num_classes, input_shape=info.input_shape)
 
-  def prepare(self, info: labels.LabelInfo, train: bool) -> Callable:
+  def prepare(self, info: LabelInfo, train: bool) -> Callable:
     return _labels().prepare_fn(info)
 
-  def preprocess(self, data_config, info: labels.LabelInfo, train: bool) -> Preprocess:
+  def preprocess(self, data_config, info: LabelInfo, train: bool) -> Preprocess:
     return _labels().preprocess_fn(data_config, info, train)
 
   def loss(
@@ -124,26 +125,29 @@ class Classification(Task):
 
   # --- Inference ---------------------------------------------------------------------------------------------
 
-  def predict(self, model: nnx.Module, batch: Batch, info: labels.LabelInfo, top_k: int) -> tuple[jax.Array, ...]:
+  def predict(self, model: nnx.Module, batch: Batch, info: LabelInfo, top_k: int) -> tuple[jax.Array, ...]:
     """(the top_k class probabilities, their class ids), each (batch, top_k), highest first."""
     probabilities = jax.nn.softmax(self.logits(model, batch))
     return jax.lax.top_k(probabilities, min(top_k, probabilities.shape[-1]))
 
-  def input_kind(self, info: labels.LabelInfo) -> str:
+  def input_kind(self, info: LabelInfo) -> str:
     return info.input_key
 
-  def blank_targets(self, info: labels.LabelInfo) -> dict[str, Any]:
+  def blank_targets(self, info: LabelInfo) -> dict[str, Any]:
     return {'label': np.int64(0)}
 
-  def synthetic_batch(self, shape: str, batch_size: int) -> tuple[labels.LabelInfo, Batch]:
-    """H,W,C,CLASSES (images) or T,H,W,C,CLASSES (videos): normal inputs and uniform labels."""
-    *input_shape, classes = synthetic_dims(shape, (4, 5), 'H,W,C,CLASSES or T,H,W,C,CLASSES')
-    info = _labels().LabelInfo(classes, 'image' if len(input_shape) == 3 else 'video', tuple(input_shape), 0, 0)
+  def synthetic_batch(self, shape: str, batch_size: int) -> tuple[LabelInfo, Batch]:
+    """H,W,C,CLASSES (images), T,H,W,C,CLASSES (videos) or LENGTH,VOCAB,CLASSES (token ids, none of them padding):
+    normal inputs or uniform ids, and uniform labels."""
+    *input_shape, classes = synthetic_dims(shape, (3, 4, 5), 'H,W,C,CLASSES, T,H,W,C,CLASSES or LENGTH,VOCAB,CLASSES')
     keys = jax.random.split(jax.random.key(0))
-    return info, {
-      'inputs': jax.random.normal(keys[0], (batch_size, *input_shape), jnp.float32),
-      'label': jax.random.randint(keys[1], (batch_size,), 0, classes),
-    }
+    label = jax.random.randint(keys[1], (batch_size,), 0, classes)
+    if len(input_shape) == 2:
+      (length, vocab), key = input_shape, 'inputs'
+      info = LabelInfo(classes, key, (length,), 0, 0, vocab)
+      return info, {'inputs': jax.random.randint(keys[0], (batch_size, length), 1, max(vocab, 2)), 'label': label}
+    info = LabelInfo(classes, 'image' if len(input_shape) == 3 else 'video', tuple(input_shape), 0, 0)
+    return info, {'inputs': jax.random.normal(keys[0], (batch_size, *input_shape), jnp.float32), 'label': label}
 
 
 def mix(

@@ -21,6 +21,7 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from vit_jax_lab import decode
+from vit_jax_lab.data.info import SPECIALS, TextInfo, WordVocab
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tasks.base import Batch, Preprocess, Task, synthetic_dims
 from vit_jax_lab.tokens import BOS, PAD
@@ -28,7 +29,7 @@ from vit_jax_lab.tokens import BOS, PAD
 if TYPE_CHECKING:
   import tensorflow as tf
 
-  from vit_jax_lab.data import pipeline, text
+  from vit_jax_lab.data import pipeline
 
 BLEU_ORDER = 4
 CIDER_SIGMA = 6.0  # CIDEr-D's Gaussian length penalty (the COCO toolkit's sigma).
@@ -121,10 +122,10 @@ class Seq2Seq(Task):
 
   # --- Data --------------------------------------------------------------------------------------------------
 
-  def dataset_info(self, builder, data_config, workdir: str | None) -> text.TextInfo:
+  def dataset_info(self, builder, data_config, workdir: str | None) -> TextInfo:
     return _data().text.dataset_info(builder, data_config, workdir)
 
-  def model_kwargs(self, info: text.TextInfo) -> dict[str, Any]:
+  def model_kwargs(self, info: TextInfo) -> dict[str, Any]:
     tokens = info.input_vocab is not None
     return dict(
       vocab_size=info.target_vocab.size,
@@ -133,10 +134,10 @@ class Seq2Seq(Task):
       max_len=max(info.max_target_length, info.input_shape[0] if tokens else 0),
     )
 
-  def prepare(self, info: text.TextInfo, train: bool) -> Callable:
+  def prepare(self, info: TextInfo, train: bool) -> Callable:
     return _data().text.prepare_fn(info, train)
 
-  def preprocess(self, data_config, info: text.TextInfo, train: bool) -> Preprocess:
+  def preprocess(self, data_config, info: TextInfo, train: bool) -> Preprocess:
     """(example, seed) -> {'inputs': padded token ids or a preprocessed image, 'targets': padded ids}."""
     images, text = _data().images, _data().text
     image_fn = None if info.input_vocab is not None else images.preprocess_fn(data_config, info.input_shape, train)
@@ -154,7 +155,7 @@ class Seq2Seq(Task):
     """(examples per row, the batch map) when `data.pack_factor` asks for sequence packing."""
     return (data_config.pack_factor, _data().text.pack_batch) if data_config.pack_factor > 1 else None
 
-  def buckets(self, data_config, info: text.TextInfo) -> pipeline.Buckets | None:
+  def buckets(self, data_config, info: TextInfo) -> pipeline.Buckets | None:
     """Length buckets when `data.token_budget` asks for batches by tokens (the paper's batching)."""
     if data_config.token_budget == 0:
       return None
@@ -215,27 +216,26 @@ class Seq2Seq(Task):
       s, batch, length, beam_size=self.beam_size, alpha=self.alpha, length_penalty=self.length_penalty
     )[0][:, 0]
 
-  def predict(self, model: nnx.Module, batch: Batch, info: text.TextInfo, top_k: int) -> jax.Array:
+  def predict(self, model: nnx.Module, batch: Batch, info: TextInfo, top_k: int) -> jax.Array:
     """Token ids (batch, length) decoded as evaluation decodes them, of task.max_decode_length or
     data.max_target_length tokens; `top_k` is for classes."""
     del top_k
     return self.generate(model, batch['inputs'], self.max_decode_length or info.max_target_length)
 
-  def input_kind(self, info: text.TextInfo) -> str:
+  def input_kind(self, info: TextInfo) -> str:
     return 'text' if info.input_vocab is not None else 'image'
 
-  def blank_targets(self, info: text.TextInfo) -> dict[str, Any]:
+  def blank_targets(self, info: TextInfo) -> dict[str, Any]:
     return {info.target_key: ''}
 
-  def synthetic_batch(self, shape: str, batch_size: int) -> tuple[text.TextInfo, Batch]:
+  def synthetic_batch(self, shape: str, batch_size: int) -> tuple[TextInfo, Batch]:
     """LENGTH,VOCAB: random source and target tokens of one shared word vocabulary."""
-    data = _data().text
     length, size = synthetic_dims(shape, (2,), 'LENGTH,VOCAB')
-    vocab = data.WordVocab([f'w{i}' for i in range(max(size - len(data.SPECIALS), 1))])
-    info = data.TextInfo('inputs', 'targets', vocab, vocab, (length,), length, 0, 0)
+    vocab = WordVocab([f'w{i}' for i in range(max(size - len(SPECIALS), 1))])
+    info = TextInfo('inputs', 'targets', vocab, vocab, (length,), length, 0, 0)
     keys = jax.random.split(jax.random.key(0))
     return info, {
-      k: jax.random.randint(key, (batch_size, length), len(data.SPECIALS), vocab.size)
+      k: jax.random.randint(key, (batch_size, length), len(SPECIALS), vocab.size)
       for k, key in zip(('inputs', 'targets'), keys)
     }
 
@@ -262,7 +262,7 @@ class Seq2Seq(Task):
       'host': {'decoded': decoded, 'targets': targets, 'mask': mask},
     }
 
-  def host_sums(self, host: dict[str, np.ndarray], info: text.TextInfo) -> dict[str, np.ndarray]:
+  def host_sums(self, host: dict[str, np.ndarray], info: TextInfo) -> dict[str, np.ndarray]:
     """BLEU statistics of detokenised outputs against detokenised targets (and, with `tokenized_bleu`, of the
     same text Moses-tokenised and compound-split); for captions of images, the caption pairs themselves (CIDEr-D
     weighs n-grams by how many captions of the whole split hold them, so it is computed once, in `summarize`)."""

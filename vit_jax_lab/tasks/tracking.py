@@ -17,11 +17,12 @@ import optax
 from flax import nnx
 
 from vit_jax_lab import boxes
+from vit_jax_lab.data.info import TrackingInfo
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tasks.base import Batch, Preprocess, Task
 
 if TYPE_CHECKING:
-  from vit_jax_lab.data import tracking
+  pass
 
 SUCCESS_THRESHOLDS = np.linspace(0.0, 1.0, 21)  # OTB's overlap thresholds 0, 0.05, ..., 1.
 NORM_PRECISION_THRESHOLDS = np.linspace(0.0, 0.5, 51)  # TrackingNet's normalised centre-error thresholds.
@@ -154,7 +155,7 @@ def track(
   model: nnx.Module,
   frames: jax.Array,
   first_box: jax.Array,
-  geometry: tracking.TrackingInfo,
+  geometry: TrackingInfo,
   online: Online = Online(),
 ) -> tuple[jax.Array, jax.Array]:
   """Online tracking of a batch of sequences (B, T, H, W, C) from their first boxes (B, 4): the template is cut from
@@ -184,7 +185,7 @@ def track_frames(
   predict: Callable[[np.ndarray, np.ndarray], tuple[Any, Any]],
   frames: Iterator[np.ndarray],
   first_box: np.ndarray,
-  geometry: tracking.TrackingInfo,
+  geometry: TrackingInfo,
   online: Online = Online(),
 ) -> tuple[np.ndarray, np.ndarray]:
   """`track` of one sequence of any length and frame size, a frame at a time driven by the host: the same crops
@@ -321,17 +322,17 @@ class Tracking(Task):
     self.l1_weight, self.giou_weight, self.class_weight = l1_weight, giou_weight, class_weight
     self.attention_weight = attention_weight
     self.online = Online(size_rate, motion_rate, velocity_smoothing)
-    self.geometry: tracking.TrackingInfo | None = None  # Set by dataset_info; online evaluation crops by it.
+    self.geometry: TrackingInfo | None = None  # Set by dataset_info; online evaluation crops by it.
 
-  def dataset_info(self, builder, data_config, workdir: str | None) -> tracking.TrackingInfo:
+  def dataset_info(self, builder, data_config, workdir: str | None) -> TrackingInfo:
     del workdir  # Nothing is derived from the data.
     self.geometry = _data().tracking.dataset_info(builder, data_config)
     return self.geometry
 
-  def model_kwargs(self, info: tracking.TrackingInfo) -> dict[str, Any]:
+  def model_kwargs(self, info: TrackingInfo) -> dict[str, Any]:
     return dict(template_size=info.template_size, search_size=info.search_size, channels=info.channels)
 
-  def prepare(self, info: tracking.TrackingInfo, train: bool) -> Callable:
+  def prepare(self, info: TrackingInfo, train: bool) -> Callable:
     tf = _data().tf
 
     def select(ex):
@@ -341,7 +342,7 @@ class Tracking(Task):
 
     return lambda ds: ds.map(select)
 
-  def preprocess(self, data_config, info: tracking.TrackingInfo, train: bool) -> Preprocess:
+  def preprocess(self, data_config, info: TrackingInfo, train: bool) -> Preprocess:
     return _data().tracking.preprocess_fn(data_config, info, train)
 
   def loss(self, model: nnx.Module, batch: Batch, rng: jax.Array, step: jax.Array) -> tuple[jax.Array, dict]:
@@ -383,7 +384,7 @@ class Tracking(Task):
     metrics = sequence_metrics(predicted, batch['boxes'], ~batch['absent'], batch['frames'].shape[2:4])
     return metric_sums(metrics, batch['mask'])
 
-  def sequential(self, info: tracking.TrackingInfo) -> bool:
+  def sequential(self, info: TrackingInfo) -> bool:
     return info.frames is None  # Real videos of any length and size: tracked one by one on the host.
 
   def sequential_sums(self, predict: Callable, examples: Iterator[dict]) -> dict[str, np.ndarray]:

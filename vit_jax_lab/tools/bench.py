@@ -6,16 +6,20 @@ python -m vit_jax_lab.tools.bench --config A.py --config.x=1 --config B.py ... -
 
 Each `--config` starts a new entry; the `--config.KEY=VALUE` after it apply to it. The step is timed on
 one batch kept on the devices (so the input pipeline does not count), `--steps` times after `--warmup`
-steps. `--synthetic H,W,C,CLASSES` (seq2seq: LENGTH,VOCAB) replaces the dataset by random inputs of that
-shape; otherwise the config's train pipeline is timed on its own too, to show whether data or compute
-bounds a step. FLOPs are XLA's cost analysis of the whole step as lowered for the mesh (`step_flops`;
-remat's recomputation included; on GPUs, the step's matmuls counted from its jaxpr); MFU divides the
-achieved FLOP/s by the devices' peak: a table of accelerators (bf16 dense), or on CPU the float32 matmul
-throughput measured here. Memory is the compiled step's, per device.
+steps. `--synthetic H,W,C,CLASSES` (videos T,H,W,C,CLASSES; token classification LENGTH,VOCAB,CLASSES; seq2seq
+LENGTH,VOCAB) replaces the dataset by random inputs of that shape, and TensorFlow is never imported; otherwise the
+config's train pipeline is timed on its own too, to show whether data or compute bounds a step. FLOPs are XLA's
+cost analysis of the whole step as lowered for the mesh (`step_flops`; remat's recomputation included; on GPUs,
+the step's matmuls counted from its jaxpr); MFU divides the achieved FLOP/s by the devices' peak: a table of
+accelerators (bf16 dense), or on CPU the float32 matmul throughput measured here. Memory is the compiled step's,
+per device. `--profile DIR` adds the step's top operations by device time, from a `jax.profiler` trace.
 """
 
 import argparse
+import collections
+import glob
 import json
+import os
 import statistics
 import sys
 import time
@@ -47,7 +51,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[tuple[str, list[str
   parser.add_argument('--warmup', type=int, default=2, help='untimed steps after compilation')
   parser.add_argument('--input_batches', type=int, default=20, help='batches drawn to time the input pipeline')
   parser.add_argument(
-    '--synthetic', help='H,W,C,CLASSES (or T,H,W,C,CLASSES; seq2seq: LENGTH,VOCAB): random inputs, no dataset'
+    '--synthetic',
+    help='H,W,C,CLASSES (or T,H,W,C,CLASSES; tokens: LENGTH,VOCAB,CLASSES; seq2seq: LENGTH,VOCAB): random inputs, '
+    'no dataset',
   )
   parser.add_argument(
     '--decode',
@@ -55,6 +61,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[tuple[str, list[str
     'with and without the key/value cache',
   )
   parser.add_argument('--out', help='write the results as JSON here')
+  parser.add_argument(
+    '--profile',
+    metavar='DIR',
+    help='also trace --steps more steps with jax.profiler into DIR and print the top 20 operations by device time '
+    '(on a GPU, run with XLA_FLAGS=--xla_gpu_enable_command_buffer= : a CUDA graph is one op to the profiler)',
+  )
   args, rest = parser.parse_known_args(argv)
   entries = []
   for item in rest:
@@ -196,6 +208,12 @@ def measure(config, args) -> dict[str, Any]:
     jax.block_until_ready((state, metrics))
     times.append(time.perf_counter() - t0)
   step = statistics.median(times)
+  if getattr(args, 'profile', None):
+    with jax.profiler.trace(args.profile):
+      for _ in range(args.steps):
+        state, metrics = compiled(state, batch)
+      jax.block_until_ready((state, metrics))
+    result['profile'] = top_operations(args.profile, args.steps, step)
   peak, peak_source = peak_flops_per_second(list(s.mesh.devices.flat))
   return result | {
     'step_s_median': step,
@@ -208,6 +226,79 @@ def measure(config, args) -> dict[str, Any]:
     'mfu': flops / step / peak,
     'loss': float(metrics['loss']),
   }
+
+
+def top_operations(trace_dir: str, steps: int, step_seconds: float, top: int = 20) -> list[dict[str, Any]]:
+  """The `top` operations of the newest `jax.profiler` trace in `trace_dir` by device time, from its events that
+  name their HLO op: on an accelerator the kernels of its device planes (`/device:...`), on CPU the thunks of the
+  host's XLA threads. Each: op, kernel (its longest-running kernel's name), ms per step, share of the median step
+  time, and kernel launches per step; then the ops grouped by kind (the name without its `.N`: 'fusion',
+  'custom-call', 'loop_add_fusion'), group 'kind'; the last entry, group 'all', sums every op."""
+  paths = sorted(glob.glob(os.path.join(trace_dir, '**', '*.xplane.pb'), recursive=True), key=os.path.getmtime)
+  if not paths:
+    raise ConfigError(f'--profile {trace_dir}: jax.profiler wrote no trace there')
+  planes = list(jax.profiler.ProfileData.from_file(paths[-1]).planes)
+  devices = [p for p in planes if p.name.startswith('/device:')] or [p for p in planes if p.name == '/host:CPU']
+  total, calls, by_kernel = collections.Counter(), collections.Counter(), collections.defaultdict(collections.Counter)
+  for plane in devices:
+    for line in plane.lines:
+      if line.name.startswith('XLA'):  # 'XLA Ops' and 'XLA Modules' repeat the stream lines' kernels.
+        continue
+      for event in line.events:
+        op = dict(event.stats).get('hlo_op')
+        if op:
+          total[op] += event.duration_ns
+          calls[op] += 1
+          by_kernel[op][event.name] += event.duration_ns
+  rows = [
+    {
+      'group': 'op',
+      'op': op,
+      'kernel': by_kernel[op].most_common(1)[0][0],
+      'ms_per_step': ns / 1e6 / steps,
+      'share': ns / 1e9 / steps / step_seconds,
+      'calls_per_step': calls[op] / steps,
+    }
+    for op, ns in total.most_common(top)
+  ]
+  kinds, kind_calls = collections.Counter(), collections.Counter()
+  for op, ns in total.items():
+    kinds[op.rsplit('.', 1)[0]] += ns
+    kind_calls[op.rsplit('.', 1)[0]] += calls[op]
+  rows += [
+    {
+      'group': 'kind',
+      'op': kind,
+      'kernel': '',
+      'ms_per_step': ns / 1e6 / steps,
+      'share': ns / 1e9 / steps / step_seconds,
+      'calls_per_step': kind_calls[kind] / steps,
+    }
+    for kind, ns in kinds.most_common(10)
+  ]
+  everything = sum(total.values()) / 1e9 / steps
+  return rows + [
+    {
+      'group': 'all',
+      'op': 'every op',
+      'kernel': '',
+      'ms_per_step': everything * 1e3,
+      'share': everything / step_seconds,
+      'calls_per_step': sum(calls.values()) / steps,
+    }
+  ]
+
+
+def profile_table(rows: list[dict[str, Any]]) -> str:
+  lines = ['| # | HLO op | kernel | ms / step | share of step | launches / step |', '|---:|---|---|---:|---:|---:|']
+  for i, r in enumerate(rows, 1):
+    kernel = r['kernel'] if len(r['kernel']) <= 60 else r['kernel'][:57] + '...'
+    number = str(i) if r['group'] == 'op' else ''
+    op = f'all {r["op"]}' if r['group'] == 'kind' else r['op']
+    lines.append(
+      f'| {number} | {op} | {kernel} | {r["ms_per_step"]:.3f} | {r["share"]:.1%} | {r["calls_per_step"]:g} |'
+    )
+  return '\n'.join(lines)
 
 
 def decode_speed(s, params, lengths: list[int], repeats: int = 3) -> list[dict[str, Any]]:
@@ -329,6 +420,9 @@ def main(argv: list[str]) -> int:
   print(table(results))
   if any('decode' in r for r in results):
     print('\n' + decode_table(results))
+  for r in results:
+    if 'profile' in r:
+      print(f'\n{r["config"]}: top operations by device time\n' + profile_table(r['profile']))
   if args.out:
     with open(args.out, 'w') as f:
       json.dump(results, f, indent=2)
