@@ -132,9 +132,10 @@ def step_seconds(workdir: str) -> float:
   return 1.0 / float(np.median(rates[1:] or rates))
 
 
-def write_table(script: str, lines: list[str], marker: str = 'table') -> None:
+def write_table(script: str, lines: list[str], marker: str = 'table', echo: bool = True) -> None:
   """Rewrites what lies between `<!-- marker -->` and `<!-- /marker -->` in the README.md beside the
-  experiment `script` (its __file__) with `lines`, and prints them. The prose around stays hand-written."""
+  experiment `script` (its __file__) with `lines`, and prints them unless not `echo`. The prose around stays
+  hand-written."""
   path = os.path.join(os.path.dirname(os.path.abspath(script)), 'README.md')
   begin, end = f'<!-- {marker} -->', f'<!-- /{marker} -->'
   with open(path) as f:
@@ -145,7 +146,8 @@ def write_table(script: str, lines: list[str], marker: str = 'table') -> None:
   table = '\n'.join(lines)
   with open(path, 'w') as f:
     f.write(text[:start] + '\n' + table + '\n' + text[stop:])
-  print(table)
+  if echo:
+    print(table)
 
 
 def recipe_lines(rows: list[tuple[str, str, str, str]]) -> list[str]:

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import conftest
 import main
 from experiments import common
 from vit_jax_lab import train
@@ -91,3 +92,64 @@ def test_write_table_rewrites_between_the_markers_only(tmp_path):
   assert (tmp_path / 'README.md').read_text() == '# Title\n<!-- table -->\n| a |\n|---|\n<!-- /table -->\nprose\n'
   with pytest.raises(ValueError, match='no <!-- curve --> ... <!-- /curve --> markers'):
     common.write_table(str(script), ['x'], marker='curve')
+
+
+def _readme_copies(tmp_path) -> str:
+  """Copies of the two READMEs the GPU parts write, as --readme_dir takes them."""
+  for name in ('throughput', 'attention_scaling'):
+    (tmp_path / 'readmes' / name).mkdir(parents=True)
+    with open(os.path.join(common.ROOT, 'experiments', name, 'README.md')) as f:
+      (tmp_path / 'readmes' / name / 'README.md').write_text(f.read())
+  return str(tmp_path / 'readmes')
+
+
+def _section(path: str, marker: str) -> str:
+  with open(path) as f:
+    text = f.read()
+  return text[text.index(f'<!-- {marker} -->') : text.index(f'<!-- /{marker} -->')]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+  'part, readme, marker, rows',
+  [
+    (1, 'throughput', 'gpu', ['| ViT-Ti/16 bf16 cuDNN |', '| ViT-S/16 bf16 cuDNN |']),
+    (2, 'throughput', 'profile', ['| 1 |', '| 20 |', '| every op |']),
+    (3, 'attention_scaling', 'table', ['**One self-attention layer', '| full | ', '| linear | ']),
+    (4, 'throughput', 'levers', ['| ViT-B/16 baseline |', '| ViT-B/16 no Triton GEMMs |']),
+    (5, 'attention_scaling', 'table', ['**ViT-Ti/16 train step**', '| full | ', '| linear | ']),
+  ],
+)
+def test_every_gpu_part_runs_at_toy_sizes_without_tensorflow(tmp_path, part, readme, marker, rows):
+  """The GPU parts (experiments/throughput/run.py gpu --part N) on CPU at toy sizes, in processes that cannot import
+  what a GPU machine lacks: no part meets a GPU for the first time."""
+  readmes = _readme_copies(tmp_path)
+  command = [sys.executable, '-m', 'experiments.throughput.run', 'gpu', '--part', str(part), '--tiny']
+  command += ['--readme_dir', readmes, '--trace_dir', str(tmp_path / 'trace')]
+  env = conftest.without_packages(tmp_path)
+  done = subprocess.run(command, cwd=common.ROOT, env=env, capture_output=True, text=True)
+  assert done.returncode == 0, done.stderr[-3000:]
+  section = _section(os.path.join(readmes, readme, 'README.md'), marker)
+  assert all(row in section for row in rows), section
+  if readme == 'attention_scaling':  # Every cell of its table measured.
+    assert '—' not in section and ' ms / ' in section
+
+
+@pytest.mark.slow
+def test_a_gpu_part_cut_off_keeps_the_rows_it_measured(tmp_path):
+  readmes = _readme_copies(tmp_path)
+  command = [sys.executable, '-m', 'experiments.throughput.run', 'gpu', '--part', '1', '--tiny']
+  process = subprocess.Popen(
+    [*command, '--readme_dir', readmes],
+    cwd=common.ROOT,
+    env=conftest.without_packages(tmp_path),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.DEVNULL,
+    text=True,
+  )
+  first = next(line for line in process.stdout if line.startswith('{'))  # The first row is measured.
+  process.kill()
+  process.wait()
+  section = _section(os.path.join(readmes, 'throughput', 'README.md'), 'gpu')
+  assert json.loads(first)['config'] == 'ViT-Ti/16 bf16 cuDNN'
+  assert '| ViT-Ti/16 bf16 cuDNN | vit |' in section and 'ViT-S/16' not in section

@@ -3,8 +3,10 @@
 python -m experiments.attention_scaling.run                    # every row (about 25 minutes on 2 CPU cores)
 python -m experiments.attention_scaling.run --sizes 256,1024   # a quick look; prints, writes nothing
 python -m experiments.attention_scaling.run --what layer       # the layer table alone
-On an NVIDIA GPU the same command writes the GPU table: bf16 compute, and full attention also through cuDNN's
-fused (flash) kernel, the baseline an O(n) pattern has to beat there.
+On an NVIDIA GPU the same command writes the GPU tables: bf16 compute, and full attention also through cuDNN's
+fused (flash) kernel, the baseline an O(n) pattern has to beat there; `--what layer` and `--what step` run them
+apart (`python -m experiments.throughput.run gpu --part 3` and `--part 5`). Each table is rewritten after every
+cell, so a run cut off keeps what it measured.
 
 Two measurements per pattern and token count n: one ViT-Ti self-attention layer (width 192, 3 heads; forward and
 backward), and a whole ViT-Ti/16 train step (batch 1, AdamW) on a square image of n patches (256 px: 256 patches,
@@ -161,7 +163,9 @@ def run_cell(what: str, kind: str, n: int, repeats: int) -> dict:
   return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def cell(r: dict) -> str:
+def cell(r: dict | None) -> str:
+  if r is None:
+    return '—'
   if 'oom_gib' in r:
     return f'out of memory ({r["oom_gib"]:.0f} GiB)'
   if 'killed' in r:
@@ -180,14 +184,16 @@ def render(results: dict, sizes: tuple[int, ...]) -> str:
       rows = results[what][kind]
       s = slope(rows)
       lines.append(
-        f'| {kind} | ' + ' | '.join(cell(rows[n]) for n in sizes) + f' | {"-" if s is None else f"{s:.2f}"} |'
+        f'| {kind} | ' + ' | '.join(cell(rows.get(n)) for n in sizes) + f' | {"-" if s is None else f"{s:.2f}"} |'
       )
     full = results[what][BASELINE]
     largest = [n for n in sizes if n >= 16384]
-    for n in largest:
+    for n in (n for n in largest if n in full):
       ratios = []
       for kind in (k for k in KINDS if k not in ('full', BASELINE)):
-        r = results[what][kind][n]
+        r = results[what][kind].get(n)
+        if r is None:
+          continue
         if 'seconds' not in r:
           ratios.append(f'{kind} out of memory')
         elif 'seconds' in full[n]:
@@ -206,6 +212,9 @@ def main() -> None:
   parser.add_argument('--sizes', default=','.join(map(str, SIZES)))
   parser.add_argument('--repeats', type=int, default=2)
   parser.add_argument('--what', default='layer,step', help='which tables: layer, step or both')
+  parser.add_argument(
+    '--readme', help='write the table into this README.md (default: beside this script, and only for the default sizes)'
+  )
   parser.add_argument('--cell', help='WHAT,KIND,N: measure one configuration and print it as JSON (used by main)')
   args = parser.parse_args()
   if args.cell:
@@ -215,20 +224,24 @@ def main() -> None:
   sizes = tuple(int(n) for n in args.sizes.split(','))
   results = {what: {k: {} for k in KINDS} for what in args.what.split(',')}
   start = time.time()
+  readme = args.readme or (os.path.join(os.path.dirname(__file__), 'README.md') if sizes == SIZES else None)
+  machine = f'{platform.processor() or platform.machine()}, {os.cpu_count()} cores, one JAX device'
+  machine = f'one {jax.devices()[0].device_kind}, bf16' if GPU else machine
   for what in results:
     for kind in KINDS:
       for n in sizes:
         results[what][kind][n] = run_cell(what, kind, n, args.repeats)
         print(what, kind, n, cell(results[what][kind][n]), flush=True)
-  table = render(results, sizes)
-  print(table)
-  if sizes != SIZES:
-    return
-  machine = f'{platform.processor() or platform.machine()}, {os.cpu_count()} cores, one JAX device'
-  machine = f'one {jax.devices()[0].device_kind}, bf16' if GPU else machine
-  minutes = (time.time() - start) / 60
-  lines = [table, '', f'Measured on {machine}, jax {jax.__version__}, in {minutes:.0f} minutes.']
-  common.write_table(__file__, lines, marker='gpu' if GPU else 'table')
+        if readme:  # Rewritten after every cell: a run cut off keeps what it measured.
+          minutes = (time.time() - start) / 60
+          done = f'Measured on {machine}, jax {jax.__version__}, in {minutes:.0f} minutes.'
+          # On a GPU each table has its own place, so the layer and the step tables can be run apart.
+          shown = {what: results[what]} if GPU else results
+          marker = f'gpu_{what}' if GPU else 'table'
+          common.write_table(
+            os.path.join(os.path.dirname(readme), 'run.py'), [render(shown, sizes), '', done], marker, False
+          )
+  print(render(results, sizes))
 
 
 if __name__ == '__main__':
