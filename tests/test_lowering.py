@@ -77,9 +77,27 @@ def test_train_step_lowers_for_gpus_and_tpus(name):
   assert 'stablehlo.custom_call @host_callback' not in exported.mlir_module()
 
 
-@pytest.mark.parametrize('name', ['vit', 'transformer'])
+def _eval_batch(s, batch):
+  """The eval batch of `_setup`'s task: the train batch and its mask, or for tracking whole sequences (frames scaled,
+  a box and an absent flag per frame), tracked online inside the step by the task's geometry."""
+  sharding = next(iter(batch.values())).sharding
+  mask = {'mask': jax.ShapeDtypeStruct((BATCH,), jnp.float32, sharding=sharding)}
+  if s.config.task.name != 'tracking':
+    return batch | mask
+  s.task.geometry = s.info  # What the task's dataset_info sets.
+  frames, (height, width) = s.info.frames, s.info.frame_size
+  sequences = {
+    'frames': ((frames, height, width, s.info.channels), jnp.float32),
+    'boxes': ((frames, 4), jnp.float32),
+    'absent': ((frames,), jnp.bool_),
+  }
+  return mask | {k: jax.ShapeDtypeStruct((BATCH, *shape), d, sharding=sharding) for k, (shape, d) in sequences.items()}
+
+
+@pytest.mark.parametrize('name', FAMILIES)
 def test_eval_step_lowers_for_gpus_and_tpus(name):
   s, state, batch = _setup(name)
-  mask = jax.ShapeDtypeStruct((BATCH,), jnp.float32, sharding=batch['inputs'].sharding)
-  exported = jax.export.export(train.make_eval_step(s), platforms=PLATFORMS)(state.params, batch | {'mask': mask})
+  batch = _eval_batch(s, batch)
+  exported = jax.export.export(train.make_eval_step(s), platforms=PLATFORMS)(state.params, batch)
   assert exported.platforms == PLATFORMS
+  assert 'stablehlo.custom_call @host_callback' not in exported.mlir_module()
