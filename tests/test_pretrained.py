@@ -17,7 +17,7 @@ from flax import nnx
 from conftest import load_config
 from vit_jax_lab import checkpoints, hub, tasks, train
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.models import release, transformers_layout, vit, vivit
+from vit_jax_lab.models import release, timm_layout, transformers_layout, vit, vivit
 from vit_jax_lab.tools import hub_benchmark
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'pretrained')
@@ -32,6 +32,7 @@ ROWS = {
   'siglip': 'vit_base_patch16_siglip_224 (no class token, MAP head)',
   'clip': 'vit_base_patch16_clip_224 (norm_pre, LayerNorm epsilon 1e-5, no patch bias; head = the projection)',
   'clip_quickgelu': 'vit_base_patch16_clip_quickgelu_224 (the same with quick-GELU)',
+  'dinov2_giant': 'vit_giant_patch14_dinov2 (LayerScale, SwiGLU MLP packed in mlp.fc1, at MLP ratio 2.66667 * 2)',
 }
 # transformers row -> the outputs compared: (ours, theirs).
 HF_ROWS = {
@@ -39,6 +40,7 @@ HF_ROWS = {
   'hf_vit_model': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],  # ViTModel: tanh pooler.
   'hf_dinov2': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],
   'hf_dinov2_reg': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],  # Dinov2WithRegistersModel.
+  'hf_dinov2_giant': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],  # use_swiglu_ffn=True.
   'hf_siglip': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],  # SiglipVisionModel: MAP head.
   'hf_clip': [('features', 'pooler_output'), ('blocks', 'last_hidden_state')],  # CLIPVisionModel.
   'hf_clip_projection': [('logits', 'image_embeds'), ('blocks', 'last_hidden_state')],  # ...WithProjection.
@@ -135,6 +137,8 @@ def test_default_vit_parameters_are_unchanged():
     (dict(posemb_prefix='yes'), "model.posemb_prefix='yes' is not one of True, False"),
     (dict(norm_pre='yes'), "model.norm_pre='yes' is not one of False, True"),
     (dict(activation='relu'), "model.activation='relu' is not one of 'gelu', 'quick_gelu'"),
+    (dict(mlp='geglu'), "model.mlp='geglu' is not one of 'plain', 'swiglu'"),
+    (dict(mlp='swiglu', activation='quick_gelu'), "model.mlp='swiglu' gates with SiLU and takes no model.activation"),
   ],
 )
 def test_new_keys_are_validated(kwargs, message):
@@ -237,6 +241,8 @@ def folder_model_from(folder, **overrides):
     ('vit', 'depth', 3, 'is a model with model.depth=2, this model has model.depth=3: set --config.model.depth=2'),
     ('dinov2_reg4', 'reg_tokens', 0, 'model.reg_tokens=4, this model has model.reg_tokens=0'),
     ('dinov2', 'layerscale', None, 'model.layerscale=1e-05, this model has model.layerscale=None'),
+    ('dinov2_giant', 'mlp', 'plain', "model.mlp='swiglu', this model has model.mlp='plain'"),
+    ('hf_dinov2', 'mlp', 'swiglu', "model.mlp='plain', this model has model.mlp='swiglu'"),
     ('vit', 'num_heads', 2, 'model.num_heads=4, this model has model.num_heads=2'),
   ],
 )
@@ -344,6 +350,51 @@ def test_folder_options_come_from_its_config_and_tensors(row, expected):
   assert (options['width'], options['depth'], options['mlp_dim'], options['num_heads']) == (32, 2, 64, 4)
 
 
+@pytest.mark.parametrize(
+  'row,mlp_dim,packed',
+  [('dinov2_giant', 85, 'blocks.{}.mlp.fc1'), ('hf_dinov2_giant', 88, 'encoder.layer.{}.mlp.weights_in')],
+)
+def test_swiglu_folders_read_the_gate_first_and_keep_the_order(row, mlp_dim, packed):
+  """DINOv2 giant's MLP: mlp='swiglu' with mlp_dim the width of each half of the packed fc1 (the gate's rows
+  first, SiLU applied to them); the halves swapped, or the gate dropped, give another function."""
+  weights = hub.read(os.path.join(DATA, row))
+  options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+  assert (options['mlp'], options['mlp_dim'], options['activation']) == ('swiglu', mlp_dim, 'gelu')
+  model, _, _, params = folder_model(row)
+  for i in (0, 1):
+    mlp, w = params['encoder']['blocks'][i]['mlp'], weights.tensors[f'{packed.format(i)}.weight']
+    assert set(mlp) == {'fc1', 'gate', 'fc2'} and w.shape == (2 * mlp_dim, 32)
+    np.testing.assert_array_equal(mlp['gate']['kernel'], w[:mlp_dim].T)
+    np.testing.assert_array_equal(mlp['fc1']['kernel'], w[mlp_dim:].T)
+  ref = np.load(os.path.join(DATA, row, 'reference.npz'))
+  theirs = ref['features'] if 'features' in ref else ref['pooler_output']
+  assert max_difference(model.features(ref['images']), theirs) < 1e-5
+  block = model.encoder.blocks[0].mlp
+  block.gate, block.fc1 = block.fc1, block.gate
+  assert max_difference(model.features(ref['images']), theirs) > 1e-3
+  block.gate, block.fc1 = block.fc1, block.gate
+  block.activation = 'gelu'  # The plain MLP over fc1 alone.
+  assert max_difference(model.features(ref['images']), theirs) > 1e-3
+
+
+def test_a_swiglu_run_round_trips_and_packs_back_into_timms_fc1():
+  """A SwiGLU run loads into the same model exactly (scanned too), and the release layout written back into timm's
+  names (tools.export --layout timm) is the folder's own tensors."""
+  kwargs = dict(width=32, depth=2, mlp_dim=24, num_heads=4, patch_size=4, mlp='swiglu', layerscale=0.1, scan=True)
+  a, b = (vit.ViT(10, (16, 16, 3), rngs=nnx.Rngs(seed), **kwargs) for seed in (0, 1))
+  pa, pb = (jax.device_get(nnx.state(m, nnx.Param).to_pure_dict()) for m in (a, b))
+  assert pa['encoder']['blocks']['mlp']['gate']['kernel'].shape == (2, 32, 24)
+  loaded, notes = b.load_pretrained(pa, pb)
+  assert notes == []
+  jax.tree.map(np.testing.assert_array_equal, loaded, pa)
+  _, _, _, params = folder_model('dinov2_giant')
+  written = timm_layout.from_release(release.to_release(params, 4))
+  tensors = hub.read(os.path.join(DATA, 'dinov2_giant')).tensors
+  assert written['blocks.1.mlp.fc1.weight'].shape == (170, 32)
+  for name in tensors:
+    np.testing.assert_array_equal(written[name], tensors[name], err_msg=name)
+
+
 def test_quick_gelu_and_norm_pre_change_the_function():
   """The CLIP keys are no-ops neither way: loaded with the exact GELU or without norm_pre, timm's CLIP differs."""
   ref = np.load(os.path.join(DATA, 'clip_quickgelu', 'reference.npz'))
@@ -395,7 +446,7 @@ def test_transformers_refusals_are_one_line(tmp_path):
   with open(config_path) as f:
     config = json.load(f)
   for change, message in [
-    (dict(use_swiglu_ffn=True), "DINOv2's SwiGLU MLP (use_swiglu_ffn, the giant model) is not read"),
+    (dict(use_swiglu_ffn=True), 'use_swiglu_ffn=True disagrees with the tensors, whose MLP is plain (mlp.fc1)'),
     (dict(model_type='beit'), "a transformers model_type='beit' is not read into the ViT; read: vit, dinov2"),
     (dict(hidden_act='silu'), "hidden_act='silu' of the transformers config is not one of gelu"),
   ]:
@@ -412,6 +463,7 @@ def test_transformers_refusals_are_one_line(tmp_path):
     ('hf_dinov2_reg', dict(reg_tokens=4, posemb_prefix=False, layerscale=1.0, patch_size=14)),
     ('hf_siglip', dict(pool='map', gelu_approximate=True)),
     ('clip_quickgelu', dict(norm_pre=True, activation='quick_gelu', layernorm_epsilon=1e-5)),
+    ('hf_dinov2_giant', dict(mlp='swiglu', mlp_dim=88, layerscale=1.0)),
   ],
 )
 def test_init_from_a_folder_sets_the_clip_and_transformers_keys(smoke_config, row, expected, capsys):

@@ -143,7 +143,7 @@ class EncoderOptions:
 # Tensor parallelism (Megatron): the kernel dimension of each sub-layer that the mesh's 'model' axis splits.
 # The query/key/value and first MLP kernels are split along their outputs, the layers after them along their
 # inputs, so each attention or MLP needs one all-reduce. Model families declare this as TENSOR_PARALLEL.
-TENSOR_PARALLEL = {'qkv': 'outputs', 'fc1': 'outputs', 'out': 'inputs', 'fc2': 'inputs'}
+TENSOR_PARALLEL = {'qkv': 'outputs', 'fc1': 'outputs', 'gate': 'outputs', 'out': 'inputs', 'fc2': 'inputs'}
 
 
 class Embed(nnx.Embed):
@@ -405,25 +405,30 @@ class Attention(nnx.Module):
 
 
 class Mlp(nnx.Module):
-  """Two dense layers with GELU (or ReLU, or CLIP's quick-GELU) between them."""
+  """Two dense layers with GELU (or ReLU, or CLIP's quick-GELU) between them; activation 'swiglu': a third, `gate`,
+  whose SiLU multiplies fc1's output (SwiGLU, Shazeer 2020; DINOv2 giant), mlp_dim wide each."""
 
   def __init__(
     self, width: int, mlp_dim: int, *, dropout: float, gelu_approximate: bool, rngs: nnx.Rngs, activation: str = 'gelu'
   ):
     bias_init = nnx.initializers.normal(1e-6)
     self.fc1 = nnx.Linear(width, mlp_dim, kernel_init=xavier, bias_init=bias_init, rngs=rngs)
+    if activation == 'swiglu':
+      self.gate = nnx.Linear(width, mlp_dim, kernel_init=xavier, bias_init=bias_init, rngs=rngs)
     self.fc2 = nnx.Linear(mlp_dim, width, kernel_init=xavier, bias_init=bias_init, rngs=rngs)
     self.dropout = Dropout(dropout)
     self.gelu_approximate, self.activation = gelu_approximate, activation
 
   def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
-    x = self.fc1(x)
-    if self.activation == 'quick_gelu':  # CLIP's sigmoid approximation of GELU, which its weights were trained with.
-      x = x * jax.nn.sigmoid(1.702 * x)
+    h = self.fc1(x)
+    if self.activation == 'swiglu':
+      h = jax.nn.silu(self.gate(x)) * h
+    elif self.activation == 'quick_gelu':  # CLIP's sigmoid approximation of GELU, which its weights were trained with.
+      h = h * jax.nn.sigmoid(1.702 * h)
     else:
-      x = jax.nn.relu(x) if self.activation == 'relu' else gelu(x, self.gelu_approximate)
-    x = self.dropout(x, train=train, rngs=rngs)
-    return self.fc2(x)
+      h = jax.nn.relu(h) if self.activation == 'relu' else gelu(h, self.gelu_approximate)
+    h = self.dropout(h, train=train, rngs=rngs)
+    return self.fc2(h)
 
 
 class EncoderBlock(nnx.Module):

@@ -84,7 +84,8 @@ def _norm(p: dict) -> dict:
 
 
 def _mlp_to_release(mlp: dict) -> dict:
-  return {'Dense_0': _dense(mlp['fc1']), 'Dense_1': _dense(mlp['fc2'])}
+  gate = {'Dense_gate': _dense(mlp['gate'])} if 'gate' in mlp else {}  # SwiGLU's (model.mlp): our name.
+  return {'Dense_0': _dense(mlp['fc1']), 'Dense_1': _dense(mlp['fc2'])} | gate
 
 
 def _block_to_release(b: dict, num_heads: int) -> dict:
@@ -102,8 +103,8 @@ def _block_to_release(b: dict, num_heads: int) -> dict:
 def to_release(params: dict, num_heads: int) -> dict[str, np.ndarray]:
   """Our parameters (a pure dict) -> the vision_transformer .npz layout (MAP heads in big_vision's). What the
   Google layout lacks keeps our names: the distillation token `dist` and its head `head_dist`, register tokens
-  `reg`, LayerScale gammas `LayerScale_0/gamma` and `LayerScale_1/gamma` in each block, the LayerNorm before the
-  encoder `norm_pre` (CLIP)."""
+  `reg`, LayerScale gammas `LayerScale_0/gamma` and `LayerScale_1/gamma` in each block, a SwiGLU MLP's gate
+  `MlpBlock_3/Dense_gate`, the LayerNorm before the encoder `norm_pre` (CLIP)."""
   params = layers.unscanned(params)
   tree = {'embedding': _dense(params['embedding']), 'head': _dense(params['head'])}
   tree['Transformer'] = {
@@ -291,7 +292,7 @@ def _unflatten_like(flat: dict[str, np.ndarray], target: dict) -> dict:
     node[leaf] = v
 
   def unmlp(m):
-    return {'fc1': m['Dense_0'], 'fc2': m['Dense_1']}
+    return {'fc1': m['Dense_0'], 'fc2': m['Dense_1']} | ({'gate': m['Dense_gate']} if 'Dense_gate' in m else {})
 
   params = {'embedding': t['embedding'], 'head': t['head'], 'encoder': {'blocks': {}}}
   for i, like in target['encoder']['blocks'].items():

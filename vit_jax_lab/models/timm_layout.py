@@ -5,7 +5,9 @@ timm stores PyTorch Linear weights as (out, in) and the patch embedding as a con
 qkv is laid out (3, heads, head_dim) along the outputs, as our Attention's, and its attention pool's q / kv are our
 MAPHead's fused qkv split in two. timm's ViTs use the exact GELU and LayerNorm epsilon 1e-6; its CLIP image towers
 (`*_clip_*`) PyTorch's LayerNorm epsilon 1e-5, a LayerNorm before the encoder (`norm_pre`), a patch embedding without
-bias, the exact GELU or (`*_quickgelu_*`) quick-GELU, and their `head` is CLIP's output projection.
+bias, the exact GELU or (`*_quickgelu_*`) quick-GELU, and their `head` is CLIP's output projection. DINOv2 giant's
+SwiGLU MLP (`SwiGLUPacked`) keeps the names `mlp.fc1` / `mlp.fc2`, its fc1 packing the gate (first half of the
+outputs, through SiLU) and the value (second half): fc1 twice as wide as fc2's input tells it (model.mlp='swiglu').
 """
 
 import math
@@ -98,6 +100,13 @@ def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[
   for i in sorted({int(m.group(1)) for n in tensors if (m := re.match(r'blocks\.(\d+)\.', n))}):
     for part, out in _BLOCK.items():
       linears[f'blocks.{i}.{part}'] = f'Transformer/encoderblock_{i}/{out}'
+    fc1 = f'blocks.{i}.mlp.fc1'
+    if pair(fc1) and _packed(tensors, i):  # SwiGLU: gate and value, split (views of the file's tensor).
+      del linears[fc1]
+      w, b, h = tensors[f'{fc1}.weight'], tensors[f'{fc1}.bias'], _shape(tensors, f'{fc1}.weight')[0] // 2
+      out = f'Transformer/encoderblock_{i}/MlpBlock_3'
+      new = {f'{out}/Dense_gate/kernel': w[:h].T, f'{out}/Dense_gate/bias': b[:h]}
+      put(new | {f'{out}/Dense_0/kernel': w[h:].T, f'{out}/Dense_0/bias': b[h:]}, fc1, f'{fc1}.weight', f'{fc1}.bias')
     qkv = f'blocks.{i}.attn.qkv'
     if pair(qkv):
       out = f'Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1'
@@ -119,6 +128,12 @@ def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[
 
 def _shape(tensors: Any, name: str) -> tuple[int, ...]:
   return tensors.shape(name) if hasattr(tensors, 'shape') else tuple(np.shape(tensors[name]))
+
+
+def _packed(tensors: Any, block: int) -> bool:
+  """Whether block `block`'s mlp.fc1 packs SwiGLU's gate and value: twice as many outputs as fc2 has inputs."""
+  fc1, fc2 = (f'blocks.{block}.mlp.{n}.weight' for n in ('fc1', 'fc2'))
+  return fc1 in tensors and fc2 in tensors and _shape(tensors, fc1)[0] == 2 * _shape(tensors, fc2)[1]
 
 
 def timm_options(config: dict[str, Any]) -> dict[str, Any]:
@@ -160,7 +175,7 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
     patch_size=patch,
     width=width,
     depth=len({n.split('.')[1] for n in names if n.startswith('blocks.')}),
-    mlp_dim=_shape(tensors, 'blocks.0.mlp.fc1.weight')[0],
+    mlp_dim=_shape(tensors, 'blocks.0.mlp.fc2.weight')[1],
     num_heads=num_heads,
     pool=pool,
     posemb='learn' if rows is not None else 'sincos2d',
@@ -169,6 +184,7 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
     reg_tokens=reg_tokens,
     layerscale=(args.get('init_values') or 1e-5) if 'blocks.0.ls1.gamma' in names else None,
     norm_pre='norm_pre.weight' in names,
+    mlp='swiglu' if _packed(tensors, 0) else 'plain',
   )
   return options | timm_options(config)
 
@@ -218,6 +234,10 @@ def from_release(flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return weight, np.concatenate([b.reshape(-1) for b in biases])
 
   for i in blocks:
+    mlp = f'Transformer/encoderblock_{i}/MlpBlock_3'
+    if f'{mlp}/Dense_gate/kernel' in flat:  # SwiGLU: timm's SwiGLUPacked fc1, the gate's outputs first.
+      weight, bias = fused(mlp, ('Dense_gate', 'Dense_0'))
+      out[f'blocks.{i}.mlp.fc1.weight'], out[f'blocks.{i}.mlp.fc1.bias'] = weight, bias
     prefix = f'Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1'
     if f'{prefix}/query/kernel' in flat:
       out[f'blocks.{i}.attn.qkv.weight'], out[f'blocks.{i}.attn.qkv.bias'] = fused(prefix, ('query', 'key', 'value'))

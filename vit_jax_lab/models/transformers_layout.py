@@ -11,6 +11,9 @@ stripped, and a whole model's text tower is left out.
 PyTorch Linear weights are (out, in), the patch embedding a convolution (out, in, h, w). DINOv2 with registers adds
 its position embeddings to the class token and the patches, never to the registers: the class token's row is added
 to the class token (the same function), the rest covers the patches alone (model.posemb_prefix=False), as timm does.
+DINOv2 giant's SwiGLU MLP (use_swiglu_ffn, model.mlp='swiglu') is saved as `mlp.weights_in` (the gate's outputs,
+then the value's) and `mlp.weights_out`; transformers 5 splits weights_in into `gate_proj` / `up_proj` when loading
+and names weights_out `down_proj`, and either naming is read.
 
 The video classifiers `VivitForVideoClassification` and `VideoMAEForVideoClassification` are saved in the
 'transformers_vit' layout too (their model_type tells them apart): the same names under `vivit.` / `videomae.`, a
@@ -81,6 +84,10 @@ _BLOCK = {  # Module inside encoder.layer(s).N -> its release name inside Transf
   'mlp.fc1': 'MlpBlock_3/Dense_0',
   'output.dense': 'MlpBlock_3/Dense_1',
   'mlp.fc2': 'MlpBlock_3/Dense_1',
+  'mlp.weights_out': 'MlpBlock_3/Dense_1',  # DINOv2's SwiGLU (mlp.weights_in: split in to_release).
+  'mlp.up_proj': 'MlpBlock_3/Dense_0',
+  'mlp.gate_proj': 'MlpBlock_3/Dense_gate',
+  'mlp.down_proj': 'MlpBlock_3/Dense_1',
 }
 _TOP = {
   'embeddings.patch_embeddings.projection': 'embedding',
@@ -166,6 +173,16 @@ def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[
       gamma = f'encoder.{layer}.{i}.layer_scale{j}.lambda1'
       if gamma in names:
         put({f'Transformer/encoderblock_{i}/LayerScale_{j - 1}/gamma': get(gamma)}, gamma)
+    packed = f'encoder.{layer}.{i}.mlp.weights_in'
+    if f'{packed}.weight' in names and f'{packed}.bias' in names:  # SwiGLU: the gate's rows, then the value's.
+      w, b = get(f'{packed}.weight'), get(f'{packed}.bias')
+      h, out = w.shape[0] // 2, f'Transformer/encoderblock_{i}/MlpBlock_3'
+      new = {f'{out}/Dense_gate/kernel': w[:h].T, f'{out}/Dense_gate/bias': b[:h]}
+      put(
+        new | {f'{out}/Dense_0/kernel': w[h:].T, f'{out}/Dense_0/bias': b[h:]},
+        packed,
+        *(f'{packed}.{n}' for n in ('weight', 'bias')),
+      )
   for module, out in modules.items():
     weight, bias = f'{module}.weight', f'{module}.bias'
     if weight in names:
@@ -223,8 +240,6 @@ def image_config(config: dict[str, Any]) -> dict[str, Any]:
       f'init_from: a transformers model_type={model_type!r} is not read into the ViT; read: '
       f'{", ".join([*MODEL_TYPES, *TWO_TOWERS])}'
     )
-  if config.get('use_swiglu_ffn'):
-    raise ConfigError("init_from: DINOv2's SwiGLU MLP (use_swiglu_ffn, the giant model) is not read into the ViT yet")
   return MODEL_TYPES[model_type] | {k: v for k, v in config.items() if v is not None}
 
 
@@ -249,12 +264,18 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
   activation, approximate = ACTIVATIONS[act]
   has_cls = 'embeddings.cls_token' in names or 'embeddings.class_embedding' in names
   reg_tokens = shape('embeddings.register_tokens')[1] if 'embeddings.register_tokens' in names else 0
-  fc1 = next(
+  fc2 = next(
     f'encoder.{k}.0.{m}.weight'
     for k in ('layer', 'layers')
-    for m in ('intermediate.dense', 'mlp.fc1')
+    for m in ('output.dense', 'mlp.fc2', 'mlp.weights_out', 'mlp.down_proj')
     if f'encoder.{k}.0.{m}.weight' in names
   )
+  swiglu = any(f'encoder.layer.0.mlp.{m}.weight' in names for m in ('weights_in', 'gate_proj'))
+  if swiglu != bool(config.get('use_swiglu_ffn')):
+    raise ConfigError(
+      f"init_from: config.json's use_swiglu_ffn={config.get('use_swiglu_ffn')!r} disagrees with the tensors, whose "
+      f'MLP is {"SwiGLU (mlp.weights_in)" if swiglu else "plain (mlp.fc1)"}'
+    )
   head = next((n for n in ('classifier.weight', 'visual_projection.weight') if n in names), None)
   layerscale = 'encoder.layer.0.layer_scale1.lambda1' in names
   return dict(
@@ -263,7 +284,7 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
     patch_size=patch,
     width=width,
     depth=len({m.group(1) for n in names if (m := _LAYER.match(n))}),
-    mlp_dim=shape(fc1)[0],
+    mlp_dim=shape(fc2)[1],
     num_heads=config['num_attention_heads'],
     pool='map' if 'head.probe' in names else 'tok' if has_cls else 'gap',
     posemb='learn',
@@ -272,7 +293,8 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
     reg_tokens=reg_tokens,
     layerscale=float(config.get('layerscale_value', 1.0)) if layerscale else None,
     norm_pre='pre_layrnorm.weight' in names,
-    activation=activation,
+    activation='gelu' if swiglu else activation,  # SwiGLU's SiLU is model.mlp's; hidden_act is the plain MLP's.
+    mlp='swiglu' if swiglu else 'plain',
     representation_size=shape('pooler.dense.weight')[0] if 'pooler.dense.weight' in names else None,
     gelu_approximate=approximate,
     layernorm_epsilon=float(config['layer_norm_eps']),

@@ -43,8 +43,21 @@ def decode_variant(variant: str | None) -> dict[str, int]:
   return dims | ({'patch_size': int(patch)} if patch else {})
 
 
+SIZES = ('patch_size', 'width', 'depth', 'mlp_dim', 'num_heads')
 # The keys beside the sizes that a pretrained folder fixes (ViT.pretrained_config fills them when left at default).
-STRUCTURE = ('pool', 'posemb', 'posemb_prefix', 'distilled', 'reg_tokens', 'layerscale', 'norm_pre', 'activation')
+STRUCTURE = (
+  'pool',
+  'posemb',
+  'posemb_prefix',
+  'distilled',
+  'reg_tokens',
+  'layerscale',
+  'norm_pre',
+  'activation',
+  'mlp',
+)
+# model.mlp: the encoder blocks' MLP.
+MLPS = ('plain', 'swiglu')
 # The encoder options a pretrained folder computes with (ViT.pretrained_config fills them when left at default).
 FOLDER_OPTIONS = ('gelu_approximate', 'layernorm_epsilon')
 # hub layout -> the module that reads it (vit_options, to_release, notes, POSEMB_RESIZE).
@@ -53,6 +66,47 @@ HUB_LAYOUTS = {
   'transformers_vit': transformers_layout,
   'transformers_clip': transformers_layout,
 }
+
+
+def folder_into_config(family: type[base.Model], model_config: Any, weights: hub.HubWeights, keys: tuple) -> list[str]:
+  """A timm or transformers image folder's shape into config.model of `family` (the ViT, or a family whose backbone
+  is one: the tracker): each size the config leaves unset (no variant, no value) and each of `keys` it leaves at the
+  family's constructor default takes the folder's value; one set otherwise is one ConfigError line naming both
+  values. The GELU form and LayerNorm epsilon take the folder's when left at their defaults. Returns the notes."""
+  if weights.layout not in HUB_LAYOUTS:
+    return []  # checkpoints.check_init_from refuses it in one line.
+  folder = HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+  preset = decode_variant(model_config.get('variant'))
+  defaults = {k: p.default for k, p in inspect.signature(family.__init__).parameters.items()}
+  notes = []
+  for key in (*SIZES, *keys):
+    ours = model_config.get(key) if model_config.get(key) is not None else preset.get(key)
+    same = (ours is None) == (folder[key] is None) if key == 'layerscale' else ours == folder[key]
+    if same:
+      continue
+    unset = ours is None if key not in keys else ours == defaults[key]
+    if not unset:
+      raise ConfigError(
+        f'init_from={weights.path!r} is a model with model.{key}={folder[key]!r}, the config sets '
+        f'model.{key}={ours!r}{" (by model.variant)" if model_config.get(key) is None else ""}: set '
+        f'--config.model.{key}={folder[key]!r}, or leave it to the folder'
+      )
+    model_config[key] = folder[key]
+    notes.append(f'model.{key}={folder[key]!r} from the folder')
+  encoder_defaults = {f.name: f.default for f in dataclasses.fields(family.ENCODER)}
+  for key in FOLDER_OPTIONS:
+    if model_config.get(key, encoder_defaults[key]) == encoder_defaults[key] != folder[key]:
+      model_config[key] = folder[key]
+      notes.append(f'model.{key}={folder[key]!r} from the folder')
+  return notes
+
+
+def check_mlp(mlp: str, activation: str) -> None:
+  """model.mlp='swiglu' gates with SiLU: an activation set otherwise would be ignored, so it is one line."""
+  if mlp == 'swiglu' and activation != 'gelu':
+    raise ConfigError(
+      f"model.mlp='swiglu' gates with SiLU and takes no model.activation, which is {activation!r}: leave it 'gelu'"
+    )
 
 
 class LayerScaleBlock(layers.EncoderBlock):
@@ -104,6 +158,9 @@ class ViT(base.Model):
       `pre_layrnorm`).
     activation: of the encoder's MLPs, 'gelu' (exact or approximate by gelu_approximate) or 'quick_gelu',
       x * sigmoid(1.702 x) (the original CLIP's).
+    mlp: the encoder blocks' MLP: 'plain' (two dense layers, `activation` between them) or 'swiglu' (SwiGLU,
+      Shazeer 2020: fc2(SiLU(gate(x)) * fc1(x)), gate and fc1 mlp_dim wide; DINOv2 giant's, timm's packed
+      `mlp.fc1`, transformers' `mlp.weights_in`); 'swiglu' needs activation 'gelu', which it does not use.
     encoder: the encoder options, as keywords: layers.EncoderOptions (dropout, drop_path, attention kind, remat,
       scan, ...).
   """
@@ -134,6 +191,7 @@ class ViT(base.Model):
     layerscale: float | None = None,
     norm_pre: bool = False,
     activation: str = 'gelu',
+    mlp: str = 'plain',
     rngs: nnx.Rngs,
     **encoder: Any,
   ):
@@ -158,9 +216,11 @@ class ViT(base.Model):
         posemb_prefix=(posemb_prefix, (True, False)),
         norm_pre=(norm_pre, (False, True)),
         activation=(activation, ('gelu', 'quick_gelu')),
+        mlp=(mlp, MLPS),
       ),
       {},
     )
+    check_mlp(mlp, activation)
     if distilled and (pool != 'tok' or representation_size is not None):
       raise ConfigError(
         "model.distilled=True needs model.pool='tok' and no model.representation_size: the two heads read the "
@@ -189,6 +249,7 @@ class ViT(base.Model):
       layerscale=layerscale,
       norm_pre=norm_pre,
       activation=activation,
+      mlp=mlp,
     )
 
     self.embedding = layers.PatchEmbedding(p, channels, d, rngs=rngs)
@@ -212,7 +273,7 @@ class ViT(base.Model):
       dims['num_heads'],
       pattern=options.pattern(self.grid, num_global=self.num_prefix),
       block=block,
-      activation=activation,
+      activation='swiglu' if mlp == 'swiglu' else activation,
       rngs=rngs,
       **options.stack(),
     )
@@ -302,34 +363,9 @@ class ViT(base.Model):
   def pretrained_config(cls, model_config: Any, weights: hub.HubWeights) -> list[str]:
     """A timm or transformers folder's shape into config.model: each size the config leaves unset (no variant, no
     value) and each key it leaves at the constructor's default (pool, posemb, posemb_prefix, distilled, reg_tokens,
-    layerscale, norm_pre, activation) takes the folder's value; a size or key set otherwise is one ConfigError line
+    layerscale, norm_pre, activation, mlp) takes the folder's value; a size or key set otherwise is one ConfigError line
     naming both values. The GELU form and LayerNorm epsilon take the folder's when left at their defaults."""
-    if weights.layout not in HUB_LAYOUTS:
-      return []  # checkpoints.check_init_from refuses it in one line.
-    folder = HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
-    preset = decode_variant(model_config.get('variant'))
-    defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()}
-    notes = []
-    for key in ('patch_size', 'width', 'depth', 'mlp_dim', 'num_heads', *STRUCTURE):
-      ours = model_config.get(key) if model_config.get(key) is not None else preset.get(key)
-      same = (ours is None) == (folder[key] is None) if key == 'layerscale' else ours == folder[key]
-      if same:
-        continue
-      unset = ours is None if key not in STRUCTURE else ours == defaults[key]
-      if not unset:
-        raise ConfigError(
-          f'init_from={weights.path!r} is a model with model.{key}={folder[key]!r}, the config sets '
-          f'model.{key}={ours!r}{" (by model.variant)" if model_config.get(key) is None else ""}: set '
-          f'--config.model.{key}={folder[key]!r}, or leave it to the folder'
-        )
-      model_config[key] = folder[key]
-      notes.append(f'model.{key}={folder[key]!r} from the folder')
-    encoder_defaults = {f.name: f.default for f in dataclasses.fields(cls.ENCODER)}
-    for key in FOLDER_OPTIONS:
-      if model_config.get(key, encoder_defaults[key]) == encoder_defaults[key] != folder[key]:
-        model_config[key] = folder[key]
-        notes.append(f'model.{key}={folder[key]!r} from the folder')
-    return notes
+    return folder_into_config(cls, model_config, weights, STRUCTURE)
 
   def _load_hub(self, weights: hub.HubWeights, params: dict) -> tuple[dict, list[str]]:
     """A timm or transformers folder: its shape must be this model's (one line naming the first key that differs);

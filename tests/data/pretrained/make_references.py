@@ -44,6 +44,11 @@ ROWS = {
   # CLIP image towers: timm's head is CLIP's projection (here to 16).
   'clip': ('vit_base_patch16_clip_224.openai', dict(img_size=32, patch_size=8, num_classes=16)),
   'clip_quickgelu': ('vit_base_patch16_clip_quickgelu_224.openai', dict(img_size=32, patch_size=8, num_classes=16)),
+  # DINOv2 giant's SwiGLU (SwiGLUPacked fc1) at its own MLP ratio 2.66667 * 2: fc1 170 outputs, the gate's 85 first.
+  'dinov2_giant': (
+    'vit_giant_patch14_dinov2.lvd142m',
+    dict(img_size=42, patch_size=14, num_classes=0, mlp_ratio=2.66667 * 2),
+  ),
 }
 # transformers rows: (model class, its config class, image processor class, config overrides).
 HF_SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
@@ -56,6 +61,13 @@ HF_ROWS = {
     'Dinov2WithRegistersConfig',
     'BitImageProcessor',
     dict(mlp_ratio=2, image_size=42, patch_size=14, num_register_tokens=4),
+  ),
+  # DINOv2 giant's SwiGLU: mlp.weights_in (2 x 88 rows: 32 x mlp_ratio 4, two thirds, rounded up to 8).
+  'hf_dinov2_giant': (
+    'Dinov2Model',
+    'Dinov2Config',
+    'BitImageProcessor',
+    dict(mlp_ratio=4, image_size=42, patch_size=14, use_swiglu_ffn=True),
   ),
   'hf_siglip': ('SiglipVisionModel', 'SiglipVisionConfig', 'SiglipImageProcessor', dict(intermediate_size=64)),
   'hf_clip': ('CLIPVisionModel', 'CLIPVisionConfig', 'CLIPImageProcessor', dict(intermediate_size=64)),
@@ -83,6 +95,14 @@ RESIZED = {'vit': 48, 'dinov2_reg4': 56}
 # transformers row -> another image size, the same model run on it: DINOv2 resamples its position embeddings itself
 # (bicubic, antialiased), ViT when asked (interpolate_pos_encoding; bicubic without antialiasing).
 HF_RESIZED = {'hf_dinov2_reg': 56, 'hf_vit_model': 48}
+# Rows added later, with seeds of their own: the others keep theirs (their order in ROWS, HF_ROWS, HF_VIDEO_ROWS).
+LATER = {'dinov2_giant': 30, 'hf_dinov2_giant': 31}
+
+
+def seed_of(row: str) -> int:
+  if row in LATER:
+    return LATER[row]
+  return [r for r in (*ROWS, *HF_ROWS, *HF_VIDEO_ROWS) if r not in LATER].index(row)
 
 
 def randomise(model: torch.nn.Module, seed: int) -> None:
@@ -179,7 +199,7 @@ def predict_references(out: str) -> None:
     if row in ROWS:
       name, overrides = ROWS[row]
       overlay = dict(crop_pct=1.0, input_size=(3, 32, 32))
-      model = timm.create_model(name, pretrained_cfg_overlay=overlay, **SMALL, **overrides).eval()
+      model = timm.create_model(name, pretrained_cfg_overlay=overlay, **(SMALL | overrides)).eval()
       model.load_state_dict(safetensors.torch.load_file(os.path.join(out, row, 'model.safetensors')))
       transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
       pixels = transform(image)[None]
@@ -219,16 +239,17 @@ def main(out: str, only: list[str]) -> None:
     return predict_references(out)
   if only[:1] == ['export']:
     return export_references(out, only[1])
-  for seed, row in enumerate(HF_ROWS, start=len(ROWS)):
+  for row in HF_ROWS:
     if not only or row in only:
-      transformers_row(out, row, seed)
-  for seed, row in enumerate(HF_VIDEO_ROWS, start=len(ROWS) + len(HF_ROWS)):
+      transformers_row(out, row, seed_of(row))
+  for row in HF_VIDEO_ROWS:
     if not only or row in only:
-      transformers_video_row(out, row, seed)
-  for seed, (row, (name, overrides)) in enumerate(ROWS.items()):
+      transformers_video_row(out, row, seed_of(row))
+  for row, (name, overrides) in ROWS.items():
     if only and row not in only:
       continue
-    model = timm.create_model(name, pretrained=False, **SMALL, **overrides).eval()
+    seed = seed_of(row)
+    model = timm.create_model(name, pretrained=False, **(SMALL | overrides)).eval()
     randomise(model, seed)
     folder = os.path.join(out, row)
     timm.models.save_for_hf(model, folder, safe_serialization=True)
@@ -237,7 +258,7 @@ def main(out: str, only: list[str]) -> None:
     ref = {'images': images, **outputs(model, images)}
     if row in RESIZED:
       big = RESIZED[row]
-      other = timm.create_model(name, pretrained=False, **SMALL, **(overrides | dict(img_size=big))).eval()
+      other = timm.create_model(name, pretrained=False, **(SMALL | overrides | dict(img_size=big))).eval()
       other.load_state_dict(checkpoint_filter_fn(model.state_dict(), other))
       ref['resized_images'] = np.random.RandomState(seed).randn(2, big, big, 3).astype(np.float32)
       ref |= {f'resized_{k}': v for k, v in outputs(other, ref['resized_images']).items()}
