@@ -43,6 +43,11 @@ LAYOUTS = {
     '.weight)',
     ('embeddings.patch_embedding.weight', 'encoder.layers.0.self_attn.q_proj.weight'),
   ),
+  'transformers_marian': (
+    "transformers' MarianMTModel (opus-mt) (model.encoder.layers.N.self_attn.q_proj.weight, model.decoder.layers.N"
+    '.encoder_attn.q_proj.weight)',
+    ('encoder.layers.0.self_attn.q_proj.weight', 'decoder.layers.0.encoder_attn.q_proj.weight'),
+  ),
 }
 
 

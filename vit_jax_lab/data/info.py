@@ -6,11 +6,15 @@ that may have no TensorFlow at all.
 """
 
 import dataclasses
+import json
+import os
 from typing import Protocol
 
 import numpy as np
+import sentencepiece as spm
 
-from vit_jax_lab.tokens import BOS, EOS, PAD
+from vit_jax_lab.errors import ConfigError
+from vit_jax_lab.tokens import BOS, EOS, PAD, UNK, foreign_ids
 
 SPECIALS = ('<pad>', '<s>', '</s>', '<unk>')  # Ids PAD, BOS, EOS, UNK of every vocabulary.
 
@@ -29,7 +33,7 @@ class LabelInfo:
 
 
 class Vocab(Protocol):
-  """A vocabulary: WordVocab, or text.SentencePieceVocab."""
+  """A vocabulary: WordVocab, MarianVocab, or text.SentencePieceVocab."""
 
   size: int  # Ids are below this.
 
@@ -82,3 +86,63 @@ class TrackingInfo:
   template_factor: float
   search_factor: float
   value_range: tuple[float, float] = (-1.0, 1.0)  # data.value_range: what frames are scaled to.
+
+
+class MarianVocab:
+  """The tokenizer of a transformers Marian folder (opus-mt: source.spm, target.spm, vocab.json, and
+  tokenizer_config.json's names of the special tokens), in our ids: SentencePiece pieces of one side -> vocab.json's
+  ids -> ours by tokens.foreign_ids, the rule the model's weights are gathered by. `side`: 'source' (encodes inputs)
+  or 'target' (encodes targets, decodes translations). Encoding happens in tf.data (`text.encoder`)."""
+
+  FILES = ('source.spm', 'target.spm', 'vocab.json')
+
+  def __init__(self, path: str, side: str = 'target'):
+    missing = [f for f in self.FILES if not os.path.isfile(os.path.join(path, f))]
+    if missing:
+      raise ConfigError(f'{path!r} is not a Marian tokenizer folder: it lacks {", ".join(missing)}')
+    if side not in ('source', 'target'):
+      raise ValueError(f"side={side!r} is not 'source' or 'target'")
+    names = {'eos_token': '</s>', 'unk_token': '<unk>', 'pad_token': '<pad>'}
+    config_file = os.path.join(path, 'tokenizer_config.json')
+    if os.path.isfile(config_file):
+      with open(config_file) as f:
+        config = json.load(f)
+      if config.get('separate_vocabs'):
+        raise ConfigError(f'{path!r}: separate source and target vocabularies (separate_vocabs) are not read')
+      names |= {k: config[k] for k in names if isinstance(config.get(k), str)}
+    with open(os.path.join(path, 'vocab.json')) as f:
+      self.marian = json.load(f)  # piece -> Marian id.
+    absent = [n for n in names.values() if n not in self.marian]
+    if absent:
+      raise ConfigError(f'{path!r}: vocab.json lacks the special tokens {", ".join(absent)}')
+    self.path, self.side = path, side
+    self._sp = spm.SentencePieceProcessor(model_file=os.path.join(path, f'{side}.spm'))
+    pad, eos, unk = (self.marian[names[k]] for k in ('pad_token', 'eos_token', 'unk_token'))
+    rows = foreign_ids(len(self.marian), pad, eos, unk)
+    self.size = len(rows)
+    self._ours = {m: i for i, m in reversed(list(enumerate(rows)))}  # Marian id -> ours (its pad: PAD, not BOS).
+    by_id = {i: piece for piece, i in self.marian.items()}
+    self.pieces = [by_id[m] for m in rows]  # Our id -> its piece.
+    self._unk = self.marian[names['unk_token']]
+
+  def tokenize(self, text: str) -> list[str]:
+    """The pieces of `text` as the library's tokenizer splits it: a leading language code (>>de<<) whole."""
+    code = []
+    if text.startswith('>>') and (end := text.find('<<')) != -1:
+      code, text = [text[: end + 2]], text[end + 2 :]
+    return code + self._sp.encode(text, out_type=str)
+
+  def encode(self, text: str) -> list[int]:
+    """Our ids of `text`, without EOS; a piece vocab.json lacks is UNK."""
+    return [self._ours[self.marian.get(piece, self._unk)] for piece in self.tokenize(text)]
+
+  def decode(self, ids: np.ndarray) -> str:
+    """Ids up to the first EOS -> text, as the library's `decode(skip_special_tokens=True)`: PAD, BOS and UNK left
+    out, the pieces joined by this side's SentencePiece model."""
+    pieces = [self.pieces[i] for i in until_eos(ids) if i not in (PAD, BOS, UNK)]
+    return self._sp.decode_pieces(pieces).replace('\u2581', ' ').strip()
+
+
+def is_marian_folder(path: str) -> bool:
+  """Whether `path` is a folder with a Marian tokenizer (data.vocab may name one)."""
+  return os.path.isdir(path) and all(os.path.isfile(os.path.join(path, f)) for f in MarianVocab.FILES)

@@ -425,6 +425,8 @@ class Mlp(nnx.Module):
       h = jax.nn.silu(self.gate(x)) * h
     elif self.activation == 'quick_gelu':  # CLIP's sigmoid approximation of GELU, which its weights were trained with.
       h = h * jax.nn.sigmoid(1.702 * h)
+    elif self.activation == 'silu':  # Swish (opus-mt's Marian models).
+      h = jax.nn.silu(h)
     else:
       h = jax.nn.relu(h) if self.activation == 'relu' else gelu(h, self.gelu_approximate)
     h = self.dropout(h, train=train, rngs=rngs)

@@ -6,15 +6,19 @@ within each, so no token attends across sequences or to padding.
 """
 
 import dataclasses
+import inspect
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 import vit_jax_lab.models.attention as patterns
 import vit_jax_lab.models.base as base
 import vit_jax_lab.models.layers as layers
+import vit_jax_lab.models.marian_layout as marian_layout
+from vit_jax_lab import hub
 from vit_jax_lab.errors import ConfigError
 
 # width, encoder_depth, decoder_depth, mlp_dim, num_heads. "tiny" is for tests and small built-in tasks.
@@ -24,6 +28,11 @@ PRESETS = {
   'big': (1024, 6, 6, 4096, 16),
 }
 SHARING = ('all', 'decoder', 'none')
+ACTIVATIONS = (*layers.ACTIVATIONS, 'silu')
+SIZES = ('width', 'encoder_depth', 'decoder_depth', 'mlp_dim', 'num_heads')
+# Keys a hub folder fixes besides the sizes: taken from it where the config leaves the constructor's default.
+STRUCTURE = ('share_embeddings', 'posemb', 'activation', 'scale_embedding', 'logits_bias')
+FOLDER_OPTIONS = ('prenorm', 'layernorm_epsilon')  # Encoder options the same way.
 
 
 def attention_mask(query_segments: jax.Array, key_segments: jax.Array, causal: bool = False) -> jax.Array:
@@ -168,8 +177,11 @@ class Transformer(base.Model):
     patch_size: side of the square image patches (image inputs only).
     share_embeddings: 'all' ties source, target and output embeddings (one vocabulary, as the paper);
       'decoder' ties the target embedding and the output projection; 'none' ties nothing.
-    posemb: 'sincos' (fixed, as the paper) or 'learn'.
-    activation: of the MLPs, 'relu' (the paper) or 'gelu'.
+    posemb: 'sincos' (fixed, as the paper: sines then cosines, from position 0) or 'learn'.
+    activation: of the MLPs, 'relu' (the paper), 'gelu' or 'silu' (swish: opus-mt's Marian models).
+    scale_embedding: token embeddings times sqrt(width) before the positions are added (the paper; Marian's
+      scale_embedding); False: as they are.
+    logits_bias: a learned bias on the output logits (Marian's final_logits_bias); False: none (the paper).
     encoder: the options of both stacks, as keywords: TransformerOptions (post-norm and dropout 0.1 as the
       paper's base; no stochastic depth). The self-attention kind applies to both stacks, cross-attention stays
       full: 'local' blocks of attention_window tokens attend to their block and the adjacent ones, the decoder's to
@@ -179,6 +191,7 @@ class Transformer(base.Model):
 
   NO_DECAY = ('input_posemb', 'target_posemb', 'image_posemb')
   ENCODER = TransformerOptions
+  PRETRAINED = ('transformers_marian',)
 
   def __init__(
     self,
@@ -197,6 +210,8 @@ class Transformer(base.Model):
     share_embeddings: str = 'all',
     posemb: str = 'sincos',
     activation: str = 'relu',
+    scale_embedding: bool = True,
+    logits_bias: bool = False,
     rngs: nnx.Rngs,
     **encoder: Any,
   ):
@@ -212,7 +227,9 @@ class Transformer(base.Model):
       dict(
         share_embeddings=(share_embeddings, SHARING),
         posemb=(posemb, ('sincos', 'learn')),
-        activation=(activation, layers.ACTIVATIONS),
+        activation=(activation, ACTIVATIONS),
+        scale_embedding=(scale_embedding, (True, False)),
+        logits_bias=(logits_bias, (True, False)),
       ),
       {},
     )
@@ -227,7 +244,17 @@ class Transformer(base.Model):
       )
     if posemb == 'sincos' and d % 2:
       raise ConfigError(f'model.width={d} must be even for sin-cos position embeddings')
-    self.share_embeddings = share_embeddings
+    self.share_embeddings, self.scale_embedding = share_embeddings, scale_embedding
+    # What a pretrained folder must agree with (load_pretrained).
+    self.structure = dims | dict(
+      share_embeddings=share_embeddings,
+      posemb=posemb,
+      activation=activation,
+      scale_embedding=scale_embedding,
+      logits_bias=logits_bias,
+      prenorm=options.prenorm,
+    )
+    self.layernorm_epsilon = options.layernorm_epsilon
     stack = dict(mlp_dim=dims['mlp_dim'], num_heads=dims['num_heads'], activation=activation, rngs=rngs)
     stack |= options.stack()
     pattern = options.pattern
@@ -253,6 +280,8 @@ class Transformer(base.Model):
     )
     if share_embeddings == 'none':
       self.logits = nnx.Linear(d, vocab_size, use_bias=False, kernel_init=layers.xavier, rngs=rngs)
+    if logits_bias:
+      self.logits_bias = nnx.Param(jnp.zeros((vocab_size,)))
 
   def _embed(
     self,
@@ -262,9 +291,11 @@ class Transformer(base.Model):
     learned: nnx.Param | None,
     length: int | None = None,
   ) -> jax.Array:
-    """Tokens (B, L) -> sqrt(d)-scaled embeddings plus the position embeddings of `positions` (default 0..L-1),
-    which are below `length` (default L)."""
-    x = embedding(tokens) * jnp.sqrt(embedding.features).astype(embedding.embedding.dtype)
+    """Tokens (B, L) -> embeddings (sqrt(d)-scaled with scale_embedding) plus the position embeddings of
+    `positions` (default 0..L-1), which are below `length` (default L)."""
+    x = embedding(tokens)
+    if self.scale_embedding:
+      x = x * jnp.sqrt(embedding.features).astype(embedding.embedding.dtype)
     if positions is None:
       positions = jnp.arange(tokens.shape[1])[None]
     table = learned[...] if learned is not None else layers.sincos_1d(length or tokens.shape[1], x.shape[-1])
@@ -295,7 +326,8 @@ class Transformer(base.Model):
     return self.encoder(x, train=train, rngs=rngs, mask=mask), segments
 
   def output_logits(self, y: jax.Array) -> jax.Array:
-    return self.logits(y) if self.share_embeddings == 'none' else self.target_embedding.attend(y)
+    logits = self.logits(y) if self.share_embeddings == 'none' else self.target_embedding.attend(y)
+    return logits + self.logits_bias[...].astype(logits.dtype) if hasattr(self, 'logits_bias') else logits
 
   def decode(
     self,
@@ -347,6 +379,73 @@ class Transformer(base.Model):
       train=train,
       rngs=rngs,
     )
+
+  # --- Pretrained weights ----------------------------------------------------------------------------------------
+
+  @classmethod
+  def pretrained_config(cls, model_config: Any, weights: hub.HubWeights) -> list[str]:
+    """A Marian folder's shape into config.model: each size the config leaves unset (model.variant=None and no
+    value) and each of STRUCTURE and FOLDER_OPTIONS it leaves at the constructor's default takes the folder's
+    value; one set otherwise is one ConfigError line naming both values."""
+    if weights.layout not in cls.PRETRAINED:
+      return []  # checkpoints.check_init_from refuses it in one line.
+    folder = marian_layout.options(weights)
+    preset = dict(zip(SIZES, PRESETS.get(model_config.get('variant'), ())))
+    defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()}
+    defaults |= {f.name: f.default for f in dataclasses.fields(cls.ENCODER)}
+    notes = []
+    for key in (*SIZES, *STRUCTURE, *FOLDER_OPTIONS):
+      given = model_config.get(key, defaults[key])
+      ours = preset.get(key) if given is None else given
+      if ours == folder[key]:
+        continue
+      if (ours is not None) if key in SIZES else (ours != defaults[key]):
+        by_variant = key in SIZES and given is None
+        raise ConfigError(
+          f'init_from={weights.path!r} is a model with model.{key}={folder[key]!r}, the config sets '
+          f'model.{key}={ours!r}'
+          + (
+            f' (by model.variant={model_config.get("variant")!r}): set --config.model.variant=None to take the '
+            "folder's sizes"
+            if by_variant
+            else f': set --config.model.{key}={folder[key]!r}, or leave it to the folder'
+          )
+        )
+      model_config[key] = folder[key]
+      notes.append(f'model.{key}={folder[key]!r} from the folder')
+    return notes
+
+  def load_pretrained(self, source: Any, params: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A transformers MarianMTModel folder (hub.HubWeights): its shape and options must be this model's (one line
+    naming the first key that differs), and its vocabulary the data's (data.vocab=the folder)."""
+    if not isinstance(source, hub.HubWeights) or source.layout not in self.PRETRAINED:
+      what = hub.LAYOUTS[source.layout][0] if isinstance(source, hub.HubWeights) else 'other'
+      raise ConfigError(f'init_from: the Transformer reads Marian folders only, not {what} weights')
+    folder = marian_layout.options(source)
+    for key, value in self.structure.items():
+      if folder[key] != value:
+        raise ConfigError(
+          f'init_from={source.path!r} is a model with model.{key}={folder[key]!r}, this model has '
+          f'model.{key}={value!r}: set --config.model.{key}={folder[key]!r}'
+        )
+    loaded, notes = marian_layout.to_params(source, self.structure)
+    ours, theirs = params['target_embedding']['embedding'].shape[0], loaded['target_embedding']['embedding'].shape[0]
+    if ours != theirs or getattr(self, 'input_embedding', None) is not None:
+      raise ConfigError(
+        f'init_from={source.path!r} has a vocabulary of {theirs} ids (ours, with BOS), the data one of {ours}: set '
+        f"--config.data.vocab={source.path} so that the data is tokenised as the folder's model was trained"
+      )
+    if self.layernorm_epsilon != folder['layernorm_epsilon']:
+      notes.append(
+        f"the folder's LayerNorms have epsilon {folder['layernorm_epsilon']}, this model's {self.layernorm_epsilon}: "
+        'its outputs differ slightly'
+      )
+    loaded = layers.scanned_like(loaded, params)
+    cast = {str(a.dtype) for a, p in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)) if a.dtype != p.dtype}
+    if cast:
+      loaded = jax.tree.map(lambda a, p: a if a.dtype == p.dtype else np.asarray(a).astype(p.dtype), loaded, params)
+      notes.append(f"{' and '.join(sorted(cast))} tensors cast to the model's parameter dtype")
+    return loaded, notes
 
   # --- Cached decoding -------------------------------------------------------------------------------------------
 

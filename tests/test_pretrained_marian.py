@@ -1,0 +1,238 @@
+"""transformers' MarianMTModel (opus-mt) folders into the seq2seq Transformer: a tiny random-weight model and its
+tokenizer made by the library (tests/data/pretrained/make_marian_reference.py, transformers 5.24; torch is never
+imported here) give the library's teacher-forced logits and greedy translation through our model, decoder and
+tokenizer; every refusal is one line."""
+
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+import safetensors.numpy
+from flax import nnx
+
+from vit_jax_lab import decode, hub, models, tokens
+from vit_jax_lab.data.info import MarianVocab, is_marian_folder
+from vit_jax_lab.errors import ConfigError
+from vit_jax_lab.models import marian_layout, seq2seq
+
+FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'pretrained', 'marian')
+
+
+@pytest.fixture(scope='module')
+def reference():
+  with open(os.path.join(FOLDER, 'reference.json')) as f:
+    return dict(np.load(os.path.join(FOLDER, 'reference.npz'))) | json.load(f)
+
+
+def folder_config(path=FOLDER, **overrides):
+  """config.model of a Transformer with the folder's shape (as train does: pretrained_config), and its notes."""
+  model_config = models.config('transformer', variant=None, dropout=0.0, **overrides)
+  notes = seq2seq.Transformer.pretrained_config(model_config, hub.read(path))
+  return model_config, notes
+
+
+def build(model_config, vocab_size, **changes):
+  """A Transformer of `model_config` with `changes` to its keys, for data of one vocabulary of `vocab_size`."""
+  kwargs = {k: v for k, v in model_config.items() if k != 'name'} | changes
+  return seq2seq.Transformer(vocab_size, vocab_size, None, 32, rngs=nnx.Rngs(0), **kwargs)
+
+
+def loaded_model(path=FOLDER, **overrides):
+  """Our Transformer with the folder's weights, and the load notes."""
+  model_config, _ = folder_config(path, **overrides)
+  weights = hub.read(path)
+  model = build(model_config, len(marian_layout.our_rows(weights)))
+  params, notes = model.load_pretrained(weights, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()))
+  state = nnx.state(model, nnx.Param)
+  state.replace_by_pure_dict(params)
+  nnx.update(model, state)
+  return model, notes
+
+
+def ours_of(weights):
+  """Marian id -> ours (its pad: our PAD), the inverse of tokens.foreign_ids."""
+  rows = marian_layout.our_rows(weights)
+  table = np.zeros(len(rows) - 1, np.int32)
+  for ours, theirs in reversed(list(enumerate(rows))):
+    table[theirs] = ours
+  return table
+
+
+def test_foreign_ids_rule():
+  # Marian's layout: eos 0, unk 1, pieces 2..4, pad 5 -> PAD, BOS: pad; EOS: eos; UNK: unk; then the pieces.
+  assert tokens.foreign_ids(6, pad=5, eos=0, unk=1) == [5, 5, 0, 1, 2, 3, 4]
+  assert tokens.foreign_ids(5, pad=0, eos=2, unk=4) == [0, 0, 2, 4, 1, 3]
+
+
+def test_folder_config_takes_the_folders_shape():
+  model_config, notes = folder_config()
+  assert (model_config.width, model_config.encoder_depth, model_config.decoder_depth) == (16, 2, 2)
+  assert (model_config.mlp_dim, model_config.num_heads) == (32, 2)
+  assert model_config.activation == 'silu'  # config.json's 'swish'.
+  assert model_config.logits_bias is True and model_config.scale_embedding is True
+  assert model_config.layernorm_epsilon == 1e-5 and model_config.prenorm is False
+  assert 'model.activation=' + repr('silu') + ' from the folder' in notes
+
+
+def test_teacher_forced_logits_match_the_library(reference):
+  model, notes = loaded_model()
+  assert any('53 -> 54' in n for n in notes)
+  table = ours_of(hub.read(FOLDER))
+  inputs = table[reference['input_ids']] * reference['attention_mask']
+  mask = reference['labels_mask']
+  decoder_inputs = table[reference['decoder_input_ids']]
+  decoder_inputs[:, 0] = tokens.BOS  # Marian starts from its pad; we from BOS, which means the same row.
+  logits = np.asarray(model(inputs, decoder_inputs * mask))
+  ours = logits[..., table]  # In Marian's columns.
+  difference = np.abs(ours - reference['logits'])[mask].max()
+  print(f'teacher-forced logits: max |ours - transformers| = {difference:.2e}')
+  assert difference < 1e-4
+  # PAD and BOS are both Marian's pad: the same column.
+  np.testing.assert_array_equal(logits[..., tokens.PAD], logits[..., tokens.BOS])
+
+
+def test_scanned_layers_load_alike(reference):
+  model, _ = loaded_model()
+  scanned, _ = loaded_model(scan=True)
+  inputs = ours_of(hub.read(FOLDER))[reference['input_ids']] * reference['attention_mask']
+  targets = np.full((2, 3), tokens.BOS, np.int32)
+  np.testing.assert_allclose(np.asarray(scanned(inputs, targets)), np.asarray(model(inputs, targets)), atol=1e-5)
+
+
+@pytest.mark.parametrize('cached', [True, False])
+def test_greedy_translation_matches_the_library(reference, cached):
+  model, _ = loaded_model()
+  table = ours_of(hub.read(FOLDER))
+  inputs = table[reference['input_ids']] * reference['attention_mask']
+  expected = table[reference['generated'][:, 1:]]  # After the decoder start; Marian's pad after EOS is our PAD.
+  length = expected.shape[1]
+  got, _ = decode.greedy(decode.stepper(model, inputs, length, cached=cached), len(inputs), length)
+  np.testing.assert_array_equal(np.asarray(got), expected)
+  assert (expected == tokens.EOS).any(axis=1).tolist() == [False, True]  # One ends early, the other at the limit.
+
+
+def test_tokenizer_reads_the_folder(reference):
+  source, target = MarianVocab(FOLDER, 'source'), MarianVocab(FOLDER, 'target')
+  assert is_marian_folder(FOLDER) and source.size == target.size == 54
+  for text, pieces in zip(reference['sources'], reference['source_pieces']):
+    assert source.tokenize(text) == pieces  # The library's own split.
+  table = ours_of(hub.read(FOLDER))
+  for text, ids, mask in zip(reference['sources'], reference['input_ids'], reference['attention_mask']):
+    assert source.encode(text) + [tokens.EOS] == table[ids[mask > 0]].tolist()
+  for text, ids, mask in zip(reference['targets'], reference['decoder_input_ids'], reference['labels_mask']):
+    assert target.encode(text) == table[ids[1 : mask.sum()]].tolist()  # Shifted right: the first is the start.
+    assert target.decode(np.asarray(target.encode(text) + [tokens.EOS, 7])) == text  # Round trip, cut at EOS.
+  for ids, text in zip(reference['generated'], reference['translations']):
+    assert target.decode(table[ids]) == text  # The library's batch_decode(skip_special_tokens=True).
+  assert source.encode('>>de<< the') == [tokens.UNK, *source.encode('the')]  # A language code is one piece.
+  assert source.pieces[tokens.EOS] == '</s>' and source.pieces[tokens.PAD] == source.pieces[tokens.BOS] == '<pad>'
+
+
+def test_options_change_what_the_model_computes(reference):
+  model, _ = loaded_model()
+  inputs = ours_of(hub.read(FOLDER))[reference['input_ids']] * reference['attention_mask']
+  targets = np.full((2, 2), tokens.BOS, np.int32)
+  base = np.asarray(model(inputs, targets))
+  for key, value in (('scale_embedding', False), ('activation', 'gelu')):
+    other = build(folder_config()[0], 54, **{key: value})
+    nnx.update(other, nnx.state(model, nnx.Param))
+    assert np.abs(np.asarray(other(inputs, targets)) - base).max() > 1e-3, key
+  without_bias = build(folder_config()[0], 54, logits_bias=False)
+  state = nnx.state(model, nnx.Param).to_pure_dict()
+  state.pop('logits_bias')
+  params = nnx.state(without_bias, nnx.Param)
+  params.replace_by_pure_dict(state)
+  nnx.update(without_bias, params)
+  np.testing.assert_allclose(
+    base - np.asarray(without_bias(inputs, targets)), np.broadcast_to(model.logits_bias[...], base.shape), atol=1e-5
+  )
+
+
+def test_new_keys_are_validated():
+  for key, value in (('scale_embedding', 'yes'), ('logits_bias', 1.5), ('activation', 'swish')):
+    with pytest.raises(ConfigError, match=f'model.{key}='):
+      seq2seq.Transformer(10, 10, None, 8, variant='tiny', rngs=nnx.Rngs(0), **{key: value})
+  default = seq2seq.Transformer(10, 10, None, 8, variant='tiny', rngs=nnx.Rngs(0))
+  assert 'logits_bias' not in nnx.state(default, nnx.Param).to_pure_dict()  # Today's model unchanged.
+
+
+def one_line(excinfo):
+  message = str(excinfo.value)
+  assert '\n' not in message
+  return message
+
+
+def test_a_config_that_disagrees_is_one_line():
+  with pytest.raises(ConfigError) as e:
+    folder_config(width=32)
+  assert 'model.width=16' in one_line(e) and 'model.width=32' in one_line(e)
+  with pytest.raises(ConfigError) as e:
+    seq2seq.Transformer.pretrained_config(models.config('transformer'), hub.read(FOLDER))
+  assert "model.variant='base'" in one_line(e) and 'variant=None' in one_line(e)
+  with pytest.raises(ConfigError) as e:
+    folder_config(activation='gelu')
+  assert "model.activation='silu'" in one_line(e) and "model.activation='gelu'" in one_line(e)
+  model_config, _ = folder_config()
+  wrong = build(model_config, 54, prenorm=True)
+  with pytest.raises(ConfigError) as e:
+    wrong.load_pretrained(hub.read(FOLDER), jax.device_get(nnx.state(wrong, nnx.Param).to_pure_dict()))
+  assert 'model.prenorm=False' in one_line(e)
+  other_vocab = build(model_config, 60)  # Data tokenised with another vocabulary.
+  with pytest.raises(ConfigError) as e:
+    other_vocab.load_pretrained(hub.read(FOLDER), jax.device_get(nnx.state(other_vocab, nnx.Param).to_pure_dict()))
+  assert '54 ids' in one_line(e) and 'of 60' in one_line(e) and f'data.vocab={FOLDER}' in one_line(e)
+
+
+def copy_folder(tmp_path, **config_changes):
+  path = tmp_path / 'marian'
+  shutil.copytree(FOLDER, path)
+  with open(path / 'config.json') as f:
+    config = json.load(f)
+  with open(path / 'config.json', 'w') as f:
+    json.dump(config | config_changes, f)
+  return str(path)
+
+
+def test_wrong_folders_are_one_line(tmp_path):
+  with pytest.raises(ConfigError) as e:
+    hub.read(str(tmp_path))
+  assert 'no config.json' in one_line(e)
+  with pytest.raises(ConfigError) as e:
+    folder_config(copy_folder(tmp_path, model_type='bart'))
+  assert "model_type='bart'" in one_line(e)
+  shutil.rmtree(tmp_path / 'marian')
+  with pytest.raises(ConfigError) as e:
+    folder_config(copy_folder(tmp_path, share_encoder_decoder_embeddings=False))
+  assert 'separate' in one_line(e)
+  shutil.rmtree(tmp_path / 'marian')
+  path = copy_folder(tmp_path)
+  os.remove(os.path.join(path, 'vocab.json'))
+  with pytest.raises(ConfigError) as e:
+    loaded_model(path)
+  assert 'vocab.json' in one_line(e)
+  with pytest.raises(ConfigError) as e:
+    MarianVocab(path)
+  assert 'lacks vocab.json' in one_line(e)
+
+
+def test_missing_and_misshaped_tensors_are_named(tmp_path):
+  path = copy_folder(tmp_path)
+  file = os.path.join(path, 'model.safetensors')
+  tensors = safetensors.numpy.load_file(file)
+  del tensors['model.decoder.layers.1.fc2.bias']
+  tensors['model.encoder.layers.0.fc1.weight'] = tensors['model.encoder.layers.0.fc1.weight'][:8]
+  safetensors.numpy.save_file(tensors, file)
+  with pytest.raises(ConfigError) as e:
+    loaded_model(path)
+  message = one_line(e)
+  assert 'model.decoder.layers.1.fc2.bias (missing; want (16,))' in message
+  assert 'model.encoder.layers.0.fc1.weight (8, 16) (want (32, 16))' in message
+
+
+def test_the_vit_does_not_take_a_marian_folder():
+  with pytest.raises(ConfigError) as e:
+    hub.check(FOLDER, ('timm_vit', 'transformers_vit'))
+  assert 'MarianMTModel' in one_line(e)

@@ -1,0 +1,160 @@
+"""transformers' MarianMTModel folders (the opus-mt translation models) in the seq2seq Transformer's terms: its shape
+and options from config.json, and its tensors as our parameters.
+
+Marian is the original post-norm Transformer with fixed sine-cosine positions (sines then cosines, from position 0:
+layers.sincos_1d), embeddings scaled by sqrt(d_model), one embedding table for source, target and output plus a
+`final_logits_bias`, and no BOS: the decoder starts from <pad>. Its ids (eos 0, unk 1, pad = size - 1) become ours
+by tokens.foreign_ids: the embedding rows and the bias are gathered so that each of our ids means its token.
+"""
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from vit_jax_lab import hub, tokens
+from vit_jax_lab.errors import ConfigError
+
+# Marian's activation_function -> our model.activation.
+ACTIVATIONS = {'swish': 'silu', 'silu': 'silu', 'gelu': 'gelu', 'relu': 'relu'}
+VOCAB = 'vocab.json'
+LAYERNORM_EPSILON = 1e-5  # torch.nn.LayerNorm's, which Marian's layers use.
+
+
+def _refuse(weights: hub.HubWeights, what: str) -> ConfigError:
+  return ConfigError(f'init_from={weights.path!r}: {what}')
+
+
+def options(weights: hub.HubWeights) -> dict[str, Any]:
+  """The folder's Transformer keys (model.<key>): sizes and the options that change what it computes."""
+  config = weights.config
+  if config.get('model_type') != 'marian':
+    raise _refuse(weights, f"config.json has model_type={config.get('model_type')!r}; only 'marian' is read")
+  if not config.get('share_encoder_decoder_embeddings', True) or config.get('decoder_vocab_size') not in (
+    None,
+    config['vocab_size'],
+  ):
+    raise _refuse(weights, 'separate source and target vocabularies are not read (share_encoder_decoder_embeddings)')
+  for a, b in (('encoder_ffn_dim', 'decoder_ffn_dim'), ('encoder_attention_heads', 'decoder_attention_heads')):
+    if config[a] != config[b]:
+      raise _refuse(weights, f'{a}={config[a]} and {b}={config[b]} differ; our stacks share one value')
+  activation = config.get('activation_function', 'gelu')
+  if activation not in ACTIVATIONS:
+    raise _refuse(weights, f'activation_function={activation!r} is not one of {", ".join(ACTIVATIONS)}')
+  if config.get('normalize_before') or config.get('add_final_layer_norm') or config.get('normalize_embedding'):
+    raise _refuse(weights, 'pre-norm or embedding LayerNorms (normalize_before, add_final_layer_norm) are not read')
+  return dict(
+    width=config['d_model'],
+    encoder_depth=config['encoder_layers'],
+    decoder_depth=config['decoder_layers'],
+    mlp_dim=config['encoder_ffn_dim'],
+    num_heads=config['encoder_attention_heads'],
+    share_embeddings='all',
+    posemb='sincos',
+    prenorm=False,
+    activation=ACTIVATIONS[activation],
+    scale_embedding=bool(config.get('scale_embedding', False)),
+    logits_bias=True,
+    layernorm_epsilon=LAYERNORM_EPSILON,
+  )
+
+
+def special_ids(weights: hub.HubWeights) -> tuple[int, int, int, int]:
+  """(size, pad, eos, unk) of the folder's vocabulary: config.json's pad and eos, vocab.json's <unk>."""
+  config = weights.config
+  file = os.path.join(weights.path, VOCAB)
+  if not os.path.isfile(file):
+    raise _refuse(weights, f'a Marian folder holds {VOCAB} beside config.json; this one has none')
+  with open(file) as f:
+    unk = json.load(f).get('<unk>', 1)
+  return config['vocab_size'], config['pad_token_id'], config['eos_token_id'], unk
+
+
+def our_rows(weights: hub.HubWeights) -> np.ndarray:
+  """Marian's row of each of our ids (tokens.foreign_ids)."""
+  return np.asarray(tokens.foreign_ids(*special_ids(weights)))
+
+
+def _prefix(weights: hub.HubWeights) -> str:
+  """'model.' (MarianMTModel) or '' (MarianModel)."""
+  name = next(n for n in weights.tensors if n.endswith('encoder.layers.0.self_attn.q_proj.weight'))
+  return name.removesuffix('encoder.layers.0.self_attn.q_proj.weight')
+
+
+def to_params(weights: hub.HubWeights, dims: dict[str, int]) -> tuple[dict[str, Any], list[str]]:
+  """Our Transformer's parameters (a pure dict, blocks unscanned) from the folder, and notes. `dims`: width,
+  encoder_depth, decoder_depth, mlp_dim. A missing or mis-shaped tensor: one ConfigError naming every such tensor
+  and both shapes."""
+  t, p = weights.tensors, _prefix(weights)
+  d, m = dims['width'], dims['mlp_dim']
+  size = weights.config['vocab_size']
+  expected: dict[str, tuple[int, ...]] = {}
+  problems: list[str] = []
+
+  def get(name: str, shape: tuple[int, ...]) -> np.ndarray | None:
+    expected[name] = shape
+    if name not in t:
+      problems.append(f'{name} (missing; want {shape})')
+    elif t.shape(name) != shape:
+      problems.append(f'{name} {t.shape(name)} (want {shape})')
+    else:
+      return t[name]
+    return None
+
+  def linear(name: str, n_in: int, n_out: int) -> dict[str, Any]:
+    w, b = get(name + '.weight', (n_out, n_in)), get(name + '.bias', (n_out,))
+    return {'kernel': None if w is None else w.T, 'bias': b}
+
+  def norm(name: str) -> dict[str, Any]:
+    return {'scale': get(name + '.weight', (d,)), 'bias': get(name + '.bias', (d,))}
+
+  def attention(name: str) -> dict[str, Any]:
+    q, k, v = (linear(f'{name}.{x}_proj', d, d) for x in 'qkv')
+    fused = None
+    if all(x['kernel'] is not None and x['bias'] is not None for x in (q, k, v)):
+      fused = {
+        'kernel': np.concatenate([q['kernel'], k['kernel'], v['kernel']], axis=1),
+        'bias': np.concatenate([q['bias'], k['bias'], v['bias']]),
+      }
+    return {'qkv': fused, 'out': linear(f'{name}.out_proj', d, d)}
+
+  def block(name: str, cross: bool) -> dict[str, Any]:
+    out = {
+      'attn': attention(f'{name}.self_attn'),
+      'norm1': norm(f'{name}.self_attn_layer_norm'),
+      'mlp': {'fc1': linear(f'{name}.fc1', d, m), 'fc2': linear(f'{name}.fc2', m, d)},
+      'norm2': norm(f'{name}.final_layer_norm'),
+    }
+    if cross:
+      out |= {'cross_attn': attention(f'{name}.encoder_attn'), 'cross_norm': norm(f'{name}.encoder_attn_layer_norm')}
+    return out
+
+  params = {
+    'encoder': {'blocks': {i: block(f'{p}encoder.layers.{i}', False) for i in range(dims['encoder_depth'])}},
+    'decoder': {'blocks': {i: block(f'{p}decoder.layers.{i}', True) for i in range(dims['decoder_depth'])}},
+  }
+  notes = []
+  # The one table: `shared`, or where a folder keeps only the tied copies, one of them. Untied copies that differ
+  # would be another model.
+  tables = [n for n in (f'{p}shared.weight', f'{p}decoder.embed_tokens.weight', 'lm_head.weight') if n in t]
+  table = get(tables[0] if tables else f'{p}shared.weight', (size, d))
+  for other in tables[1:] + [n for n in (f'{p}encoder.embed_tokens.weight',) if n in t]:
+    if table is not None and t.shape(other) == table.shape and not np.array_equal(t[other], table):
+      raise _refuse(weights, f'{other} differs from {tables[0]}: untied embeddings are not read')
+  bias = t['final_logits_bias'] if 'final_logits_bias' in t else None
+  if bias is None:
+    notes.append('final_logits_bias: not in the folder, zero (as transformers loads it)')
+    bias = np.zeros((1, size), np.float32)
+  elif bias.shape != (1, size):
+    problems.append(f'final_logits_bias {bias.shape} (want {(1, size)})')
+  if problems:
+    raise _refuse(weights, f'{len(problems)} tensors missing or mis-shaped: ' + '; '.join(problems))
+  rows = our_rows(weights)
+  params['target_embedding'] = {'embedding': np.asarray(table)[rows]}
+  params['logits_bias'] = np.asarray(bias)[0, rows]
+  notes.append(
+    f"Marian's ids (pad {rows[0]}, eos {rows[2]}, unk {rows[3]}) as ours: embedding rows and logits bias gathered, "
+    f'{size} -> {len(rows)} (PAD and BOS both its pad, the decoder start)'
+  )
+  return params, notes
