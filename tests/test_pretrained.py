@@ -15,9 +15,9 @@ import safetensors.numpy
 from flax import nnx
 
 from conftest import load_config
-from vit_jax_lab import checkpoints, hub, tasks, train
+from vit_jax_lab import checkpoints, hub, models, tasks, train
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.models import release, timm_layout, transformers_layout, vit, vivit
+from vit_jax_lab.models import release, timm_layout, tracker, transformers_layout, vit, vivit
 from vit_jax_lab.tools import hub_benchmark
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'pretrained')
@@ -292,6 +292,9 @@ def test_a_size_the_config_sets_otherwise_is_one_line_before_anything_is_built(s
   with pytest.raises(ConfigError) as e:
     train.setup(config, data=(None, info))
   assert 'model.width=32, the config sets model.width=64 (by model.variant)' in one_line(e)
+  with pytest.raises(ConfigError) as e:
+    tracker.Tracker(32, 64, 3, variant='mu/8', mlp='geglu', rngs=nnx.Rngs(0))
+  assert "model.mlp='geglu' is not one of 'plain', 'swiglu'" in one_line(e)
 
 
 def test_a_release_without_a_head_keeps_the_models_head():
@@ -776,3 +779,119 @@ def test_a_video_key_the_config_sets_otherwise_is_one_line(tmp_path):
   assert "is a model with model.pool='tok', the config sets model.pool='gap': set --config.model.pool='tok'" in (
     one_line(e)
   )
+
+
+# Tracker rows: an image folder whose patch grid is the search grid; the template grid is smaller (resampled).
+TRACKER_ROWS = ('mae', 'vit', 'dinov2', 'dinov2_reg4', 'dinov2_giant', 'hf_dinov2_reg', 'hf_dinov2_giant', 'hf_vit')
+TRACKER_KEYS = (*vit.SIZES, *tracker.Tracker.STRUCTURE, *vit.FOLDER_OPTIONS)
+
+
+def folder_tracker(row, template=None, **overrides):
+  """A tracker of the folder's backbone shape (template crop of 2 patches unless given, search crop at the folder's
+  image size) with the folder's weights: (model, notes, initial parameters, loaded parameters, the folder's options)."""
+  weights = hub.read(os.path.join(DATA, row))
+  options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+  kwargs = {k: options[k] for k in TRACKER_KEYS} | overrides
+  height, _, channels = options['input_shape']
+  model = tracker.Tracker(template or 2 * options['patch_size'], height, channels, rngs=nnx.Rngs(0), **kwargs)
+  initial = jax.device_get(nnx.state(model, nnx.Param).to_pure_dict())
+  params, notes = model.load_pretrained(weights, initial)
+  return model, notes, initial, params, options
+
+
+@pytest.mark.parametrize('row', TRACKER_ROWS)
+def test_a_folder_into_the_tracker_gives_the_vits_backbone(row):
+  """The tracker reads a timm or transformers image folder through the ViT's own readers: its patch embedding and
+  encoder are the ViT's loaded from the folder, array for array; its search positions the ViT's at the search size,
+  its template positions the ViT's at the template size (both resampled by the library's own method); cls, reg and
+  the heads keep their initialisation."""
+  model, notes, initial, params, options = folder_tracker(row)
+  _, _, _, image = folder_model(row)
+  for part in ('embedding', 'encoder'):
+    jax.tree.map(np.testing.assert_array_equal, params[part], image[part])
+  if options['mlp'] == 'swiglu':
+    assert set(params['encoder']['blocks'][1]['mlp']) == {'fc1', 'gate', 'fc2'}
+  prefix = options['posemb_prefix'] and 1 + options['reg_tokens']  # The ViT's rows before its patches.
+  np.testing.assert_array_equal(params['search_pos'], image['pos_embedding'][:, prefix:])
+  template = model.template_grid[0] * options['patch_size']
+  _, _, _, small = folder_model(row, input_shape=(template, template, 3))
+  np.testing.assert_array_equal(params['template_pos'], small['pos_embedding'][:, prefix:])
+  assert params['template_pos'].shape == (1, 4, 32)
+  for fresh in ('cls', 'reg', 'class_head', 'box_mlp'):
+    jax.tree.map(np.testing.assert_array_equal, params[fresh], initial[fresh])
+  assert any(f'template grid (2, 2) and the search grid {model.search_grid}' in n for n in notes)
+  assert notes[-1].startswith("the image model's ") and notes[-1].endswith('the box head start fresh')
+  assert ('register tokens' in notes[-1]) == bool(options['reg_tokens'])
+  state = nnx.state(model, nnx.Param)
+  state.replace_by_pure_dict(params)
+  nnx.update(model, state)
+  x = np.random.RandomState(0).randn(2, model.search_grid[0] * options['patch_size'], *options['input_shape'][1:])
+  logit, box = model(x[:, :template, :template].astype(np.float32), x.astype(np.float32))
+  assert logit.shape == (2,) and box.shape == (2, 4) and np.isfinite(box).all()
+
+
+def test_a_scanned_tracker_loads_the_folder_alike():
+  _, _, _, params, _ = folder_tracker('dinov2_giant')
+  _, _, _, scanned, _ = folder_tracker('dinov2_giant', scan=True)
+  assert scanned['encoder']['blocks']['mlp']['gate']['kernel'].shape == (2, 32, 85)
+  np.testing.assert_array_equal(scanned['encoder']['blocks']['ls1'][1], params['encoder']['blocks'][1]['ls1'])
+  np.testing.assert_array_equal(scanned['search_pos'], params['search_pos'])
+
+
+@pytest.mark.parametrize(
+  'row,overrides,message',
+  [
+    ('hf_vivit', {}, "a transformers model_type='vivit' is a video model: read it into model.name='vivit'"),
+    ('dinov2', dict(width=64), 'is a model with model.width=32, this tracker has model.width=64: set'),
+    ('dinov2', dict(layerscale=None), 'is a model with model.layerscale=1e-05, this tracker has model.layerscale=None'),
+    ('dinov2_giant', dict(mlp='plain'), "model.mlp='swiglu', this tracker has model.mlp='plain'"),
+    ('clip', {}, "CLIP's LayerNorm before the encoder (model.norm_pre), which the tracker has no place for"),
+    ('dinov2', dict(stem='conv', patch_size=16), "fits model.stem='patch' only"),
+  ],
+)
+def test_the_tracker_refuses_what_it_cannot_start_from_in_one_line(row, overrides, message):
+  path = os.path.join(DATA, row)
+  with pytest.raises(ConfigError) as e:
+    if row == 'hf_vivit':  # As train.setup meets it: the folder's shape is read first.
+      tracker.Tracker.pretrained_config(models.config('tracker'), hub.read(path))
+    elif 'stem' in overrides:
+      model = tracker.Tracker(
+        32, 64, 3, width=32, depth=2, mlp_dim=64, num_heads=4, layerscale=1e-5, rngs=nnx.Rngs(0), **overrides
+      )
+      model.load_pretrained(hub.read(path), jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()))
+    else:
+      folder_tracker(row, **overrides)
+  assert message in one_line(e)
+
+
+def test_a_grey_tracker_refuses_a_colour_folder_in_one_line():
+  weights = hub.read(os.path.join(DATA, 'mae'))
+  options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+  model = tracker.Tracker(16, 32, 1, rngs=nnx.Rngs(0), **{k: options[k] for k in TRACKER_KEYS})
+  with pytest.raises(ConfigError) as e:
+    model.load_pretrained(weights, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()))
+  assert "is a model of 3-channel images, and this tracker's have 1 channels" in one_line(e)
+
+
+def test_a_tracker_config_takes_the_folders_backbone_shape():
+  """Tracker.pretrained_config, as train.setup runs it for --config.init_from=DIR: the sizes, layerscale, mlp, GELU
+  form and LayerNorm epsilon the config leaves unset come from the folder; a size it sets otherwise is one line."""
+  config = models.config('tracker', variant=None, patch_size=None)
+  notes = tracker.Tracker.pretrained_config(config, hub.read(os.path.join(DATA, 'hf_dinov2_giant')))
+  expected = dict(patch_size=14, width=32, depth=2, mlp_dim=88, num_heads=4, layerscale=1.0, mlp='swiglu')
+  assert {k: config[k] for k in expected} == expected and config.layernorm_epsilon == 1e-6
+  assert "model.mlp='swiglu' from the folder" in notes and 'model.layerscale=1.0 from the folder' in notes
+  siglip = models.config('tracker', variant=None, patch_size=None)
+  tracker.Tracker.pretrained_config(siglip, hub.read(os.path.join(DATA, 'hf_siglip')))
+  assert siglip.gelu_approximate and siglip.layerscale is None  # SigLIP's tanh GELU, as the ViT takes it.
+  model = models.build(config, nnx.Rngs(0), template_size=28, search_size=42, channels=3)
+  _, load_notes = model.load_pretrained(
+    hub.read(os.path.join(DATA, 'hf_dinov2_giant')), jax.device_get(nnx.state(model, nnx.Param).to_pure_dict())
+  )
+  assert not any('outputs differ' in n for n in load_notes)
+  with pytest.raises(ConfigError) as e:
+    tracker.Tracker.pretrained_config(models.config('tracker', variant='mu/14'), hub.read(os.path.join(DATA, 'dinov2')))
+  assert 'model.width=32, the config sets model.width=64 (by model.variant)' in one_line(e)
+  with pytest.raises(ConfigError) as e:
+    tracker.Tracker(32, 64, 3, variant='mu/8', mlp='geglu', rngs=nnx.Rngs(0))
+  assert "model.mlp='geglu' is not one of 'plain', 'swiglu'" in one_line(e)

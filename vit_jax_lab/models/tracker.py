@@ -3,6 +3,7 @@ encoder over [cls, reg, template patches, search patches]; the class token score
 search crop, the regression token gives its box there."""
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -11,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+import vit_jax_lab.hub as hub
 import vit_jax_lab.models.attention as patterns
 import vit_jax_lab.models.base as base
 import vit_jax_lab.models.layers as layers
@@ -96,13 +98,18 @@ class Tracker(base.Model):
       patches start as the search grid's top-left ones) or 'sincos2d_beside' (the same, the template's grid placed
       to the right of the search grid's, so no template patch starts as a search patch); init_from an image ViT
       replaces any of them.
+    layerscale: if set, LayerScale on both residual branches of every block, its gammas starting at this value, as
+      the ViT's model.layerscale (DINOv2's backbones have it); None: none.
+    mlp: the encoder blocks' MLP, as the ViT's model.mlp: 'plain' or 'swiglu' (DINOv2 giant's).
     encoder: the encoder options, as keywords: TrackerOptions (pre-norm; attention 'full' or 'linear', as
       'local' and 'sparse' need one patch grid and the tokens hold two).
   """
 
   NO_DECAY = ('template_pos', 'search_pos', 'cls', 'reg')
-  PRETRAINED = ('npz', 'run')
+  PRETRAINED = ('npz', 'run', *vit.HUB_LAYOUTS)
   ENCODER = TrackerOptions
+  # The keys beside the sizes that an image folder fixes (pretrained_config).
+  STRUCTURE = ('layerscale', 'mlp')
 
   def __init__(
     self,
@@ -121,6 +128,8 @@ class Tracker(base.Model):
     corner_channels: int = 64,
     corner_margin: int = 0,
     posemb_init: str = 'normal',
+    layerscale: float | None = None,
+    mlp: str = 'plain',
     rngs: nnx.Rngs,
     **encoder: Any,
   ):
@@ -137,10 +146,13 @@ class Tracker(base.Model):
         stem=(stem, ('patch', 'conv')),
         box_head=(box_head, ('mlp', 'corner')),
         posemb_init=(posemb_init, ('normal', 'sincos2d', 'sincos2d_beside')),
+        mlp=(mlp, vit.MLPS),
       ),
       {},
     )
-    options = self.ENCODER.of(encoder)
+    if layerscale is not None and (isinstance(layerscale, bool) or not isinstance(layerscale, (int, float))):
+      raise ConfigError(f"model.layerscale={layerscale!r} must be a number (the gammas' start) or None")
+    self.options = options = self.ENCODER.of(encoder)
     unblocked = tuple(k for k, kind in patterns.KINDS.items() if not kind.blocked)
     layers.check_options(dict(attention=(options.attention, unblocked)), {})
     if corner_margin < 0:
@@ -148,6 +160,7 @@ class Tracker(base.Model):
     self.template_grid, self.search_grid = (template_size // p,) * 2, (search_size // p,) * 2
     self.search_start = 2 + self.template_grid[0] * self.template_grid[1]  # Token index of the first search patch.
     self.num_heads = dims['num_heads']
+    self.structure = dims | dict(layerscale=layerscale, mlp=mlp)  # What an image folder must agree on.
     self.box_head_kind = box_head
     self.stem = stem
     self.embedding = (layers.ConvStem if stem == 'conv' else layers.PatchEmbedding)(p, channels, d, rngs=rngs)
@@ -169,6 +182,10 @@ class Tracker(base.Model):
       dims['mlp_dim'],
       dims['num_heads'],
       pattern=options.pattern(grid=None, num_global=2),
+      block=layers.EncoderBlock
+      if layerscale is None
+      else functools.partial(vit.LayerScaleBlock, layerscale=layerscale),
+      activation='swiglu' if mlp == 'swiglu' else 'gelu',
       rngs=rngs,
       **options.stack(),
     )
@@ -238,11 +255,22 @@ class Tracker(base.Model):
       return logit, jnp.stack([cx - w / 2, cy - h / 2, w, h], -1)
     return logit, self.corner_head(reg, search_tokens, self.search_grid)[0]
 
-  def load_pretrained(self, source: dict, params: dict) -> tuple[dict, list[str]]:
-    """Weights from an image ViT (a release .npz's flat dict, or our ViT's parameters): the patch embedding and the
-    encoder copied, its position embeddings resampled to the template grid and to the search grid separately
-    (scipy zoom, as the releases resample); cls, reg and both heads keep their initialisation. Or another
-    tracker's weights, all of them (a run scored on another benchmark, or trained further)."""
+  @classmethod
+  def pretrained_config(cls, model_config: Any, weights: hub.HubWeights) -> list[str]:
+    """A timm or transformers image folder's backbone shape into config.model, as the ViT's (vit.folder_into_config:
+    sizes, layerscale, mlp, the GELU form and LayerNorm epsilon); what the tracker cannot be is one line first."""
+    if weights.layout in vit.HUB_LAYOUTS:
+      _refuse_image_folder(weights, vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors))
+    return vit.folder_into_config(cls, model_config, weights, cls.STRUCTURE)
+
+  def load_pretrained(self, source: Any, params: dict) -> tuple[dict, list[str]]:
+    """Weights from an image ViT (a release .npz's flat dict, our ViT's parameters, or a timm or transformers image
+    folder, hub.HubWeights): the patch embedding and the encoder copied, its position embeddings resampled to the
+    template grid and to the search grid separately (scipy zoom, as the releases resample; a folder: its library's
+    own, as the ViT resamples it); cls, reg and both heads keep their initialisation. Or another tracker's weights,
+    all of them (a run scored on another benchmark, or trained further)."""
+    if isinstance(source, hub.HubWeights):
+      return self._load_hub(source, params)
     if 'template_pos' in source:
       mismatch = layers.first_mismatch(layers.unscanned(source), layers.unscanned(params), ('run', 'configured'))
       if mismatch:
@@ -298,3 +326,93 @@ class Tracker(base.Model):
       'search_pos': search_pos,
     }
     return layers.scanned_like(out, params), notes
+
+  def _load_hub(self, weights: hub.HubWeights, params: dict) -> tuple[dict, list[str]]:
+    """An image folder read by the ViT's own loader (vit.ViT._load_hub: its layout readers, its checks and casts)
+    into an image ViT of the folder's shape, built abstractly (no weights of its own are made: its parameters are
+    zero-sized views, and the folder's tensors views of the mapped files); its patch embedding and encoder taken,
+    its patch position embeddings resampled to the template and search grids."""
+    path = weights.path
+    if weights.layout not in vit.HUB_LAYOUTS:
+      raise ConfigError(
+        f'init_from={path!r} holds {hub.LAYOUTS[weights.layout][0]} weights, which the tracker does not read'
+      )
+    layout = vit.HUB_LAYOUTS[weights.layout]
+    folder = layout.vit_options(weights.config, weights.tensors)
+    _refuse_image_folder(weights, folder)
+    if self.stem != 'patch':
+      raise ConfigError(
+        f"init_from: an image ViT's patch embedding fits model.stem='patch' only, and this tracker's is "
+        f"{self.stem!r}: set model.stem='patch'"
+      )
+    for key, mine in self.structure.items():
+      if (folder[key] != mine) if key != 'layerscale' else ((folder[key] is None) != (mine is None)):
+        raise ConfigError(
+          f'init_from={path!r} is a model with model.{key}={folder[key]!r}, this tracker has model.{key}={mine!r}: '
+          f'set --config.model.{key}={folder[key]!r}'
+        )
+    num_classes, input_shape = folder.pop('num_classes'), folder.pop('input_shape')
+    folder |= {key: getattr(self.options, key) for key in vit.FOLDER_OPTIONS}  # Its loader notes a difference.
+    image = nnx.eval_shape(lambda: vit.ViT(max(num_classes, 1), input_shape, rngs=nnx.Rngs(0), **folder))
+    abstract = nnx.state(image, nnx.Param).to_pure_dict()
+    target = jax.tree.map(lambda a: np.broadcast_to(np.zeros((), a.dtype), a.shape), abstract)
+    loaded, image_notes = image.load_pretrained(weights, target)
+    ours = layers.unscanned(params)
+    theirs, mine = (np.shape(p['embedding']['kernel'])[2] for p in (loaded, ours))
+    if theirs != mine:
+      raise ConfigError(
+        f"init_from={path!r} is a model of {theirs}-channel images, and this tracker's have {mine} channels: start "
+        'it from a folder of the same channels'
+      )
+    mismatch = layers.first_mismatch(loaded['encoder'], ours['encoder'], ('image ViT', 'tracker'))
+    assert mismatch is None, mismatch  # The structure check above makes them alike.
+    grid_pos = loaded['pos_embedding'][:, image.posemb_prefix_rows :]
+    method, how = layout.POSEMB_RESIZE
+    template_pos, search_pos = (
+      release.resample_posemb(grid_pos, grid, class_token_row=False, method=method)
+      for grid in (self.template_grid, self.search_grid)
+    )
+    notes = [n for n in image_notes if not n.startswith(('head', 'class token'))]
+    notes.append(
+      f'position embeddings {image.grid[0]} x {image.grid[1]} resampled to the template grid {self.template_grid} '
+      f'and the search grid {self.search_grid} by {how} ({release.POSEMB_RESIZE[method]})'
+    )
+    left = [_IMAGE_PARTS.get(k, k) for k in sorted(set(loaded) - {'embedding', 'encoder', 'pos_embedding'})]
+    notes.append(f"the image model's {', '.join(left)} left out: cls, reg, the class head and the box head start fresh")
+    out = ours | {
+      'embedding': loaded['embedding'],
+      'encoder': loaded['encoder'],
+      'template_pos': template_pos,
+      'search_pos': search_pos,
+    }
+    return layers.scanned_like(out, params), notes
+
+
+# An image ViT's parameters the tracker leaves out, as its notes name them.
+_IMAGE_PARTS = {
+  'cls': 'class token',
+  'dist': 'distillation token',
+  'reg': 'register tokens',
+  'head_dist': 'distillation head',
+  'map_head': 'attention-pooling head',
+  'pre_logits': 'pre-logits layer',
+}
+
+
+def _refuse_image_folder(weights: hub.HubWeights, folder: dict[str, Any]) -> None:
+  """What of an image folder the tracker has no place for, in one line: a LayerNorm before the encoder or quick-GELU
+  (CLIP's image towers), position embeddings that are not learned."""
+  what = (
+    "CLIP's LayerNorm before the encoder (model.norm_pre)"
+    if folder['norm_pre']
+    else "CLIP's quick-GELU (model.activation='quick_gelu')"
+    if folder['activation'] != 'gelu'
+    else 'no learned position embeddings'
+    if folder['posemb'] != 'learn'
+    else None
+  )
+  if what:
+    raise ConfigError(
+      f'init_from={weights.path!r} is an image model with {what}, which the tracker has no place for: start it from '
+      'a ViT, DeiT, MAE, DINOv2 or SigLIP folder'
+    )
