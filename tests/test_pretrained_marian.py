@@ -13,8 +13,9 @@ import pytest
 import safetensors.numpy
 from flax import nnx
 
-from vit_jax_lab import decode, hub, models, tokens
-from vit_jax_lab.data.info import MarianVocab, is_marian_folder
+from conftest import load_config
+from vit_jax_lab import data as data_lib, decode, hub, models, tokens, train
+from vit_jax_lab.data.info import MarianVocab, TextInfo, WordVocab, is_marian_folder
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.models import marian_layout, seq2seq
 
@@ -236,3 +237,42 @@ def test_the_vit_does_not_take_a_marian_folder():
   with pytest.raises(ConfigError) as e:
     hub.check(FOLDER, ('timm_vit', 'transformers_vit'))
   assert 'MarianMTModel' in one_line(e)
+
+
+def test_init_from_a_marian_folder_in_a_run(tmp_path, capsys, reference):
+  """train.setup / init_state as `python -m main --config.init_from=DIR --config.data.vocab=DIR` runs them: the
+  folder's shape into config.model (noted), the data tokenised by the folder's vocabulary, the library's logits."""
+  config = load_config('configs/seq2seq/scan.py:simple,smoke', str(tmp_path), init_from=FOLDER, data__vocab=FOLDER)
+  config.model = models.config('transformer', variant=None, dropout=0.0)
+  data_lib.check_text(config.data)  # data.vocab may name the folder.
+  with pytest.raises(ConfigError, match='or a Marian folder'):
+    data_lib.check_text(load_config('configs/seq2seq/scan.py:simple', str(tmp_path), data__vocab=str(tmp_path)).data)
+  source, target = MarianVocab(FOLDER, 'source'), MarianVocab(FOLDER, 'target')
+  info = TextInfo('commands', 'actions', source, target, (20,), 16, 8, 8)
+  s = train.setup(config, data=(None, info))
+  model = nnx.merge(s.graphdef, train.init_state(s).params)
+  out = capsys.readouterr().out
+  assert "model.activation='silu' from the folder" in out and "Marian's ids" in out
+  table = ours_of(hub.read(FOLDER))
+  inputs = table[reference['input_ids']] * reference['attention_mask']
+  decoder_inputs = np.full((2, 1), tokens.BOS, np.int32)
+  theirs = reference['logits'][:, :1]
+  assert np.abs(np.asarray(model(inputs, decoder_inputs))[..., table] - theirs).max() < 1e-4
+  words = WordVocab(['a', 'b'])  # Data of another vocabulary: refused before anything is recorded.
+  config.model = models.config('transformer', variant=None)
+  s = train.setup(config, data=(None, TextInfo('commands', 'actions', words, words, (20,), 16, 8, 8)))
+  with pytest.raises(ConfigError) as e:
+    train.init_state(s)
+  assert f'--config.data.vocab={FOLDER}' in one_line(e)
+
+
+def test_the_data_pipeline_tokenises_with_the_folder(reference):
+  """text.encoder, which tf.data maps over the examples, gives the folder's ids for a MarianVocab."""
+  import tensorflow as tf
+
+  from vit_jax_lab.data import text
+
+  source = MarianVocab(FOLDER, 'source')
+  encode = text.encoder(source)
+  for sentence in reference['sources']:
+    assert encode(tf.constant(sentence)).numpy().tolist() == source.encode(sentence)

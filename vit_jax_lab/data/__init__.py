@@ -13,6 +13,7 @@ import jax
 import ml_collections
 from ml_collections import config_dict
 
+from vit_jax_lab.data import info
 from vit_jax_lab.errors import check
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # TensorFlow's C++ start-up chatter, when a module loads it.
@@ -148,7 +149,8 @@ def text_keys() -> dict:
     target=config_dict.placeholder(str),  # Target text feature; None: the second supervised key.
     # 'words' (word-level, from the train split; one vocabulary per side), 'sentencepiece' (trained on the train
     # split's source and target text, one shared vocabulary, saved as <workdir>/sentencepiece.model and reused on
-    # resume), or the path of a SentencePiece .model file.
+    # resume), the path of a SentencePiece .model file, or a transformers Marian folder (opus-mt: its source.spm
+    # tokenises the source, target.spm the target, in vocab.json's ids; what init_from=that folder needs).
     vocab='words',
     vocab_size=32_000,  # Pieces of a trained SentencePiece vocabulary.
     vocab_sentences=1_000_000,  # Train a SentencePiece vocabulary on this many training examples.
@@ -172,8 +174,9 @@ def text_keys() -> dict:
 
 def check_text(d: ml_collections.ConfigDict) -> None:
   check(
-    d.vocab in ('words', 'sentencepiece') or d.vocab.endswith('.model'),
-    f"data.vocab={d.vocab!r} is not 'words', 'sentencepiece' or the path of a SentencePiece .model file",
+    d.vocab in ('words', 'sentencepiece') or d.vocab.endswith('.model') or info.is_marian_folder(d.vocab),
+    f"data.vocab={d.vocab!r} is not 'words', 'sentencepiece', the path of a SentencePiece .model file or a Marian "
+    'folder (source.spm, target.spm, vocab.json)',
   )
   for key in ('vocab_size', 'vocab_sentences', 'max_input_length', 'max_target_length', 'pack_factor'):
     check(d[key] > 0, f'data.{key}={d[key]} must be a positive integer')

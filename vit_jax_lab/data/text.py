@@ -2,7 +2,8 @@
 
 Every vocabulary numbers PAD 0, BOS 1, EOS 2, UNK 3 (`vit_jax_lab.tokens`). Word-level
 vocabularies are built from the training split's words (SCAN, captions); SentencePiece ones (translation)
-are trained on the training text when no model file is given, or loaded from `data.vocab`.
+are trained on the training text when no model file is given, or loaded from `data.vocab`, which may also name a
+transformers Marian folder (MarianVocab).
 """
 
 import os
@@ -16,7 +17,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vit_jax_lab.data import pipeline
-from vit_jax_lab.data.info import SPECIALS, TextInfo, WordVocab, until_eos
+from vit_jax_lab.data.info import SPECIALS, MarianVocab, TextInfo, WordVocab, is_marian_folder, until_eos
 from vit_jax_lab.errors import check
 from vit_jax_lab.tokens import BOS, EOS, PAD, UNK
 
@@ -36,7 +37,7 @@ class SentencePieceVocab:
     return self._sp.decode([int(i) for i in until_eos(ids) if i not in (PAD, BOS)])
 
 
-def encoder(vocab: WordVocab | SentencePieceVocab) -> Callable[[tf.Tensor], tf.Tensor]:
+def encoder(vocab: WordVocab | SentencePieceVocab | MarianVocab) -> Callable[[tf.Tensor], tf.Tensor]:
   """A scalar string -> int32 ids (unknown words: UNK), without EOS, inside tf.data. Made outside the map, so a
   word vocabulary's lookup table is built once, eagerly."""
   if isinstance(vocab, WordVocab):
@@ -93,7 +94,10 @@ def dataset_info(builder, data_config, vocab_dir: str | None = None) -> TextInfo
   train = data_config.train_split
   vocab = data_config.vocab
   text_keys = (target,) if image else (target, source)
-  if vocab == 'words':
+  if is_marian_folder(vocab):  # A transformers Marian folder's own tokenizer, one per side.
+    target_vocab = MarianVocab(vocab, 'target')
+    input_vocab = None if image else MarianVocab(vocab, 'source')
+  elif vocab == 'words':
     texts = _texts(builder, train, text_keys)
 
     def words(key):
