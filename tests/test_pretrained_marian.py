@@ -276,3 +276,21 @@ def test_the_data_pipeline_tokenises_with_the_folder(reference):
   encode = text.encoder(source)
   for sentence in reference['sources']:
     assert encode(tf.constant(sentence)).numpy().tolist() == source.encode(sentence)
+
+
+def test_predict_translates_with_the_folder(reference, capsys, tmp_path):
+  """`predict --pretrained DIR TEXT...`: the library's greedy translations, in order, batches padded."""
+  from vit_jax_lab.tools import predict
+
+  sources = [*reference['sources'], reference['sources'][0]]
+  assert predict.main(['--pretrained', FOLDER, *sources, '--batch_size', '2']) == 0
+  out = capsys.readouterr()
+  expected = [*reference['translations'], reference['translations'][0]]
+  assert out.out.split('\n')[: len(sources)] == expected
+  assert "Marian's ids" in out.err
+  lines = tmp_path / 'lines.txt'
+  lines.write_text('\n'.join(reference['sources']) + '\n')
+  out_file = tmp_path / 'out.jsonl'
+  assert predict.main(['--pretrained', FOLDER, '--lines', str(lines), '--out', str(out_file)]) == 0
+  rows = [json.loads(line) for line in out_file.read_text().splitlines()]
+  assert rows == [{'input': s, 'output': t} for s, t in zip(reference['sources'], reference['translations'])]

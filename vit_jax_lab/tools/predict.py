@@ -19,8 +19,12 @@ Weights: the newest checkpoint of --workdir (its parameter average with ema_deca
 --config, those of --config.init_from (a release .npz or a run), loaded as training loads them. With --pretrained,
 a timm or Hugging Face transformers classifier folder (config.json + model.safetensors) runs as it is: the ViT of
 its shape, its label names (timm's label_names, transformers' id2label) and its own preprocessing (timm's
-pretrained_cfg, transformers' preprocessor_config.json). The model is compiled once, for batches of --batch_size
-(the last one padded).
+pretrained_cfg, transformers' preprocessor_config.json). A transformers Marian folder (opus-mt) translates its
+inputs as the library's greedy `generate` does (its tokenizer, up to generation_config.json's max_length):
+
+python -m vit_jax_lab.tools.predict --pretrained opus-mt-en-de/ 'the cat sits on the mat'
+
+The model is compiled once, for batches of --batch_size (the last one padded).
 """
 
 import argparse
@@ -40,11 +44,12 @@ import numpy as np
 import tensorflow as tf
 from flax import nnx
 
-from vit_jax_lab import config as config_lib, console, hub, models, parallel, tasks, train
+from vit_jax_lab import config as config_lib, console, decode, hub, models, parallel, tasks, tokens, train
 from vit_jax_lab.data import images
 from vit_jax_lab.data.builders import folder
+from vit_jax_lab.data.info import MarianVocab
 from vit_jax_lab.errors import ConfigError, check
-from vit_jax_lab.models import vit
+from vit_jax_lab.models import marian_layout, seq2seq, vit
 from vit_jax_lab.tools import common
 
 try:
@@ -557,10 +562,70 @@ class HubPredictor(Predictor):
     return jax.devices()[0]
 
 
-def load_hub(path: str, top_k: int) -> HubPredictor:
+@dataclasses.dataclass
+class MarianPredictor(Predictor):
+  """A transformers Marian folder as its library translates: its tokenizer (source.spm, target.spm, vocab.json) and
+  greedy decoding of up to `max_length` tokens (generation_config.json's, less the decoder start)."""
+
+  model: Any = None
+  source: MarianVocab | None = None
+  target: MarianVocab | None = None
+  max_length: int = 0
+
+  def __post_init__(self):
+    self.classify = False
+    graphdef, length = nnx.graphdef(self.model), self.max_length
+
+    def step(params, inputs):
+      model = nnx.merge(graphdef, params)
+      return decode.greedy(decode.stepper(model, inputs, length), inputs.shape[0], length)[0]
+
+    self.step = jax.jit(step)
+
+  def results(self, items: list[Item], batch: int) -> Iterator[tuple[Item, Any, bool]]:
+    for start in range(0, len(items), batch):
+      chunk = items[start : start + batch]
+      ids = [self.source.encode(item.name) + [tokens.EOS] for item in chunk]
+      width = 1 << (max(map(len, ids)) - 1).bit_length()  # A power of two: few shapes to compile.
+      inputs = np.zeros((batch, width), np.int32)
+      for row, x in enumerate(ids):
+        inputs[row, : len(x)] = x
+      out = jax.device_get(self.step(self.params, inputs))
+      for row, item in enumerate(chunk):
+        yield item, self.target.decode(out[row]), False
+
+
+def load_marian(path: str, weights: hub.HubWeights) -> MarianPredictor:
+  """A transformers Marian folder, as it is: the Transformer of its shape (Transformer.pretrained_config) with its
+  weights and its tokenizer."""
+  model_config = models.config('transformer', variant=None)
+  seq2seq.Transformer.pretrained_config(model_config, weights)
+  size = len(marian_layout.our_rows(weights))
+  model = models.build(model_config, nnx.Rngs(0), vocab_size=size, input_vocab_size=size, input_shape=None, max_len=1)
+  params = nnx.state(model, nnx.Param)
+  loaded, notes = model.load_pretrained(weights, jax.device_get(params.to_pure_dict()))
+  generation = {}
+  if os.path.isfile(os.path.join(path, 'generation_config.json')):
+    with open(os.path.join(path, 'generation_config.json')) as f:
+      generation = json.load(f)
+  max_length = generation.get('max_length', weights.config.get('max_length', 512)) - 1  # Less the decoder start.
+  if generation.get('num_beams', 1) > 1:
+    notes.append(f"greedy decoding, not the folder's beam search of num_beams={generation['num_beams']}")
+  for note in notes:
+    print(f'--pretrained {path}: {note}', file=sys.stderr)
+  params.replace_by_pure_dict(loaded)
+  nnx.update(model, params)
+  params = jax.device_put(nnx.state(model), jax.devices()[0])
+  source, target = MarianVocab(path, 'source'), MarianVocab(path, 'target')
+  return MarianPredictor('text', None, None, params, None, 1, model, source, target, max_length)
+
+
+def load_hub(path: str, top_k: int) -> Predictor:
   """A hub folder with a classification head, as it is: the ViT of its shape (ViT.pretrained_config) and class
-  count with its weights, its label names and its preprocessing."""
+  count with its weights, its label names and its preprocessing; or a Marian translation folder."""
   weights = hub.read(path)
+  if weights.layout in seq2seq.Transformer.PRETRAINED:
+    return load_marian(path, weights)
   check(weights.layout in vit.HUB_LAYOUTS, f'--pretrained {path}: {hub.LAYOUTS[weights.layout][0]} is not read')
   options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
   num_classes, input_shape = options['num_classes'], options['input_shape']
@@ -633,7 +698,9 @@ def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.predict', description=__doc__.splitlines()[0])
   parser.add_argument('--workdir', help='a run: its config.json and newest checkpoint')
   parser.add_argument('--config', help='a config file, with --config.init_from=WEIGHTS, instead of --workdir')
-  parser.add_argument('--pretrained', help='a timm or transformers classifier folder, run as it is (no config)')
+  parser.add_argument(
+    '--pretrained', help='a timm or transformers classifier folder, or a Marian one, run as it is (no config)'
+  )
   parser.add_argument('--top_k', type=int, default=5, help='labels printed per input (classification)')
   parser.add_argument('--lines', help='a UTF-8 text file: one input per line (seq2seq models reading text)')
   parser.add_argument('--out', help='write JSON lines to this file (default: stdout)')
