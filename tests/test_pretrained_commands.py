@@ -1,6 +1,7 @@
 """The commands on hub folders: `tools.predict --pretrained DIR` gives the library's own eval-pipeline
 probabilities (tests/data/pretrained/predict/, made by make_references.py with timm 1.0.31 and transformers 5.24),
-and `tools.export --format safetensors --layout timm` writes a folder that loads back exactly."""
+and `tools.export --format safetensors --layout timm|transformers` writes a folder that loads back exactly and gives
+the library our logits."""
 
 import json
 import os
@@ -81,14 +82,22 @@ EXPORTED = {
     pool='map', layerscale=0.1, reg_tokens=2, gelu_approximate=True, posemb_prefix=False
   ),
   'distilled_quickgelu': dict(distilled=True, activation='quick_gelu'),
+  'swiglu_layerscale': dict(mlp='swiglu', layerscale=0.1),
+}
+
+
+# Exported to transformers' ViTForImageClassification (a class token, learned positions; its LayerNorm epsilon and
+# GELU are config keys there).
+EXPORTED_TRANSFORMERS = {
+  'hf_tok': dict(),
+  'hf_tanh_eps12': dict(gelu_approximate=True, layernorm_epsilon=1e-12),
 }
 
 
 def _random_vit(name):
   """A ViT whose every parameter is drawn by NumPy (seed 0): the same on every JAX version."""
-  model = vit.ViT(
-    10, (32, 32, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=8, rngs=nnx.Rngs(0), **EXPORTED[name]
-  )
+  keys = EXPORTED[name] if name in EXPORTED else EXPORTED_TRANSFORMERS[name]
+  model = vit.ViT(10, (32, 32, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=8, rngs=nnx.Rngs(0), **keys)
   state = nnx.state(model, nnx.Param)
   rs = np.random.RandomState(0)
   params = jax.tree.map(lambda x: (0.3 * rs.randn(*x.shape)).astype(np.float32), jax.device_get(state.to_pure_dict()))
@@ -122,10 +131,55 @@ def test_export_timm_round_trip_is_exact_and_gives_timms_logits(name, tmp_path):
   assert difference < 1e-5
 
 
+@pytest.mark.parametrize('name', EXPORTED_TRANSFORMERS)
+def test_export_transformers_round_trip_is_exact_and_gives_the_librarys_logits(name, tmp_path):
+  """ours -> a transformers folder -> ours: the same parameters, bit for bit; and transformers 5.24's
+  `ViTForImageClassification.from_pretrained(folder)` (by hand in a torch environment:
+  export/transformers_logits_NAME.npy) gives our logits."""
+  model, params = _random_vit(name)
+  folder = str(tmp_path / name)
+  labels = [f'class {i}' for i in range(10)]
+  data = ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None))
+  config = export.write_transformers(model, params, data, folder, labels)
+  assert config['id2label']['3'] == 'class 3' and config['architectures'] == ['ViTForImageClassification']
+  weights = hub.read(folder)
+  assert weights.layout == 'transformers_vit' and 'vit.embeddings.cls_token' in weights.tensors
+  options = vit.HUB_LAYOUTS['transformers_vit'].vit_options(weights.config, weights.tensors)
+  assert {k: options[k] for k in model.structure} == model.structure
+  fresh = vit.ViT(
+    10, (32, 32, 3), rngs=nnx.Rngs(1), **{k: v for k, v in options.items() if k not in ('num_classes', 'input_shape')}
+  )
+  assert fresh.options == model.options
+  loaded, _ = fresh.load_pretrained(weights, jax.device_get(nnx.state(fresh, nnx.Param).to_pure_dict()))
+  jax.tree.map(np.testing.assert_array_equal, loaded, params)
+  p = predict.preprocessing_of(
+    folder, json.load(open(os.path.join(folder, 'preprocessor_config.json'))), weights.layout
+  )
+  assert (p.resize, p.crop, p.scale, p.mean, p.std) == ((32, 32), None, 1 / 255, (0.5,) * 3, (0.5,) * 3)
+  images = np.load(os.path.join(DATA, 'export', 'images.npy'))
+  reference = np.load(os.path.join(DATA, 'export', f'transformers_logits_{name}.npy'))
+  difference = max_difference(model(images), reference)
+  print(f'{name}: max |ours - transformers| logits {difference:.2e}')
+  assert difference < 1e-5
+
+
+def test_export_transformers_refuses_what_its_vit_cannot_compute():
+  data = ml_collections.ConfigDict(dict(value_range=(0.0, 1.0), resize_size=None))
+  for keys, message in [
+    (dict(pool='gap'), "model.pool='gap'; transformers' ViT computes with model.pool='tok'"),
+    (dict(reg_tokens=2), 'model.reg_tokens=2'),
+    (dict(activation='quick_gelu', gelu_approximate=True), "model.activation='quick_gelu' with tanh GELU"),
+  ]:
+    other = vit.ViT(10, (32, 32, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=8, rngs=nnx.Rngs(0), **keys)
+    with pytest.raises(ConfigError, match=message.replace('(', r'\(').replace(')', r'\)')):
+      export.transformers_config(other, data)
+
+
 @pytest.mark.slow
-def test_export_command_writes_a_run_as_a_timm_folder(data_dir, tmp_path):
+def test_export_command_writes_a_run_as_a_timm_and_a_transformers_folder(data_dir, tmp_path):
   """`tools.export --format safetensors --layout timm --workdir RUN`: the run's evaluation parameters, and its
-  preprocessing (digits: kept at the dataset's 8x8, value range (-1, 1)) in pretrained_cfg."""
+  preprocessing (digits: kept at the dataset's 8x8, value range (-1, 1)) in pretrained_cfg; `--layout transformers`
+  likewise, and `predict --pretrained` on either folder gives the run's own predictions."""
   workdir, out = str(tmp_path / 'run'), str(tmp_path / 'timm')
   config = load_config('configs/vit/digits.py:smoke', data_dir, total_steps=2, eval_every=2, checkpoint_every=2)
   train.train_and_evaluate(config, workdir)
@@ -145,14 +199,17 @@ def test_export_command_writes_a_run_as_a_timm_folder(data_dir, tmp_path):
   image = str(tmp_path / 'digit.png')
   tf.io.write_file(image, tf.io.encode_png(np.random.RandomState(0).randint(0, 256, (8, 8, 1), np.uint8)))
   assert written['label_names'] == [str(i) for i in range(10)]
+  hf = str(tmp_path / 'transformers')
+  assert export.main(['--format', 'safetensors', '--layout', 'transformers', '--workdir', workdir, '--out', hf]) == 0
   predicted = {}
-  for flag, source in (('--workdir', workdir), ('--pretrained', out)):
-    path = str(tmp_path / f'{flag[2:]}.jsonl')
+  for name, flag, source in (('run', '--workdir', workdir), ('timm', '--pretrained', out), ('hf', '--pretrained', hf)):
+    path = str(tmp_path / f'{name}.jsonl')
     assert predict.main([flag, source, image, '--top_k', '10', '--out', path]) == 0
-    predicted[flag] = dict(json.loads(open(path).read())['top_k'])
-  assert predicted['--workdir'].keys() == predicted['--pretrained'].keys()
-  for label, p in predicted['--workdir'].items():
-    assert abs(p - predicted['--pretrained'][label]) < 1e-5, (label, p, predicted['--pretrained'][label])
+    predicted[name] = dict(json.loads(open(path).read())['top_k'])
+  for folder in ('timm', 'hf'):
+    assert predicted['run'].keys() == predicted[folder].keys()
+    for label, p in predicted['run'].items():
+      assert abs(p - predicted[folder][label]) < 1e-5, (folder, label, p, predicted[folder][label])
 
 
 def test_export_safetensors_mistakes_are_one_line(tmp_path, capsys):
@@ -170,11 +227,12 @@ def test_export_safetensors_mistakes_are_one_line(tmp_path, capsys):
     export.timm_config(other, ml_collections.ConfigDict(dict(value_range=(0.0, 1.0), resize_size=None)))
 
 
-if __name__ == '__main__':  # The folders make_references.py's `export DIR` mode loads with timm.
+if __name__ == '__main__':  # The folders make_references.py's `export DIR` mode loads with timm or transformers.
   import sys
 
-  for name in EXPORTED:
-    export.write_timm(
+  for name in [*EXPORTED, *EXPORTED_TRANSFORMERS]:
+    write = export.write_timm if name in EXPORTED else export.write_transformers
+    write(
       *_random_vit(name),
       ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None)),
       f'{sys.argv[1]}/{name}',

@@ -20,6 +20,8 @@ The video classifiers `VivitForVideoClassification` and `VideoMAEForVideoClassif
 Conv3d tubelet embedding (out, in, time, h, w), VideoMAE's query and value biases as `q_bias` / `v_bias` (its key has
 none: a zero one is the same function, softmax being blind to a constant per query) and its `fc_norm` after the
 average pool. `vivit_options` gives the ViViT keys of such a folder.
+
+`from_release` is the way back, for `tools.export --layout transformers`: a ViT as `ViTForImageClassification`.
 """
 
 import re
@@ -371,3 +373,55 @@ def notes(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> list[str
   if 'embeddings.mask_token' in names:
     out.append('mask_token left out (masked-image pretraining only)')
   return out
+
+
+# transformers' ViTModel names of a block's modules, by their release names (what `from_release` writes).
+_VIT_BLOCK = (
+  'layernorm_before',
+  'attention.attention.query',
+  'attention.attention.key',
+  'attention.attention.value',
+  'attention.output.dense',
+  'intermediate.dense',
+  'output.dense',
+  'layernorm_after',
+)
+
+
+def from_release(flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """The release flat layout (`release.to_release`) of a ViT with a class token -> the state dict of transformers'
+  `ViTForImageClassification` (`vit.` + ViTModel's names, `classifier`), the inverse of `to_release` for it (what
+  `tools.export --layout transformers` writes). A release name that model has no place for is one line."""
+  modules = {'embedding': 'vit.embeddings.patch_embeddings.projection', 'Transformer/encoder_norm': 'vit.layernorm'}
+  modules['head'] = 'classifier'
+  blocks = sorted({int(m.group(1)) for n in flat if (m := re.match(r'Transformer/encoderblock_(\d+)/', n))})
+  for i in blocks:
+    modules |= {f'Transformer/encoderblock_{i}/{_BLOCK[p]}': f'vit.encoder.layer.{i}.{p}' for p in _VIT_BLOCK}
+  out, used = {}, set()
+
+  def take(name):
+    used.add(name)
+    return np.asarray(flat[name])
+
+  for name, to in (('cls', 'cls_token'), ('Transformer/posembed_input/pos_embedding', 'position_embeddings')):
+    if name in flat:
+      out[f'vit.embeddings.{to}'] = take(name)
+  for module, name in modules.items():
+    if f'{module}/scale' in flat:
+      out[f'{name}.weight'], out[f'{name}.bias'] = take(f'{module}/scale'), take(f'{module}/bias')
+    elif f'{module}/kernel' in flat:
+      kernel = take(f'{module}/kernel')
+      if module == 'embedding':  # (h, w, in, out) -> a convolution's (out, in, h, w).
+        weight = kernel.transpose(3, 2, 0, 1)
+      elif module.endswith(('/query', '/key', '/value')):  # (in, heads, head_dim) -> (heads * head_dim, in).
+        weight = kernel.reshape(kernel.shape[0], -1).T
+      else:  # A Dense's (in, out), an attention output's (heads, head_dim, out) -> (out, in).
+        weight = kernel.reshape(-1, kernel.shape[-1]).T
+      out[f'{name}.weight'], out[f'{name}.bias'] = weight, take(f'{module}/bias').reshape(-1)
+  left = sorted(set(flat) - used)
+  if left:
+    raise ConfigError(
+      f"--layout transformers: transformers' ViTForImageClassification has no place for {', '.join(left[:5])}"
+      f'{" ..." if len(left) > 5 else ""}'
+    )
+  return {k: np.ascontiguousarray(v) for k, v in out.items()}

@@ -1,9 +1,10 @@
 """Exports a run: its parameters in its family's release .npz layout (vit: vision_transformer's, readable by other
-tools), a ViT run as a timm hub folder (config.json + model.safetensors), or a TensorFlow SavedModel that serves it,
-the run's evaluation preprocessing inside.
+tools), a ViT run as a timm or Hugging Face transformers hub folder (config.json + model.safetensors), or a
+TensorFlow SavedModel that serves it, the run's evaluation preprocessing inside.
 
 python -m vit_jax_lab.tools.export --workdir runs/vit_digits --out runs/vit_digits/vit.npz
 python -m vit_jax_lab.tools.export --format safetensors --layout timm --workdir runs/vit_digits --out vit_timm
+python -m vit_jax_lab.tools.export --format safetensors --layout transformers --workdir runs/vit_digits --out vit_hf
 python -m vit_jax_lab.tools.export --format saved_model --workdir runs/vit_digits --out runs/vit_digits/serving
 python -m vit_jax_lab.tools.export --format saved_model --config configs/vit/finetune.py:imagenet2012,B/16 \
     --config.init_from=ViT-B_16-imagenet2012.npz --config.data.data_dir=/datasets/tfds --out serving
@@ -44,7 +45,7 @@ from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
 
 from vit_jax_lab import checkpoints, console, models, tasks, train
 from vit_jax_lab.errors import ConfigError, check
-from vit_jax_lab.models import release, timm_layout
+from vit_jax_lab.models import release, timm_layout, transformers_layout
 from vit_jax_lab.tools import common
 
 PLATFORMS = ('cpu', 'cuda', 'tpu')
@@ -285,6 +286,10 @@ def timm_config(model: nnx.Module, data_config: ml_collections.ConfigDict) -> di
     classifier='head',
   )
   architecture = 'deit_base_distilled_patch16_224' if structure['distilled'] else 'vit_base_patch16_224'
+  if structure['mlp'] == 'swiglu':  # timm's SwiGLUPacked: fc1 holds the gate and the value, with SiLU of its own.
+    architecture = 'vit_giant_patch14_dinov2'
+    args['mlp_ratio'] = 2 * structure['mlp_dim'] / structure['width']
+    del args['act_layer']
   return dict(
     architecture=architecture,
     num_classes=num_classes,
@@ -302,20 +307,109 @@ def write_timm(
   model.safetensors written with safetensors' NumPy API) and returns its config."""
   config = timm_config(model, data_config) | ({'label_names': labels} if labels else {})
   tensors = timm_layout.from_release(release.to_release(params, model.structure['num_heads']))
-  os.makedirs(out)
-  with open(os.path.join(out, 'config.json'), 'w') as f:
-    json.dump(config, f, indent=2)
-  safetensors.numpy.save_file(tensors, os.path.join(out, 'model.safetensors'), metadata={'format': 'pt'})
+  _write_folder(out, {'config.json': config}, tensors)
   return config
 
 
-def export_timm(workdir: str, out: str) -> dict:
-  """The newest checkpoint of the ViT run `workdir` as a timm hub folder `out` (`write_timm`)."""
+# The ViT keys transformers' ViTForImageClassification computes as ours only at these values.
+_TRANSFORMERS_FIXED = dict(
+  pool='tok',
+  posemb='learn',
+  posemb_prefix=True,
+  distilled=False,
+  reg_tokens=0,
+  layerscale=None,
+  norm_pre=False,
+  mlp='plain',
+)
+_HIDDEN_ACT = {('gelu', False): 'gelu', ('gelu', True): 'gelu_pytorch_tanh', ('quick_gelu', False): 'quick_gelu'}
+
+
+def transformers_config(
+  model: nnx.Module, data_config: ml_collections.ConfigDict, labels: list[str] | None = None
+) -> tuple[dict, dict]:
+  """A ViT's transformers config.json (`ViTForImageClassification`: every size, the activation, LayerNorm epsilon,
+  class names) and preprocessor_config.json (`ViTImageProcessor`: resized to the input size, scaled by 1/255,
+  normalised so that data.value_range comes out). A key transformers' ViT computes otherwise is one line."""
+  structure, options = model.structure, model.options
+  for key, value in _TRANSFORMERS_FIXED.items():
+    check(
+      structure[key] == value,
+      f"--layout transformers: model.{key}={structure[key]!r}; transformers' ViT computes with model.{key}={value!r} "
+      '(--layout timm writes it)',
+    )
+  check(
+    options.prenorm and model.representation_size is None,
+    "--layout transformers: transformers' ViT has LayerNorms before each branch and no pre-logits layer",
+  )
+  activation = (structure['activation'], options.gelu_approximate)
+  check(activation in _HIDDEN_ACT, f'--layout transformers: model.activation={activation[0]!r} with tanh GELU')
+  channels, patch = model.embedding.kernel.shape[-2], structure['patch_size']
+  height, width = model.grid[0] * patch, model.grid[1] * patch
+  num_classes = model.head.out_features
+  names = labels or [f'LABEL_{i}' for i in range(num_classes)]
+  config = dict(
+    architectures=['ViTForImageClassification'],
+    model_type='vit',
+    hidden_size=structure['width'],
+    num_hidden_layers=structure['depth'],
+    num_attention_heads=structure['num_heads'],
+    intermediate_size=structure['mlp_dim'],
+    hidden_act=_HIDDEN_ACT[activation],
+    layer_norm_eps=options.layernorm_epsilon,
+    image_size=height if height == width else [height, width],
+    patch_size=patch,
+    num_channels=channels,
+    qkv_bias=True,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    id2label={str(i): n for i, n in enumerate(names)},
+    label2id={n: i for i, n in enumerate(names)},
+  )
+  low, high = data_config.value_range
+  preprocessor = dict(
+    image_processor_type='ViTImageProcessor',
+    do_resize=True,
+    size=dict(height=height, width=width),  # Squashed: ViTImageProcessor cuts no central crop.
+    resample=2,  # Bilinear, as our pipeline resizes.
+    do_rescale=True,
+    rescale_factor=1 / 255,
+    do_normalize=True,
+    image_mean=[-low / (high - low)] * channels,
+    image_std=[1 / (high - low)] * channels,
+  )
+  return config, preprocessor
+
+
+def write_transformers(
+  model: nnx.Module, params: dict, data_config: ml_collections.ConfigDict, out: str, labels: list[str] | None = None
+) -> dict:
+  """Writes `params` of the ViT `model` as a transformers folder `out` that `ViTForImageClassification.
+  from_pretrained(out)` loads (config.json, preprocessor_config.json, model.safetensors) and returns its config."""
+  config, preprocessor = transformers_config(model, data_config, labels)
+  tensors = transformers_layout.from_release(release.to_release(params, model.structure['num_heads']))
+  _write_folder(out, {'config.json': config, 'preprocessor_config.json': preprocessor}, tensors)
+  return config
+
+
+def _write_folder(out: str, files: dict[str, dict], tensors: dict[str, np.ndarray]) -> None:
+  os.makedirs(out)
+  for name, content in files.items():
+    with open(os.path.join(out, name), 'w') as f:
+      json.dump(content, f, indent=2)
+  safetensors.numpy.save_file(tensors, os.path.join(out, 'model.safetensors'), metadata={'format': 'pt'})
+
+
+WRITERS = {'timm': write_timm, 'transformers': write_transformers}
+
+
+def export_hub(workdir: str, out: str, layout: str) -> dict:
+  """The newest checkpoint of the ViT run `workdir` as a hub folder `out` of `layout` (WRITERS)."""
   common.check_new(out)
   config = common.config_of(workdir, None, [])
   check(
     config.model.name == 'vit',
-    f'--workdir {workdir} holds a {config.model.name!r} model: --layout timm writes ViT runs',
+    f'--workdir {workdir} holds a {config.model.name!r} model: --layout {layout} writes ViT runs',
   )
   _check_checkpoint(workdir)
   params = checkpoints.read_params(workdir)
@@ -323,7 +417,7 @@ def export_timm(workdir: str, out: str) -> dict:
     s = train.setup(common.one_device_one_example(config), jax.devices()[:1])
   model = nnx.eval_shape(lambda: train.build_model(s.config, s.task, s.info, jax.random.key(0)))
   labels = common.class_names(s.builder, model.head.out_features)
-  return write_timm(model, params, config.data, out, labels)
+  return WRITERS[layout](model, params, config.data, out, labels)
 
 
 @console.command
@@ -332,7 +426,7 @@ def main(argv: list[str]) -> int:
   parser.add_argument(
     '--format', choices=('npz', 'saved_model', 'safetensors'), default='npz', help='npz: the release layout'
   )
-  parser.add_argument('--layout', choices=('timm',), help='safetensors: the hub layout written (timm)')
+  parser.add_argument('--layout', choices=tuple(WRITERS), help='safetensors: the hub layout written')
   parser.add_argument('--workdir', help='a run: its config.json and newest checkpoint (its parameter average)')
   parser.add_argument('--config', help='saved_model: a config file with --config.init_from=x.npz, not --workdir')
   parser.add_argument('--out', required=True, help='the .npz file, or the SavedModel folder (must not exist)')
@@ -341,10 +435,13 @@ def main(argv: list[str]) -> int:
   )
   args, overrides = parser.parse_known_args(argv)
   if args.format == 'safetensors':
-    if args.config is not None or overrides or args.workdir is None or args.layout != 'timm':
-      raise ConfigError('--format safetensors exports a ViT run: give --layout timm, --workdir and --out only')
-    config = export_timm(args.workdir, args.out)
-    print(f'wrote a timm folder ({config["architecture"]}, {config["num_classes"]} classes) to {args.out}')
+    if args.config is not None or overrides or args.workdir is None or args.layout is None:
+      raise ConfigError(
+        '--format safetensors exports a ViT run: give --layout timm or --layout transformers, --workdir and --out only'
+      )
+    config = export_hub(args.workdir, args.out, args.layout)
+    kind = config['architecture'] if args.layout == 'timm' else config['architectures'][0]
+    print(f'wrote a {args.layout} folder ({kind}) to {args.out}')
     return 0
   if args.format == 'npz':
     if args.config is not None or overrides or args.workdir is None:

@@ -16,7 +16,8 @@ committed folders' weights loaded by the library.
 `... make_references.py tests/data/pretrained export DIR` writes export/timm_logits_NAME.npy: timm's logits on
 export/images.npy of each folder DIR/NAME that `python tests/test_pretrained_commands.py DIR` exported (our ViTs
 as timm folders), loaded as a timm user loads one: create_model(architecture, pretrained=True,
-pretrained_cfg_overlay=dict(file=...), **model_args).
+pretrained_cfg_overlay=dict(file=...), **model_args); and export/transformers_logits_NAME.npy of those exported as
+transformers folders (ViTForImageClassification.from_pretrained(DIR/NAME)).
 """
 
 import json
@@ -220,6 +221,16 @@ def export_references(out: str, folders: str) -> None:
   for name in sorted(os.listdir(folders)):
     with open(os.path.join(folders, name, 'config.json')) as f:
       config = json.load(f)
+    if 'model_type' in config:  # Ours as transformers' ViTForImageClassification: every tensor taken, none left.
+      model, loading = transformers.ViTForImageClassification.from_pretrained(
+        os.path.join(folders, name), output_loading_info=True
+      )
+      assert not any(loading.values()), loading
+      with torch.no_grad():
+        logits = model.eval()(pixel_values=images).logits.numpy()
+      np.save(os.path.join(out, 'export', f'transformers_logits_{name}.npy'), logits)
+      print(name, config['architectures'], logits.shape)
+      continue
     file = os.path.join(folders, name, 'model.safetensors')
     overlay = dict(file=file, num_classes=config['num_classes'])
     model = timm.create_model(
