@@ -128,8 +128,10 @@ def test_a_run_recorded_before_the_code_gained_keys_still_resumes(smoke_config, 
 
 def test_init_from_a_model_without_load_pretrained_is_one_line(data_dir, tmp_path):
   from conftest import load_config
+  from vit_jax_lab import tasks
   from vit_jax_lab.errors import ConfigError
 
-  config = load_config('configs/seq2seq/scan.py:simple,smoke', data_dir, init_from=str(tmp_path))
-  with pytest.raises(ConfigError, match='init_from: a transformer model cannot start from other weights'):
-    train.setup(config)
+  config = load_config('configs/lra/listops.py:smoke', data_dir, init_from=str(tmp_path))
+  info, _ = tasks.build(config.task).synthetic_batch('32,20,10', config.data.batch_size)
+  with pytest.raises(ConfigError, match='init_from: a text_classifier model cannot start from other weights'):
+    train.setup(config, data=(None, info))

@@ -294,3 +294,11 @@ def test_predict_translates_with_the_folder(reference, capsys, tmp_path):
   assert predict.main(['--pretrained', FOLDER, '--lines', str(lines), '--out', str(out_file)]) == 0
   rows = [json.loads(line) for line in out_file.read_text().splitlines()]
   assert rows == [{'input': s, 'output': t} for s, t in zip(reference['sources'], reference['translations'])]
+
+
+def test_other_weights_are_one_line():
+  model_config, _ = folder_config()
+  model = build(model_config, 54)
+  with pytest.raises(ConfigError) as e:
+    model.load_pretrained({'embedding': np.zeros(3)}, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()))
+  assert 'reads Marian folders only' in one_line(e)
