@@ -419,8 +419,11 @@ class Transformer(base.Model):
     """A transformers MarianMTModel folder (hub.HubWeights): its shape and options must be this model's (one line
     naming the first key that differs), and its vocabulary the data's (data.vocab=the folder)."""
     if not isinstance(source, hub.HubWeights) or source.layout not in self.PRETRAINED:
-      what = hub.LAYOUTS[source.layout][0] if isinstance(source, hub.HubWeights) else 'other'
-      raise ConfigError(f'init_from: the Transformer reads Marian folders only, not {what} weights')
+      what = hub.LAYOUTS[source.layout][0] if isinstance(source, hub.HubWeights) else 'a release .npz or a run'
+      raise ConfigError(
+        f"init_from: the Transformer reads Marian folders only (transformers' MarianMTModel), not {what}; to "
+        'continue one of its runs, rerun it in its own workdir'
+      )
     folder = marian_layout.options(source)
     for key, value in self.structure.items():
       if folder[key] != value:
