@@ -70,24 +70,38 @@ HUB_LAYOUTS = {
 
 def folder_into_config(family: type[base.Model], model_config: Any, weights: hub.HubWeights, keys: tuple) -> list[str]:
   """A timm or transformers image folder's shape into config.model of `family` (the ViT, or a family whose backbone
-  is one: the tracker): each size the config leaves unset (no variant, no value) and each of `keys` it leaves at the
-  family's constructor default takes the folder's value; one set otherwise is one ConfigError line naming both
-  values. The GELU form and LayerNorm epsilon take the folder's when left at their defaults. Returns the notes."""
+  is one: the tracker), by `fill_config`. Returns the notes."""
   if weights.layout not in HUB_LAYOUTS:
     return []  # checkpoints.check_init_from refuses it in one line.
   folder = HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
   preset = decode_variant(model_config.get('variant'))
+  return fill_config(family, model_config, weights.path, folder, preset, (*SIZES, *keys), ('layerscale',))
+
+
+def fill_config(
+  family: type[base.Model],
+  model_config: Any,
+  path: str,
+  folder: dict[str, Any],
+  preset: dict[str, Any],
+  keys: tuple[str, ...],
+  presence: tuple[str, ...] = (),
+) -> list[str]:
+  """A folder's model keys (`folder`, from its layout's reader) into config.model of `family`: each of `keys` the
+  config leaves unset (None, and no value from model.variant's `preset`) or at the constructor's default takes the
+  folder's value; one set otherwise is one ConfigError line naming both values. Keys in `presence` compare by
+  whether they are set (LayerScale, fc_norm: the weights hold their values). The GELU form and LayerNorm epsilon
+  take the folder's when left at their defaults. Returns the notes."""
   defaults = {k: p.default for k, p in inspect.signature(family.__init__).parameters.items()}
   notes = []
-  for key in (*SIZES, *keys):
+  for key in keys:
     ours = model_config.get(key) if model_config.get(key) is not None else preset.get(key)
-    same = (ours is None) == (folder[key] is None) if key == 'layerscale' else ours == folder[key]
+    same = (ours is None) == (folder[key] is None) if key in presence else ours == folder[key]
     if same:
       continue
-    unset = ours is None if key not in keys else ours == defaults[key]
-    if not unset:
+    if ours is not None and ours != defaults.get(key):
       raise ConfigError(
-        f'init_from={weights.path!r} is a model with model.{key}={folder[key]!r}, the config sets '
+        f'init_from={path!r} is a model with model.{key}={folder[key]!r}, the config sets '
         f'model.{key}={ours!r}{" (by model.variant)" if model_config.get(key) is None else ""}: set '
         f'--config.model.{key}={folder[key]!r}, or leave it to the folder'
       )

@@ -17,9 +17,7 @@ Hugging Face transformers' video classifiers load too (`init_from` a hub folder;
 mean pooling and `fc_norm`), each giving the library's logits.
 """
 
-import dataclasses
 import functools
-import inspect
 import re
 from typing import Any
 
@@ -443,27 +441,7 @@ class ViViT(base.Model):
       return []  # checkpoints.check_init_from refuses it in one line.
     folder = HUB_LAYOUTS[weights.layout].vivit_options(weights.config, weights.tensors)
     preset = decode_variant(model_config.get('variant'))
-    defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()}
-    notes = []
-    for key in (*SIZES, *STRUCTURE):
-      ours = model_config.get(key) if model_config.get(key) is not None else preset.get(key)
-      same = (ours is None) == (folder[key] is None) if key == 'fc_norm' else ours == folder[key]
-      if same:
-        continue
-      if ours is not None and ours != defaults.get(key, None):
-        raise ConfigError(
-          f'init_from={weights.path!r} is a model with model.{key}={folder[key]!r}, the config sets '
-          f'model.{key}={ours!r}{" (by model.variant)" if model_config.get(key) is None else ""}: set '
-          f'--config.model.{key}={folder[key]!r}, or leave it to the folder'
-        )
-      model_config[key] = folder[key]
-      notes.append(f'model.{key}={folder[key]!r} from the folder')
-    encoder_defaults = {f.name: f.default for f in dataclasses.fields(cls.ENCODER)}
-    for key in FOLDER_OPTIONS:
-      if model_config.get(key, encoder_defaults[key]) == encoder_defaults[key] != folder[key]:
-        model_config[key] = folder[key]
-        notes.append(f'model.{key}={folder[key]!r} from the folder')
-    return notes
+    return vit.fill_config(cls, model_config, weights.path, folder, preset, (*SIZES, *STRUCTURE), ('fc_norm',))
 
   def _load_hub(self, weights: hub.HubWeights, params: dict) -> tuple[dict, list[str]]:
     """A transformers ViViT or VideoMAE folder: its shape must be this model's (one line naming the first key that
