@@ -1,7 +1,7 @@
 """The commands on hub folders: `tools.predict --pretrained DIR` gives the library's own eval-pipeline
 probabilities (tests/data/pretrained/predict/, made by make_references.py with timm 1.0.31 and transformers 5.24),
 and `tools.export --format safetensors --layout timm|transformers` writes a folder that loads back exactly and gives
-the library our logits."""
+the library our logits (a ViT; a ViViT as transformers' ViViT or VideoMAE)."""
 
 import json
 import os
@@ -17,7 +17,7 @@ from flax import nnx
 from conftest import load_config
 from vit_jax_lab import checkpoints, hub, train
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.models import vit
+from vit_jax_lab.models import transformers_layout, vit, vivit
 from vit_jax_lab.tools import export, predict
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'pretrained')
@@ -175,6 +175,133 @@ def test_export_transformers_refuses_what_its_vit_cannot_compute():
       export.transformers_config(other, data)
 
 
+# Exported ViViTs (model 1, clips of 4 frames of 16 x 24, tubelets 2 x 8 x 8: a 2 x 2 x 3 token grid, as the reading
+# references), as transformers' VivitForVideoClassification and, with VideoMAE's options,
+# VideoMAEForVideoClassification.
+EXPORTED_VIDEO = {
+  'hf_vivit_tanh': dict(pool='tok', posemb='learn', gelu_approximate=True),
+  'hf_videomae_eps12': dict(pool='gap', posemb='sincos_flat', fc_norm=1e-5, layernorm_epsilon=1e-12),
+}
+VIDEO_SHAPE = (4, 16, 24, 3)
+
+
+def _random_vivit(name, **keys):
+  """A ViViT model 1 whose every parameter is drawn by NumPy (seed 0)."""
+  model = vivit.ViViT(
+    10,
+    VIDEO_SHAPE,
+    patch_size=8,
+    tubelet_time=2,
+    width=32,
+    depth=2,
+    mlp_dim=64,
+    num_heads=4,
+    rngs=nnx.Rngs(0),
+    **(EXPORTED_VIDEO[name] if name else {}) | keys,
+  )
+  state = nnx.state(model, nnx.Param)
+  rs = np.random.RandomState(0)
+  params = jax.tree.map(lambda x: (0.3 * rs.randn(*x.shape)).astype(np.float32), jax.device_get(state.to_pure_dict()))
+  state.replace_by_pure_dict(params)
+  nnx.update(model, state)
+  return model, params
+
+
+def _videos():
+  """export/videos.npy: 2 random uint8 clips of VIDEO_SHAPE, in the value range (-1, 1) as the folders' processor
+  maps them."""
+  return np.load(os.path.join(DATA, 'export', 'videos.npy')).astype(np.float32) / 127.5 - 1
+
+
+@pytest.mark.parametrize('name', EXPORTED_VIDEO)
+def test_export_transformers_video_round_trip_is_exact_and_gives_the_librarys_logits(name, tmp_path):
+  """A ViViT -> a transformers folder -> a ViViT: the same parameters, bit for bit (VideoMAE's attention has no key
+  bias: ours comes back zero, the same function); and transformers 5.24's `VivitForVideoClassification` /
+  `VideoMAEForVideoClassification.from_pretrained(folder)` (by hand in a torch environment:
+  export/transformers_logits_NAME.npy) gives our logits."""
+  model, params = _random_vivit(name)
+  folder = str(tmp_path / name)
+  labels = [f'class {i}' for i in range(10)]
+  data = ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None, image_size=None))
+  config = export.write_transformers(model, params, data, folder, labels)
+  videomae = name.startswith('hf_videomae')
+  architecture = 'VideoMAEForVideoClassification' if videomae else 'VivitForVideoClassification'
+  assert config['architectures'] == [architecture] and config['id2label']['3'] == 'class 3'
+  assert (config['num_frames'], config['image_size']) == (4, [16, 24])
+  assert config['hidden_act'] == ('gelu' if videomae else 'gelu_fast')
+  weights = hub.read(folder)
+  assert weights.layout == 'transformers_vit'
+  options = transformers_layout.vivit_options(weights.config, weights.tensors)
+  assert (options.pop('num_classes'), options.pop('input_shape')) == (10, VIDEO_SHAPE)
+  fresh = vivit.ViViT(10, VIDEO_SHAPE, rngs=nnx.Rngs(1), **options)
+  assert (fresh.structure, fresh.options) == (model.structure, model.options)
+  loaded, notes = fresh.load_pretrained(weights, jax.device_get(nnx.state(fresh, nnx.Param).to_pure_dict()))
+  assert notes == [f'transformers {architecture} read from its safetensors']
+  expected = jax.tree.map(np.copy, params)
+  if videomae:  # No key bias there: the middle third of our fused query, key, value bias comes back zero.
+    for block in expected['encoder']['blocks'].values():
+      assert np.abs(block['attn']['qkv']['bias'][32:64]).max() > 0.1
+      block['attn']['qkv']['bias'][32:64] = 0
+  jax.tree.map(np.testing.assert_array_equal, loaded, expected)
+  assert videomae == ('videomae.encoder.layer.0.attention.attention.q_bias' in weights.tensors)
+  with open(os.path.join(folder, 'preprocessor_config.json')) as f:
+    processor = json.load(f)
+  assert (processor['size'], processor['do_center_crop'], processor['rescale_factor']) == (
+    dict(height=16, width=24),
+    False,
+    1 / 255,
+  )
+  assert (processor['image_mean'], processor['image_std']) == ([0.5] * 3, [0.5] * 3)
+  videos = _videos()
+  reference = np.load(os.path.join(DATA, 'export', f'transformers_logits_{name}.npy'))
+  difference = max_difference(model(videos), reference)
+  state = nnx.state(fresh, nnx.Param)
+  state.replace_by_pure_dict(loaded)
+  nnx.update(fresh, state)
+  print(
+    f'{name}: max |ours - transformers| logits {difference:.2e}, of the reloaded model '
+    f'{max_difference(fresh(videos), reference):.2e} (logits up to {np.abs(reference).max():.2f})'
+  )
+  assert difference < 1e-5 and max_difference(fresh(videos), reference) < 1e-5
+  assert np.abs(reference).max() > 0.1
+
+
+def test_export_transformers_video_preprocessing_is_the_runs_evaluation():
+  """A run that resizes the shorter side and crops the centre: the image processor does the same."""
+  model, _ = _random_vivit('hf_vivit_tanh')
+  data = ml_collections.ConfigDict(dict(value_range=(0.0, 1.0), resize_size=20, image_size=16))
+  _, processor = export.transformers_video_config(model, data)
+  assert processor['image_processor_type'] == 'VivitImageProcessor' and processor['offset'] is False
+  assert (processor['size'], processor['do_center_crop'], processor['crop_size']) == (
+    dict(shortest_edge=20),
+    True,
+    dict(height=16, width=24),
+  )
+  assert (processor['image_mean'], processor['image_std']) == ([0.0] * 3, [1.0] * 3)
+
+
+def test_export_transformers_refuses_what_its_vivit_and_videomae_cannot_compute():
+  data = ml_collections.ConfigDict(dict(value_range=(0.0, 1.0), resize_size=None, image_size=None))
+  for keys, message in [
+    (
+      dict(model='factorised_encoder'),
+      "model.model='factorised_encoder'; transformers' ViViT and VideoMAE compute with model.model='spatiotemporal'",
+    ),
+    (dict(model='factorised_self_attention'), "model.model='factorised_self_attention'"),
+    (dict(embedding='frames'), "model.embedding='frames'"),
+    (dict(pool='gap'), "model.pool='gap' with model.posemb='learn' and model.fc_norm=None; transformers' ViViT"),
+    (dict(pool='tok', posemb='sincos'), "model.pool='tok' with model.posemb='sincos'"),
+    (dict(pool='gap', posemb='sincos_flat'), "model.posemb='sincos_flat' and model.fc_norm=None"),
+    (dict(pool='gap', posemb='sincos_flat', fc_norm=0.5), "model.fc_norm=0.5; VideoMAE's fc_norm computes with"),
+    (dict(attention='local'), "model.attention='local', model.prenorm=True"),
+    (dict(prenorm=False), 'model.prenorm=False'),
+  ]:
+    other, _ = _random_vivit(None, **keys)
+    with pytest.raises(ConfigError, match=message.replace('(', r'\(').replace(')', r'\)')) as error:
+      export.transformers_video_config(other, data)
+    assert '\n' not in str(error.value)
+
+
 @pytest.mark.slow
 def test_export_command_writes_a_run_as_a_timm_and_a_transformers_folder(data_dir, tmp_path):
   """`tools.export --format safetensors --layout timm --workdir RUN`: the run's evaluation parameters, and its
@@ -230,10 +357,10 @@ def test_export_safetensors_mistakes_are_one_line(tmp_path, capsys):
 if __name__ == '__main__':  # The folders make_references.py's `export DIR` mode loads with timm or transformers.
   import sys
 
-  for name in [*EXPORTED, *EXPORTED_TRANSFORMERS]:
+  for name in [*EXPORTED, *EXPORTED_TRANSFORMERS, *EXPORTED_VIDEO]:
     write = export.write_timm if name in EXPORTED else export.write_transformers
     write(
-      *_random_vit(name),
-      ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None)),
+      *(_random_vivit(name) if name in EXPORTED_VIDEO else _random_vit(name)),
+      ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None, image_size=None)),
       f'{sys.argv[1]}/{name}',
     )

@@ -21,7 +21,8 @@ Conv3d tubelet embedding (out, in, time, h, w), VideoMAE's query and value biase
 none: a zero one is the same function, softmax being blind to a constant per query) and its `fc_norm` after the
 average pool. `vivit_options` gives the ViViT keys of such a folder.
 
-`from_release` is the way back, for `tools.export --layout transformers`: a ViT as `ViTForImageClassification`.
+`from_release` is the way back, for `tools.export --layout transformers`: a ViT as `ViTForImageClassification`, a
+ViViT model 1 as `VivitForVideoClassification` or, with VideoMAE's options, `VideoMAEForVideoClassification`.
 """
 
 import re
@@ -388,15 +389,27 @@ _VIT_BLOCK = (
 )
 
 
-def from_release(flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """The release flat layout (`release.to_release`) of a ViT with a class token -> the state dict of transformers'
-  `ViTForImageClassification` (`vit.` + ViTModel's names, `classifier`), the inverse of `to_release` for it (what
-  `tools.export --layout transformers` writes). A release name that model has no place for is one line."""
-  modules = {'embedding': 'vit.embeddings.patch_embeddings.projection', 'Transformer/encoder_norm': 'vit.layernorm'}
-  modules['head'] = 'classifier'
+# model_type -> (the backbone's module in its classifier, the classifier's class): what `from_release` writes.
+CLASSIFIERS = {
+  'vit': ('vit', 'ViTForImageClassification'),
+  'vivit': ('vivit', 'VivitForVideoClassification'),
+  'videomae': ('videomae', 'VideoMAEForVideoClassification'),
+}
+
+
+def from_release(flat: Mapping[str, np.ndarray], model_type: str = 'vit') -> dict[str, np.ndarray]:
+  """The release flat layout (`release.to_release`) of a ViT with a class token, or of a ViViT model 1 (a 5-D
+  tubelet kernel; `fc_norm/scale`, `fc_norm/bias` added for VideoMAE's), -> the state dict of transformers' classifier
+  of `model_type` (CLASSIFIERS: the backbone's names under its module, `classifier`, VideoMAE's `fc_norm`), the
+  inverse of `to_release` for it (what `tools.export --layout transformers` writes). VideoMAE's attention has no key
+  bias (ours is left out: softmax is blind to the constant it adds per query) and its query and value biases are
+  saved as `q_bias` / `v_bias`, as transformers saves them. A release name that model has no place for is one line."""
+  prefix, architecture = CLASSIFIERS[model_type]
+  modules = {'embedding': f'{prefix}.embeddings.patch_embeddings.projection'}
+  modules |= {'Transformer/encoder_norm': f'{prefix}.layernorm', 'head': 'classifier', 'fc_norm': 'fc_norm'}
   blocks = sorted({int(m.group(1)) for n in flat if (m := re.match(r'Transformer/encoderblock_(\d+)/', n))})
   for i in blocks:
-    modules |= {f'Transformer/encoderblock_{i}/{_BLOCK[p]}': f'vit.encoder.layer.{i}.{p}' for p in _VIT_BLOCK}
+    modules |= {f'Transformer/encoderblock_{i}/{_BLOCK[p]}': f'{prefix}.encoder.layer.{i}.{p}' for p in _VIT_BLOCK}
   out, used = {}, set()
 
   def take(name):
@@ -405,23 +418,29 @@ def from_release(flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
   for name, to in (('cls', 'cls_token'), ('Transformer/posembed_input/pos_embedding', 'position_embeddings')):
     if name in flat:
-      out[f'vit.embeddings.{to}'] = take(name)
+      out[f'{prefix}.embeddings.{to}'] = take(name)
   for module, name in modules.items():
     if f'{module}/scale' in flat:
       out[f'{name}.weight'], out[f'{name}.bias'] = take(f'{module}/scale'), take(f'{module}/bias')
     elif f'{module}/kernel' in flat:
       kernel = take(f'{module}/kernel')
-      if module == 'embedding':  # (h, w, in, out) -> a convolution's (out, in, h, w).
-        weight = kernel.transpose(3, 2, 0, 1)
+      if module == 'embedding':  # ([time,] h, w, in, out) -> a convolution's (out, in, [time,] h, w).
+        weight = kernel.transpose(kernel.ndim - 1, kernel.ndim - 2, *range(kernel.ndim - 2))
       elif module.endswith(('/query', '/key', '/value')):  # (in, heads, head_dim) -> (heads * head_dim, in).
         weight = kernel.reshape(kernel.shape[0], -1).T
       else:  # A Dense's (in, out), an attention output's (heads, head_dim, out) -> (out, in).
         weight = kernel.reshape(-1, kernel.shape[-1]).T
       out[f'{name}.weight'], out[f'{name}.bias'] = weight, take(f'{module}/bias').reshape(-1)
+  if model_type == 'videomae':
+    for name in [n for n in out if n.endswith('.attention.attention.key.bias')]:
+      del out[name]
+    for split, bias in _SPLIT_BIASES.items():
+      for name in [n for n in out if n.endswith(bias)]:
+        out[name[: -len(bias)] + split] = out.pop(name)
   left = sorted(set(flat) - used)
   if left:
     raise ConfigError(
-      f"--layout transformers: transformers' ViTForImageClassification has no place for {', '.join(left[:5])}"
+      f"--layout transformers: transformers' {architecture} has no place for {', '.join(left[:5])}"
       f'{" ..." if len(left) > 5 else ""}'
     )
   return {k: np.ascontiguousarray(v) for k, v in out.items()}

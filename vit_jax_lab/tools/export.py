@@ -1,10 +1,11 @@
 """Exports a run: its parameters in its family's release .npz layout (vit: vision_transformer's, readable by other
-tools), a ViT run as a timm or Hugging Face transformers hub folder (config.json + model.safetensors), or a
-TensorFlow SavedModel that serves it, the run's evaluation preprocessing inside.
+tools), a ViT run as a timm or Hugging Face transformers hub folder (config.json + model.safetensors), a ViViT run
+as a transformers one, or a TensorFlow SavedModel that serves it, the run's evaluation preprocessing inside.
 
 python -m vit_jax_lab.tools.export --workdir runs/vit_digits --out runs/vit_digits/vit.npz
 python -m vit_jax_lab.tools.export --format safetensors --layout timm --workdir runs/vit_digits --out vit_timm
 python -m vit_jax_lab.tools.export --format safetensors --layout transformers --workdir runs/vit_digits --out vit_hf
+python -m vit_jax_lab.tools.export --format safetensors --layout transformers --workdir runs/vivit --out vivit_hf
 python -m vit_jax_lab.tools.export --format saved_model --workdir runs/vit_digits --out runs/vit_digits/serving
 python -m vit_jax_lab.tools.export --format saved_model --config configs/vit/finetune.py:imagenet2012,B/16 \
     --config.init_from=ViT-B_16-imagenet2012.npz --config.data.data_dir=/datasets/tfds --out serving
@@ -45,7 +46,7 @@ from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
 
 from vit_jax_lab import checkpoints, console, models, tasks, train
 from vit_jax_lab.errors import ConfigError, check
-from vit_jax_lab.models import release, timm_layout, transformers_layout
+from vit_jax_lab.models import release, timm_layout, transformers_layout, vivit
 from vit_jax_lab.tools import common
 
 PLATFORMS = ('cpu', 'cuda', 'tpu')
@@ -346,8 +347,6 @@ def transformers_config(
   check(activation in _HIDDEN_ACT, f'--layout transformers: model.activation={activation[0]!r} with tanh GELU')
   channels, patch = model.embedding.kernel.shape[-2], structure['patch_size']
   height, width = model.grid[0] * patch, model.grid[1] * patch
-  num_classes = model.head.out_features
-  names = labels or [f'LABEL_{i}' for i in range(num_classes)]
   config = dict(
     architectures=['ViTForImageClassification'],
     model_type='vit',
@@ -363,9 +362,7 @@ def transformers_config(
     qkv_bias=True,
     hidden_dropout_prob=0.0,
     attention_probs_dropout_prob=0.0,
-    id2label={str(i): n for i, n in enumerate(names)},
-    label2id={n: i for i, n in enumerate(names)},
-  )
+  ) | _label_maps(labels, model.head.out_features)
   low, high = data_config.value_range
   preprocessor = dict(
     image_processor_type='ViTImageProcessor',
@@ -381,13 +378,104 @@ def transformers_config(
   return config, preprocessor
 
 
+def _label_maps(labels: list[str] | None, num_classes: int) -> dict:
+  names = labels or [f'LABEL_{i}' for i in range(num_classes)]
+  return dict(id2label={str(i): n for i, n in enumerate(names)}, label2id={n: i for i, n in enumerate(names)})
+
+
+# A ViViT model 1's (pool, posemb, fc_norm) -> the transformers video classifier computing it.
+_VIDEO_TYPES = {('tok', 'learn', False): 'vivit', ('gap', 'sincos_flat', True): 'videomae'}
+_VIDEO_FIXED = dict(model='spatiotemporal', embedding='tubelet')
+
+
+def transformers_video_config(
+  model: nnx.Module, data_config: ml_collections.ConfigDict, labels: list[str] | None = None
+) -> tuple[dict, dict]:
+  """A ViViT's transformers config.json (`VivitForVideoClassification`: model 1, class token, learned positions; or
+  `VideoMAEForVideoClassification`: VideoMAE's fixed positions, average pool and fc_norm) and preprocessor_config.json
+  (its image processor: each frame's shorter side resized to data.resize_size, then the central crop, as our
+  evaluation; or squashed to the input size; scaled by 1/255 and normalised so that data.value_range comes out).
+  What neither computes as ours is one line."""
+  structure, options = model.structure, model.options
+  for key, value in _VIDEO_FIXED.items():
+    check(
+      structure[key] == value,
+      f"--layout transformers: model.{key}={structure[key]!r}; transformers' ViViT and VideoMAE compute with "
+      f'model.{key}={value!r}',
+    )
+  check(
+    options.attention == 'full' and options.prenorm,
+    f"--layout transformers: model.attention={options.attention!r}, model.prenorm={options.prenorm!r}; transformers' "
+    "ViViT and VideoMAE attend over every token ('full') with LayerNorms before each branch",
+  )
+  kind = (structure['pool'], structure['posemb'], structure['fc_norm'])
+  epsilon = model.fc_norm.epsilon if model.fc_norm is not None else None
+  theirs = transformers_layout.FC_NORM_EPSILON
+  check(
+    kind in _VIDEO_TYPES,
+    f'--layout transformers: model.pool={kind[0]!r} with model.posemb={kind[1]!r} and model.fc_norm={epsilon!r}; '
+    "transformers' ViViT pools its class token with learned positions (pool='tok', posemb='learn', fc_norm=None), "
+    f"its VideoMAE averages with fixed ones (pool='gap', posemb='sincos_flat', fc_norm={theirs})",
+  )
+  model_type = _VIDEO_TYPES[kind]
+  check(
+    epsilon in (None, theirs),
+    f"--layout transformers: model.fc_norm={epsilon!r}; VideoMAE's fc_norm computes with epsilon {theirs} "
+    "(PyTorch's default)",
+  )
+  channels, patch, time = model.embedding.kernel.shape[-2], structure['patch_size'], structure['tubelet_time']
+  height, width = model.space_grid[0] * patch, model.space_grid[1] * patch
+  config = dict(
+    architectures=[transformers_layout.CLASSIFIERS[model_type][1]],
+    model_type=model_type,
+    hidden_size=structure['width'],
+    num_hidden_layers=structure['depth'],
+    num_attention_heads=structure['num_heads'],
+    intermediate_size=structure['mlp_dim'],
+    hidden_act='gelu_fast' if options.gelu_approximate else 'gelu',  # gelu_fast: ViViT's own tanh GELU.
+    layer_norm_eps=options.layernorm_epsilon,
+    image_size=height if height == width else [height, width],
+    num_frames=model.grid[0] * time,
+    num_channels=channels,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+  )
+  if model_type == 'vivit':
+    config |= dict(tubelet_size=[time, patch, patch], qkv_bias=True)
+  else:
+    config |= dict(patch_size=patch, tubelet_size=time, qv_bias=True, use_mean_pooling=True)
+  config |= _label_maps(labels, model.head.out_features)
+  low, high = data_config.value_range
+  short = data_config.get('resize_size') or data_config.get('image_size')
+  preprocessor = dict(
+    image_processor_type='VivitImageProcessor' if model_type == 'vivit' else 'VideoMAEImageProcessor',
+    do_resize=True,
+    size=dict(height=height, width=width) if short is None else dict(shortest_edge=short),
+    resample=2,  # Bilinear, as our pipeline resizes.
+    do_center_crop=short is not None,
+    crop_size=dict(height=height, width=width),
+    do_rescale=True,
+    rescale_factor=1 / 255,
+    do_normalize=True,
+    image_mean=[-low / (high - low)] * channels,
+    image_std=[1 / (high - low)] * channels,
+  )
+  if model_type == 'vivit':
+    preprocessor['offset'] = False  # Its default maps to [-1, 1] by itself; mean and std do it here.
+  return config, preprocessor
+
+
 def write_transformers(
   model: nnx.Module, params: dict, data_config: ml_collections.ConfigDict, out: str, labels: list[str] | None = None
 ) -> dict:
-  """Writes `params` of the ViT `model` as a transformers folder `out` that `ViTForImageClassification.
-  from_pretrained(out)` loads (config.json, preprocessor_config.json, model.safetensors) and returns its config."""
-  config, preprocessor = transformers_config(model, data_config, labels)
-  tensors = transformers_layout.from_release(release.to_release(params, model.structure['num_heads']))
+  """Writes `params` of the ViT or ViViT `model` as a transformers folder `out` that its classifier's
+  `from_pretrained(out)` loads (config.json, preprocessor_config.json, model.safetensors) and returns its config."""
+  video = isinstance(model, vivit.ViViT)
+  config, preprocessor = (transformers_video_config if video else transformers_config)(model, data_config, labels)
+  flat = release.to_release(params, model.structure['num_heads'])
+  if 'fc_norm' in params:  # VideoMAE's, after the average pool: no place in the release layout.
+    flat |= {f'fc_norm/{k}': np.asarray(params['fc_norm'][k]) for k in ('scale', 'bias')}
+  tensors = transformers_layout.from_release(flat, config['model_type'])
   _write_folder(out, {'config.json': config, 'preprocessor_config.json': preprocessor}, tensors)
   return config
 
@@ -400,16 +488,18 @@ def _write_folder(out: str, files: dict[str, dict], tensors: dict[str, np.ndarra
   safetensors.numpy.save_file(tensors, os.path.join(out, 'model.safetensors'), metadata={'format': 'pt'})
 
 
-WRITERS = {'timm': write_timm, 'transformers': write_transformers}
+# layout -> model family (config.model.name) -> the writer of its runs.
+WRITERS = {'timm': {'vit': write_timm}, 'transformers': {'vit': write_transformers, 'vivit': write_transformers}}
 
 
 def export_hub(workdir: str, out: str, layout: str) -> dict:
-  """The newest checkpoint of the ViT run `workdir` as a hub folder `out` of `layout` (WRITERS)."""
+  """The newest checkpoint of the run `workdir` as a hub folder `out` of `layout` (WRITERS: its family's writer)."""
   common.check_new(out)
   config = common.config_of(workdir, None, [])
+  writers = WRITERS[layout]
   check(
-    config.model.name == 'vit',
-    f'--workdir {workdir} holds a {config.model.name!r} model: --layout {layout} writes ViT runs',
+    config.model.name in writers,
+    f'--workdir {workdir} holds a {config.model.name!r} model: --layout {layout} writes {" and ".join(writers)} runs',
   )
   _check_checkpoint(workdir)
   params = checkpoints.read_params(workdir)
@@ -417,7 +507,7 @@ def export_hub(workdir: str, out: str, layout: str) -> dict:
     s = train.setup(common.one_device_one_example(config), jax.devices()[:1])
   model = nnx.eval_shape(lambda: train.build_model(s.config, s.task, s.info, jax.random.key(0)))
   labels = common.class_names(s.builder, model.head.out_features)
-  return WRITERS[layout](model, params, config.data, out, labels)
+  return writers[config.model.name](model, params, config.data, out, labels)
 
 
 @console.command
@@ -437,7 +527,8 @@ def main(argv: list[str]) -> int:
   if args.format == 'safetensors':
     if args.config is not None or overrides or args.workdir is None or args.layout is None:
       raise ConfigError(
-        '--format safetensors exports a ViT run: give --layout timm or --layout transformers, --workdir and --out only'
+        '--format safetensors exports a ViT or ViViT run: give --layout timm (ViT) or --layout transformers (ViT, '
+        'ViViT), --workdir and --out only'
       )
     config = export_hub(args.workdir, args.out, args.layout)
     kind = config['architecture'] if args.layout == 'timm' else config['architectures'][0]

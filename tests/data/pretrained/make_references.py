@@ -17,7 +17,9 @@ committed folders' weights loaded by the library.
 export/images.npy of each folder DIR/NAME that `python tests/test_pretrained_commands.py DIR` exported (our ViTs
 as timm folders), loaded as a timm user loads one: create_model(architecture, pretrained=True,
 pretrained_cfg_overlay=dict(file=...), **model_args); and export/transformers_logits_NAME.npy of those exported as
-transformers folders (ViTForImageClassification.from_pretrained(DIR/NAME)).
+transformers folders (the class of the folder's `architectures`: ViTForImageClassification on export/images.npy,
+VivitForVideoClassification or VideoMAEForVideoClassification on export/videos.npy, 2 random uint8 clips of 4 x 16 x
+24 x 3 written here once, as x / 127.5 - 1: what the folder's own image processor makes of them, checked).
 """
 
 import json
@@ -218,20 +220,34 @@ def predict_references(out: str) -> None:
 
 def export_references(out: str, folders: str) -> None:
   images = torch.from_numpy(np.load(os.path.join(out, 'export', 'images.npy'))).permute(0, 3, 1, 2)
+  videos_file = os.path.join(out, 'export', 'videos.npy')
+  if not os.path.exists(videos_file):
+    np.save(videos_file, np.random.RandomState(0).randint(0, 256, (2, 4, 16, 24, 3), np.uint8))
+  clips = np.load(videos_file)
+  videos = torch.from_numpy(clips.astype(np.float32) / 127.5 - 1).permute(0, 1, 4, 2, 3)  # (B, T, C, H, W)
   for name in sorted(os.listdir(folders)):
-    with open(os.path.join(folders, name, 'config.json')) as f:
+    folder = os.path.join(folders, name)
+    with open(os.path.join(folder, 'config.json')) as f:
       config = json.load(f)
-    if 'model_type' in config:  # Ours as transformers' ViTForImageClassification: every tensor taken, none left.
-      model, loading = transformers.ViTForImageClassification.from_pretrained(
-        os.path.join(folders, name), output_loading_info=True
-      )
+    if 'model_type' in config:  # Ours as a transformers classifier: every tensor taken, none left.
+      (architecture,) = config['architectures']
+      model, loading = getattr(transformers, architecture).from_pretrained(folder, output_loading_info=True)
       assert not any(loading.values()), loading
+      pixels = images
+      if config['model_type'] != 'vit':  # The folder's image processor on the uint8 frames: our inputs.
+        processor = transformers.AutoImageProcessor.from_pretrained(folder)
+        processed = processor([list(clip) for clip in clips], return_tensors='pt')['pixel_values']
+        print(
+          name, type(processor).__name__, 'max |processor - x / 127.5 - 1|', float((processed - videos).abs().max())
+        )
+        assert torch.allclose(processed, videos, atol=1e-6)
+        pixels = videos
       with torch.no_grad():
-        logits = model.eval()(pixel_values=images).logits.numpy()
+        logits = model.eval()(pixel_values=pixels).logits.numpy()
       np.save(os.path.join(out, 'export', f'transformers_logits_{name}.npy'), logits)
-      print(name, config['architectures'], logits.shape)
+      print(name, architecture, logits.shape)
       continue
-    file = os.path.join(folders, name, 'model.safetensors')
+    file = os.path.join(folder, 'model.safetensors')
     overlay = dict(file=file, num_classes=config['num_classes'])
     model = timm.create_model(
       config['architecture'], pretrained=True, pretrained_cfg_overlay=overlay, **config['model_args']
