@@ -339,6 +339,38 @@ def test_export_command_writes_a_run_as_a_timm_and_a_transformers_folder(data_di
       assert abs(p - predicted[folder][label]) < 1e-5, (folder, label, p, predicted[folder][label])
 
 
+@pytest.mark.slow
+def test_export_command_writes_a_vivit_run_as_a_transformers_folder(moving_digits_dir, tmp_path, capsys):
+  """`tools.export --format safetensors --layout transformers --workdir RUN` of a ViViT model 1 run: the run's
+  parameters come back bit for bit from the folder, its shape and clip from config.json; --layout timm, which writes
+  ViT runs, is one line."""
+  workdir, out = str(tmp_path / 'run'), str(tmp_path / 'hf')
+  config = load_config(
+    'configs/vivit/moving_digits.py:spatiotemporal,smoke',
+    moving_digits_dir,
+    total_steps=2,
+    eval_every=2,
+    checkpoint_every=2,
+  )
+  config.model.pool = 'tok'
+  train.train_and_evaluate(config, workdir)
+  assert export.main(['--format', 'safetensors', '--layout', 'transformers', '--workdir', workdir, '--out', out]) == 0
+  assert 'wrote a transformers folder (VivitForVideoClassification)' in capsys.readouterr().out
+  written = json.load(open(os.path.join(out, 'config.json')))
+  assert (written['num_frames'], written['tubelet_size'], written['hidden_size']) == (4, [2, 4, 4], 32)
+  weights = hub.read(out)
+  options = transformers_layout.vivit_options(weights.config, weights.tensors)
+  model = vivit.ViViT(rngs=nnx.Rngs(1), **options)
+  loaded, _ = model.load_pretrained(weights, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()))
+  jax.tree.map(np.testing.assert_array_equal, loaded, checkpoints.read_params(workdir))
+  assert (
+    export.main(['--format', 'safetensors', '--layout', 'timm', '--workdir', workdir, '--out', str(tmp_path / 't')])
+    == 2
+  )
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "holds a 'vivit' model: --layout timm writes vit runs" in err[0], err
+
+
 def test_export_safetensors_mistakes_are_one_line(tmp_path, capsys):
   for argv, message in [
     (['--format', 'safetensors', '--workdir', str(tmp_path), '--out', str(tmp_path / 'x')], 'give --layout timm'),
