@@ -47,13 +47,14 @@ HF_ROWS = {
 }
 
 
-def folder_model(row, num_classes=None, input_shape=None, **overrides):
-  """Our ViT of the folder's shape (its class count and input size unless given) with the folder's weights, and
-  the load notes."""
+def folder_model(row, num_classes=None, input_shape=None, family=vit.ViT, **overrides):
+  """Our `family` model (ViT, or ViViT for a video folder) of the folder's shape (its class count and input size
+  unless given) with the folder's weights, and the load notes."""
   weights = hub.read(os.path.join(DATA, row))  # A row's name, or a folder's path.
-  options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+  reader = vit.HUB_LAYOUTS[weights.layout]
+  options = (reader.vit_options if family is vit.ViT else reader.vivit_options)(weights.config, weights.tensors)
   classes, shape = options.pop('num_classes'), options.pop('input_shape')
-  model = vit.ViT(num_classes or classes or 7, input_shape or shape, rngs=nnx.Rngs(0), **(options | overrides))
+  model = family(num_classes or classes or 7, input_shape or shape, rngs=nnx.Rngs(0), **(options | overrides))
   initial = jax.device_get(nnx.state(model, nnx.Param).to_pure_dict())
   params, notes = model.load_pretrained(weights, initial)
   state = nnx.state(model, nnx.Param)
@@ -573,18 +574,8 @@ VIDEO_ROWS = {
 
 
 def video_model(row, num_classes=None, input_shape=None, **overrides):
-  """Our ViViT of the folder's shape (its class count and clip size unless given) with the folder's weights, and
-  the load notes."""
-  weights = hub.read(os.path.join(DATA, row))
-  options = vivit.HUB_LAYOUTS[weights.layout].vivit_options(weights.config, weights.tensors)
-  classes, shape = options.pop('num_classes'), options.pop('input_shape')
-  model = vivit.ViViT(num_classes or classes or 7, input_shape or shape, rngs=nnx.Rngs(0), **(options | overrides))
-  initial = jax.device_get(nnx.state(model, nnx.Param).to_pure_dict())
-  params, notes = model.load_pretrained(weights, initial)
-  state = nnx.state(model, nnx.Param)
-  state.replace_by_pure_dict(params)
-  nnx.update(model, state)
-  return model, notes, initial, params
+  """Our ViViT of a video folder's shape with its weights, and the load notes (`folder_model`)."""
+  return folder_model(row, num_classes, input_shape, family=vivit.ViViT, **overrides)
 
 
 @pytest.mark.parametrize('row', VIDEO_ROWS)
