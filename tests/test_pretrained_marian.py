@@ -8,6 +8,7 @@ import os
 import shutil
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 import safetensors.numpy
@@ -17,7 +18,8 @@ from conftest import load_config
 from vit_jax_lab import data as data_lib, decode, hub, models, tokens, train
 from vit_jax_lab.data.info import MarianVocab, TextInfo, WordVocab, is_marian_folder
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.models import marian_layout, seq2seq
+from vit_jax_lab.models import layers, marian_layout, seq2seq
+from vit_jax_lab.tools import export
 
 FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'pretrained', 'marian')
 
@@ -302,3 +304,223 @@ def test_other_weights_are_one_line():
   with pytest.raises(ConfigError) as e:
     model.load_pretrained({'embedding': np.zeros(3)}, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()))
   assert 'reads Marian folders only' in one_line(e)
+
+
+# --- Export: our Transformer as a Marian folder (tools.export --format safetensors --layout transformers) ----------
+
+EXPORT = os.path.join(os.path.dirname(FOLDER), 'export')
+EXPORT_SPM = os.path.join(EXPORT, 'marian_spm.model')  # Trained with our ids (PAD 0, BOS 1, EOS 2, UNK 3).
+EXPORT_TEXT = [
+  'the cat sits on the mat',
+  'a dog runs in the park',
+  'the bird sings a song',
+  'my friend reads a book',
+  'die katze sitzt auf der matte',
+  'ein hund rennt im park',
+  'der vogel singt ein lied',
+  'mein freund liest ein buch',
+]
+EXPORT_DATA = dict(vocab=EXPORT_SPM, max_input_length=16, max_target_length=8)
+
+
+def export_spm(path):
+  """A tiny SentencePiece model as data.vocab='sentencepiece' trains one (text.train_sentencepiece: our special ids),
+  without a normalisation table, so that it is a few hundred bytes."""
+  import sentencepiece as spm
+
+  spm.SentencePieceTrainer.train(
+    sentence_iterator=iter(EXPORT_TEXT),
+    model_prefix=path.removesuffix('.model'),
+    vocab_size=40,
+    model_type='unigram',
+    character_coverage=1.0,
+    normalization_rule_name='identity',
+    pad_id=tokens.PAD,
+    bos_id=tokens.BOS,
+    eos_id=tokens.EOS,
+    unk_id=tokens.UNK,
+    minloglevel=2,
+  )
+  os.remove(path.removesuffix('.model') + '.vocab')
+
+
+def random_transformer(**changes):
+  """config.model and random parameters (numpy's, seeded: the same on every machine) of a tiny Transformer over
+  EXPORT_SPM's 40 ids: every tensor random, so a swapped row, column, norm or bias shows; the EOS logit raised, so
+  that one greedy translation ends early."""
+  model_config = models.config(
+    'transformer',
+    variant=None,
+    width=16,
+    encoder_depth=2,
+    decoder_depth=2,
+    mlp_dim=32,
+    num_heads=2,
+    logits_bias=True,
+    dropout=0.0,
+    **changes,
+  )
+  model = build(model_config, 40)
+  rng = np.random.RandomState(0)
+  params = jax.tree.map(
+    lambda a: (rng.standard_normal(a.shape) * (0.1 if a.ndim > 1 else 0.2)).astype(np.float32),
+    jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()),
+  )
+  params['target_embedding']['embedding'] *= 3
+  for block in [*params['encoder']['blocks'].values(), *params['decoder']['blocks'].values()]:
+    for name in ('norm1', 'norm2', 'cross_norm'):
+      if name in block:
+        block[name]['scale'] += 1
+  params['logits_bias'][tokens.EOS] += 2
+  state = nnx.state(model, nnx.Param)
+  state.replace_by_pure_dict(params)
+  nnx.update(model, state)
+  return model_config, params, model
+
+
+def write_export(out, **changes):
+  model_config, params, model = random_transformer(**changes)
+  config = export.write_marian(model_config, params, ml_collections.ConfigDict(EXPORT_DATA), out, EXPORT)
+  return config, params, model
+
+
+@pytest.fixture(scope='module')
+def exported():
+  """The library's outputs on the exported folder (make_marian_export_reference.py in a torch environment)."""
+  with open(os.path.join(EXPORT, 'marian_export.json')) as f:
+    reference = json.load(f)
+  for name in ('input_ids', 'attention_mask', 'decoder_input_ids', 'labels_mask', 'logits', 'generated'):
+    reference[name] = np.load(os.path.join(EXPORT, f'marian_{name}.npy'))
+  return reference
+
+
+def test_export_round_trip_is_exact(tmp_path):
+  """ours -> a Marian folder -> ours (init_from=the folder): every parameter bit for bit; PAD's row, which Marian has
+  no room for (its pad is our BOS, the decoder start), comes back as BOS's."""
+  folder = str(tmp_path / 'marian')
+  config, params, _ = write_export(folder)
+  assert config['vocab_size'] == 39 and config['pad_token_id'] == config['decoder_start_token_id'] == 38
+  assert config['activation_function'] == 'relu' and config['eos_token_id'] == 0
+  assert sorted(os.listdir(folder)) == sorted(
+    ['config.json', 'generation_config.json', 'model.safetensors', 'source.spm', 'target.spm', 'vocab.json']
+    + ['tokenizer_config.json']
+  )
+  theirs = safetensors.numpy.load_file(os.path.join(FOLDER, 'model.safetensors'))
+  ours = safetensors.numpy.load_file(os.path.join(folder, 'model.safetensors'))
+  assert sorted(ours) == sorted(theirs)  # The names transformers saves.
+  model_config, notes = folder_config(folder)
+  assert model_config.activation == 'relu' and model_config.logits_bias and model_config.width == 16
+  model, _ = loaded_model(folder)
+  loaded = nnx.state(model, nnx.Param).to_pure_dict()
+  for key in ('embedding',):
+    expected = params['target_embedding'][key].copy()
+    expected[tokens.PAD] = expected[tokens.BOS]
+    np.testing.assert_array_equal(loaded['target_embedding'][key], expected)
+  bias = params['logits_bias'].copy()
+  bias[tokens.PAD] = bias[tokens.BOS]
+  np.testing.assert_array_equal(loaded['logits_bias'], bias)
+  rest = {k: v for k, v in params.items() if k not in ('target_embedding', 'logits_bias')}
+  jax.tree.map(np.testing.assert_array_equal, {k: loaded[k] for k in rest}, rest)
+  with open(os.path.join(folder, 'vocab.json')) as f:
+    vocab = json.load(f)
+  assert (vocab['</s>'], vocab['<unk>'], vocab['<pad>']) == (0, 1, 38) and len(vocab) == 39 and '<s>' not in vocab
+  from vit_jax_lab.data.text import SentencePieceVocab
+
+  for side in ('source', 'target'):  # The folder's tokenizer in our ids is the run's.
+    for text in [*EXPORT_TEXT, 'an unseen word: x!']:
+      assert MarianVocab(folder, side).encode(text) == SentencePieceVocab(EXPORT_SPM).encode(text)
+
+
+def test_export_scanned_run_writes_the_same_folder(tmp_path):
+  _, params, _ = write_export(str(tmp_path / 'plain'))
+  model_config = random_transformer(scan=True)[0]
+  scanned = layers.scanned_like(params, nnx.state(build(model_config, 40), nnx.Param).to_pure_dict())
+  export.write_marian(model_config, scanned, ml_collections.ConfigDict(EXPORT_DATA), str(tmp_path / 'scan'), EXPORT)
+  a = safetensors.numpy.load_file(str(tmp_path / 'plain' / 'model.safetensors'))
+  b = safetensors.numpy.load_file(str(tmp_path / 'scan' / 'model.safetensors'))
+  jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+def test_export_gives_the_librarys_logits_and_translation(exported, tmp_path):
+  """transformers 5.24's MarianMTModel and MarianTokenizer on the exported folder (export/marian_*.npy) give our
+  teacher-forced logits and our greedy translation, token for token; its tokenizer splits as ours."""
+  from vit_jax_lab.data.text import SentencePieceVocab
+
+  folder = str(tmp_path / 'marian')
+  _, _, model = write_export(folder)
+  table = ours_of(hub.read(folder))  # Marian id -> ours.
+  inputs = table[exported['input_ids']] * exported['attention_mask']
+  mask = exported['labels_mask']
+  decoder_inputs = table[exported['decoder_input_ids']]
+  decoder_inputs[:, 0] = tokens.BOS
+  logits = np.asarray(model(inputs, decoder_inputs * mask))
+  rows = marian_layout.our_rows(hub.read(folder))
+  bos_columns = [i for i in range(len(rows)) if i != tokens.PAD]  # Marian's columns: ours without PAD.
+  ours = logits[..., bos_columns][..., np.argsort(rows[bos_columns])]
+  difference = np.abs(ours - exported['logits'])[mask].max()
+  print(f'exported teacher-forced logits: max |ours - transformers| = {difference:.2e}')
+  assert difference < 1e-4  # Ours with LayerNorm epsilon 1e-6, Marian's 1e-5 (noted by the export).
+  read_back, _ = loaded_model(folder)  # The folder's model in ours: epsilon 1e-5 as Marian's.
+  same = np.asarray(read_back(inputs, decoder_inputs * mask))[..., table]
+  difference = np.abs(same - exported['logits'])[mask].max()
+  print(f'exported folder read back: max |ours - transformers| = {difference:.2e}')
+  assert difference < 1e-5
+  expected = table[exported['generated'][:, 1:]]
+  got, _ = decode.greedy(decode.stepper(model, inputs, expected.shape[1]), len(inputs), expected.shape[1])
+  np.testing.assert_array_equal(np.asarray(got), expected)
+  vocab = SentencePieceVocab(EXPORT_SPM)
+  for text, ids, m in zip(exported['sources'], exported['input_ids'], exported['attention_mask']):
+    assert vocab.encode(text) + [tokens.EOS] == table[ids[m > 0]].tolist()
+  for text, pieces in zip(exported['sources'], exported['source_pieces']):
+    assert [vocab._sp.id_to_piece(i) for i in vocab.encode(text)] == pieces
+  for ids, text in zip(np.asarray(got), exported['translations']):
+    assert vocab.decode(ids) == text  # The library's batch_decode(skip_special_tokens=True).
+
+
+def test_export_of_a_run_from_a_marian_folder_gives_the_folder_back(tmp_path):
+  """A run with data.vocab=a Marian folder (init_from it): its tokenizer files copied, and its weights, unchanged,
+  written as the folder's tensors bit for bit (Marian's pad row is our BOS row, read from it)."""
+  model, _ = loaded_model()
+  model_config, _ = folder_config()
+  params = jax.device_get(nnx.state(model, nnx.Param).to_pure_dict())
+  data = ml_collections.ConfigDict(dict(vocab=FOLDER, max_input_length=16, max_target_length=8))
+  out = str(tmp_path / 'again')
+  config = export.write_marian(model_config, params, data, out, str(tmp_path))
+  assert config['vocab_size'] == 53 and config['pad_token_id'] == 52 and config['activation_function'] == 'swish'
+  original = safetensors.numpy.load_file(os.path.join(FOLDER, 'model.safetensors'))
+  again = safetensors.numpy.load_file(os.path.join(out, 'model.safetensors'))
+  assert sorted(again) == sorted(original)
+  jax.tree.map(np.testing.assert_array_equal, again, original)
+  for name in ('vocab.json', 'source.spm', 'target.spm', 'tokenizer_config.json'):
+    with open(os.path.join(FOLDER, name), 'rb') as a, open(os.path.join(out, name), 'rb') as b:
+      assert a.read() == b.read(), name
+
+
+def test_export_refuses_what_marian_cannot_compute(tmp_path):
+  for changes, message in [
+    (dict(prenorm=True), "model.prenorm=True; transformers' MarianMTModel computes with model.prenorm=False"),
+    (dict(posemb='learn'), "model.posemb='learn'"),
+    (dict(share_embeddings='decoder'), "model.share_embeddings='decoder'"),
+    (dict(attention='local'), "model.attention='local'"),
+  ]:
+    with pytest.raises(ConfigError) as e:
+      write_export(str(tmp_path / 'x'), **changes)
+    assert message in one_line(e)
+    assert not os.path.exists(tmp_path / 'x')
+  model_config, params, _ = random_transformer()
+  with pytest.raises(ConfigError) as e:
+    export.write_marian(model_config, params, ml_collections.ConfigDict(EXPORT_DATA | dict(vocab='words')), 'x', '.')
+  assert "data.vocab='words'" in one_line(e)
+  with pytest.raises(ConfigError) as e:
+    export.write_marian(
+      model_config, params, ml_collections.ConfigDict(EXPORT_DATA | dict(vocab='sentencepiece')), 'x', str(tmp_path)
+    )
+  assert 'sentencepiece.model is not there' in one_line(e)
+
+
+if __name__ == '__main__':  # The folder make_marian_export_reference.py loads with transformers.
+  import sys
+
+  if not os.path.isfile(EXPORT_SPM):
+    export_spm(EXPORT_SPM)
+  write_export(os.path.join(sys.argv[1], 'marian'))

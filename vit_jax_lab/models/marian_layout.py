@@ -158,3 +158,50 @@ def to_params(weights: hub.HubWeights, dims: dict[str, int]) -> tuple[dict[str, 
     f'{size} -> {len(rows)} (PAD and BOS both its pad, the decoder start)'
   )
   return params, notes
+
+
+def from_params(params: dict[str, Any], rows: list[int]) -> dict[str, np.ndarray]:
+  """The inverse of to_params: our Transformer's parameters (a pure dict, blocks unscanned; share_embeddings='all')
+  as MarianMTModel's tensors, the names transformers saves. `rows`: Marian's id of each of our ids
+  (tokens.foreign_ids); Marian's row of an id is ours of the last id that maps to it, so its pad (the decoder start)
+  is our BOS, and our PAD row is dropped. float32, as transformers loads them."""
+
+  def array(x: Any) -> np.ndarray:
+    return np.asarray(x, np.float32)
+
+  def linear(p: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {'weight': np.ascontiguousarray(array(p['kernel']).T), 'bias': array(p['bias'])}
+
+  tensors: dict[str, np.ndarray] = {}
+
+  def put(name: str, values: dict[str, np.ndarray]) -> None:
+    tensors.update({f'{name}.{k}': v for k, v in values.items()})
+
+  def attention(name: str, p: dict[str, Any]) -> None:
+    kernels = np.split(array(p['qkv']['kernel']), 3, axis=1)
+    biases = np.split(array(p['qkv']['bias']), 3)
+    for x, kernel, bias in zip('qkv', kernels, biases):
+      put(f'{name}.{x}_proj', linear({'kernel': kernel, 'bias': bias}))
+    put(f'{name}.out_proj', linear(p['out']))
+
+  def norm(p: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {'weight': array(p['scale']), 'bias': array(p['bias'])}
+
+  for stack in ('encoder', 'decoder'):
+    for i, block in sorted(params[stack]['blocks'].items()):
+      name = f'model.{stack}.layers.{i}'
+      attention(f'{name}.self_attn', block['attn'])
+      put(f'{name}.self_attn_layer_norm', norm(block['norm1']))
+      put(f'{name}.fc1', linear(block['mlp']['fc1']))
+      put(f'{name}.fc2', linear(block['mlp']['fc2']))
+      put(f'{name}.final_layer_norm', norm(block['norm2']))
+      if stack == 'decoder':
+        attention(f'{name}.encoder_attn', block['cross_attn'])
+        put(f'{name}.encoder_attn_layer_norm', norm(block['cross_norm']))
+  ours_of = {m: i for i, m in enumerate(rows)}  # The last of our ids of each Marian id: BOS for its pad.
+  order = [ours_of[m] for m in range(len(ours_of))]
+  table = array(params['target_embedding']['embedding'])
+  bias = array(params['logits_bias']) if 'logits_bias' in params else np.zeros(len(table), np.float32)
+  tensors['model.shared.weight'] = np.ascontiguousarray(table[order])
+  tensors['final_logits_bias'] = bias[order][None]
+  return tensors

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import safetensors.numpy
+import sentencepiece as spm
 import tensorflow as tf
 from flax import nnx
 from jax._src.export import _export
@@ -44,9 +45,10 @@ from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import func, stablehlo
 from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
 
-from vit_jax_lab import checkpoints, console, models, tasks, train
+from vit_jax_lab import checkpoints, console, models, tasks, tokens, train
+from vit_jax_lab.data import info
 from vit_jax_lab.errors import ConfigError, check
-from vit_jax_lab.models import release, timm_layout, transformers_layout, vivit
+from vit_jax_lab.models import layers, marian_layout, release, timm_layout, transformers_layout, vivit
 from vit_jax_lab.tools import common
 
 PLATFORMS = ('cpu', 'cuda', 'tpu')
@@ -480,6 +482,164 @@ def write_transformers(
   return config
 
 
+# Our model.activation -> Marian's activation_function.
+_MARIAN_ACTIVATIONS = {'relu': 'relu', 'gelu': 'gelu', 'silu': 'swish'}
+# The Transformer keys MarianMTModel computes as ours only at these values.
+_MARIAN_FIXED = dict(share_embeddings='all', posemb='sincos', prenorm=False, attention='full')
+
+
+def marian_tokenizer(data_config: ml_collections.ConfigDict, vocab_dir: str) -> tuple[list[int], dict, dict, dict]:
+  """The run's vocabulary as a Marian tokenizer: (Marian's id of each of our ids, tokenizer files to copy as
+  {name: path}, vocab.json (None: copied), tokenizer_config.json's names of the special tokens). A trained
+  SentencePiece model (data.vocab='sentencepiece': vocab_dir's sentencepiece.model, or a .model file) becomes both
+  sides' model; its pieces in vocab.json as Marian orders them (eos 0, unk 1, the pieces, pad last = the decoder
+  start, which is our BOS; our PAD has no id of its own). A Marian folder (a run fine-tuned from one) is copied."""
+  vocab = data_config.vocab
+  if info.is_marian_folder(vocab):
+    tokenizer = info.MarianVocab(vocab)
+    rows = [tokenizer.marian[piece] for piece in tokenizer.pieces]
+    names = {'pad_token': tokenizer.pieces[tokens.BOS], 'eos_token': tokenizer.pieces[tokens.EOS]}
+    names['unk_token'] = tokenizer.pieces[tokens.UNK]
+    files = {name: os.path.join(vocab, name) for name in (*info.MarianVocab.FILES, 'tokenizer_config.json')}
+    files = {name: path for name, path in files.items() if os.path.isfile(path)}
+    return rows, files, None, names
+  check(
+    vocab != 'words',
+    "--layout transformers: data.vocab='words'; MarianMTModel's tokenizer is a SentencePiece model: train with "
+    "data.vocab='sentencepiece' (or a .model file) to export a translation run",
+  )
+  path = os.path.join(vocab_dir, 'sentencepiece.model') if vocab == 'sentencepiece' else vocab
+  check(os.path.isfile(path), f"--layout transformers: the run's SentencePiece model {path} is not there")
+  sp = spm.SentencePieceProcessor(model_file=path)
+  ids, specials = (sp.pad_id(), sp.bos_id(), sp.eos_id(), sp.unk_id()), (tokens.PAD, tokens.BOS, tokens.EOS, tokens.UNK)
+  check(ids == specials, f'--layout transformers: {path} has pad, bos, eos, unk ids {ids}, not ours {specials}')
+  size = sp.get_piece_size() - 1  # PAD and BOS share Marian's pad.
+  rows = tokens.foreign_ids(size, pad=size - 1, eos=0, unk=1)
+  pieces = {rows[i]: sp.id_to_piece(i) for i in range(sp.get_piece_size()) if i != tokens.BOS}
+  vocab_json = {pieces[m]: m for m in range(size)}
+  names = {'pad_token': pieces[size - 1], 'eos_token': pieces[0], 'unk_token': pieces[1]}
+  return rows, {'source.spm': path, 'target.spm': path}, vocab_json, names
+
+
+def marian_config(
+  model: nnx.Module, model_config: ml_collections.ConfigDict, data_config: ml_collections.ConfigDict, rows: list[int]
+) -> tuple[dict, dict, list[str]]:
+  """A seq2seq Transformer's transformers config.json (`MarianMTModel`: every size, the activation, Marian's ids of
+  our special tokens), generation_config.json (greedy up to data.max_target_length tokens; Marian's pad, our BOS,
+  never generated, as our decoders never choose it) and notes. What Marian computes otherwise is one line."""
+  structure = model.structure
+  check(
+    not model.images,
+    '--layout transformers: an image-to-text Transformer; MarianMTModel translates tokens to tokens',
+  )
+  mine = dict(structure, attention=model_config.get('attention', 'full'))
+  for key, value in _MARIAN_FIXED.items():
+    check(
+      mine[key] == value,
+      f"--layout transformers: model.{key}={mine[key]!r}; transformers' MarianMTModel computes with "
+      f'model.{key}={value!r}',
+    )
+  notes = []
+  if model.layernorm_epsilon != marian_layout.LAYERNORM_EPSILON:
+    notes.append(
+      f"model.layernorm_epsilon={model.layernorm_epsilon}: Marian's LayerNorms compute with "
+      f'{marian_layout.LAYERNORM_EPSILON}, its outputs differ slightly'
+    )
+  size, pad, eos = max(rows) + 1, rows[tokens.BOS], rows[tokens.EOS]
+  heads, mlp = structure['num_heads'], structure['mlp_dim']
+  config = dict(
+    architectures=['MarianMTModel'],
+    model_type='marian',
+    vocab_size=size,
+    decoder_vocab_size=size,
+    d_model=structure['width'],
+    encoder_layers=structure['encoder_depth'],
+    decoder_layers=structure['decoder_depth'],
+    encoder_attention_heads=heads,
+    decoder_attention_heads=heads,
+    encoder_ffn_dim=mlp,
+    decoder_ffn_dim=mlp,
+    activation_function=_MARIAN_ACTIVATIONS[structure['activation']],
+    scale_embedding=structure['scale_embedding'],
+    max_position_embeddings=max(512, data_config.max_input_length, data_config.max_target_length),
+    dropout=model_config.get('dropout', 0.1),
+    attention_dropout=model_config.get('attention_dropout', 0.0),
+    activation_dropout=0.0,
+    encoder_layerdrop=0.0,
+    decoder_layerdrop=0.0,
+    pad_token_id=pad,
+    eos_token_id=eos,
+    decoder_start_token_id=pad,
+    bos_token_id=None,
+    forced_eos_token_id=None,  # Our decoders force no EOS at the length limit.
+    share_encoder_decoder_embeddings=True,
+    tie_word_embeddings=True,
+    is_encoder_decoder=True,
+    dtype='float32',
+  )
+  generation = dict(
+    bad_words_ids=[[pad]],
+    decoder_start_token_id=pad,
+    eos_token_id=eos,
+    pad_token_id=pad,
+    max_length=data_config.max_target_length + 1,  # The decoder start included.
+    num_beams=1,
+    forced_eos_token_id=None,
+  )
+  return config, generation, notes
+
+
+def write_marian(
+  model_config: ml_collections.ConfigDict,
+  params: dict,
+  data_config: ml_collections.ConfigDict,
+  out: str,
+  vocab_dir: str,
+) -> dict:
+  """Writes `params` of a seq2seq Transformer run (config.model `model_config`, trained on data of `data_config`
+  whose trained SentencePiece model, if any, is in `vocab_dir`) as a transformers folder `out` that
+  `MarianMTModel.from_pretrained(out)` and `MarianTokenizer.from_pretrained(out)` load (config.json,
+  generation_config.json, model.safetensors, source.spm, target.spm, vocab.json, tokenizer_config.json); returns its
+  config. Notes (a LayerNorm epsilon other than Marian's) go to stderr."""
+  params = layers.unscanned(params)
+  check(
+    'patch_embedding' not in params,
+    '--layout transformers: an image-to-text Transformer; MarianMTModel translates tokens to tokens',
+  )
+  rows, files, vocab_json, names = marian_tokenizer(data_config, vocab_dir)
+  ours = params['target_embedding']['embedding'].shape[0]
+  check(
+    ours == len(rows),
+    f"--layout transformers: the run's embedding has {ours} rows, its vocabulary {data_config.vocab} {len(rows)} ids",
+  )
+  model = nnx.eval_shape(
+    lambda: models.build(model_config, nnx.Rngs(0), vocab_size=ours, input_vocab_size=ours, input_shape=None, max_len=1)
+  )
+  config, generation, notes = marian_config(model, model_config, data_config, rows)
+  tokenizer_config = dict(
+    tokenizer_class='MarianTokenizer',
+    separate_vocabs=False,
+    source_lang=None,
+    target_lang=None,
+    model_max_length=config['max_position_embeddings'],
+    sp_model_kwargs={},
+    **names,
+  )
+  tensors = marian_layout.from_params(params, rows)
+  json_files = {'config.json': config, 'generation_config.json': generation}
+  if vocab_json is not None:
+    json_files |= {'vocab.json': vocab_json, 'tokenizer_config.json': tokenizer_config}
+  _write_folder(out, json_files, tensors)
+  for name, path in files.items():
+    shutil.copyfile(path, os.path.join(out, name))
+  if not os.path.isfile(os.path.join(out, 'tokenizer_config.json')):
+    with open(os.path.join(out, 'tokenizer_config.json'), 'w') as f:
+      json.dump(tokenizer_config, f, indent=2)
+  for note in notes:
+    print(f'--out {out}: {note}', file=sys.stderr)
+  return config
+
+
 def _write_folder(out: str, files: dict[str, dict], tensors: dict[str, np.ndarray]) -> None:
   os.makedirs(out)
   for name, content in files.items():
@@ -489,7 +649,10 @@ def _write_folder(out: str, files: dict[str, dict], tensors: dict[str, np.ndarra
 
 
 # layout -> model family (config.model.name) -> the writer of its runs.
-WRITERS = {'timm': {'vit': write_timm}, 'transformers': {'vit': write_transformers, 'vivit': write_transformers}}
+WRITERS = {
+  'timm': {'vit': write_timm},
+  'transformers': {'vit': write_transformers, 'vivit': write_transformers, 'transformer': write_marian},
+}
 
 
 def export_hub(workdir: str, out: str, layout: str) -> dict:
@@ -503,6 +666,8 @@ def export_hub(workdir: str, out: str, layout: str) -> dict:
   )
   _check_checkpoint(workdir)
   params = checkpoints.read_params(workdir)
+  if config.model.name == 'transformer':  # Its config, parameters and vocabulary; no dataset.
+    return write_marian(config.model, params, config.data, out, workdir)
   with contextlib.redirect_stdout(sys.stderr):
     s = train.setup(common.one_device_one_example(config), jax.devices()[:1])
   model = nnx.eval_shape(lambda: train.build_model(s.config, s.task, s.info, jax.random.key(0)))
@@ -527,8 +692,8 @@ def main(argv: list[str]) -> int:
   if args.format == 'safetensors':
     if args.config is not None or overrides or args.workdir is None or args.layout is None:
       raise ConfigError(
-        '--format safetensors exports a ViT or ViViT run: give --layout timm (ViT) or --layout transformers (ViT, '
-        'ViViT), --workdir and --out only'
+        '--format safetensors exports a ViT, ViViT or seq2seq Transformer run: give --layout timm (ViT) or --layout '
+        'transformers (ViT, ViViT, Transformer as MarianMTModel), --workdir and --out only'
       )
     config = export_hub(args.workdir, args.out, args.layout)
     kind = config['architecture'] if args.layout == 'timm' else config['architectures'][0]
