@@ -14,6 +14,7 @@ import pytest
 import safetensors.numpy
 from flax import nnx
 
+import test_seq2seq_train
 from conftest import load_config
 from vit_jax_lab import data as data_lib, decode, hub, models, tokens, train
 from vit_jax_lab.data.info import MarianVocab, TextInfo, WordVocab, is_marian_folder
@@ -21,6 +22,7 @@ from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.models import layers, marian_layout, seq2seq
 from vit_jax_lab.tools import export
 
+seq_data_dir = test_seq2seq_train.seq_data_dir  # The fixture: TinyTranslate in the session's data_dir.
 FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'pretrained', 'marian')
 
 
@@ -516,6 +518,34 @@ def test_export_refuses_what_marian_cannot_compute(tmp_path):
       model_config, params, ml_collections.ConfigDict(EXPORT_DATA | dict(vocab='sentencepiece')), 'x', str(tmp_path)
     )
   assert 'sentencepiece.model is not there' in one_line(e)
+
+
+@pytest.mark.slow
+def test_export_command_writes_a_translation_run_as_a_marian_folder(seq_data_dir, tmp_path, capsys):
+  """`tools.export --format safetensors --layout transformers --workdir RUN` of the WMT recipe's run (tiny, on
+  TinyTranslate, its SentencePiece vocabulary trained in the workdir): the run's parameters back from the folder
+  (PAD's row as BOS's), its tokenizer the run's; --layout timm is one line."""
+  from vit_jax_lab import checkpoints
+  from vit_jax_lab.data.text import SentencePieceVocab
+
+  workdir, out = str(tmp_path / 'run'), str(tmp_path / 'marian')
+  train.train_and_evaluate(test_seq2seq_train.wmt_config(seq_data_dir), workdir)
+  assert export.main(['--format', 'safetensors', '--layout', 'transformers', '--workdir', workdir, '--out', out]) == 0
+  captured = capsys.readouterr()
+  assert f'wrote a transformers folder (MarianMTModel) to {out}' in captured.out
+  assert 'layernorm_epsilon=1e-06' in captured.err
+  params = checkpoints.read_params(workdir)
+  model, _ = loaded_model(out)
+  loaded = nnx.state(model, nnx.Param).to_pure_dict()
+  table = params['target_embedding']['embedding'] = np.array(params['target_embedding']['embedding'])
+  table[tokens.PAD] = table[tokens.BOS]
+  assert not loaded.pop('logits_bias').any()  # The recipe has none: Marian's final_logits_bias of zeros.
+  jax.tree.map(np.testing.assert_array_equal, loaded, params)
+  run_vocab = SentencePieceVocab(os.path.join(workdir, 'sentencepiece.model'))
+  assert MarianVocab(out).encode('The cat sees a dog.') == run_vocab.encode('The cat sees a dog.')
+  timm = ['--format', 'safetensors', '--layout', 'timm', '--workdir', workdir, '--out', str(tmp_path / 't')]
+  assert export.main(timm) == 2
+  assert capsys.readouterr().err.strip().endswith("holds a 'transformer' model: --layout timm writes vit runs")
 
 
 if __name__ == '__main__':  # The folder make_marian_export_reference.py loads with transformers.
