@@ -1,11 +1,12 @@
 """Exports a run: its parameters in its family's release .npz layout (vit: vision_transformer's, readable by other
 tools), a ViT run as a timm or Hugging Face transformers hub folder (config.json + model.safetensors), a ViViT run
-as a transformers one, or a TensorFlow SavedModel that serves it, the run's evaluation preprocessing inside.
+as a transformers one, a seq2seq Transformer run as a transformers MarianMTModel folder, or a TensorFlow SavedModel that serves it, the run's evaluation preprocessing inside.
 
 python -m vit_jax_lab.tools.export --workdir runs/vit_digits --out runs/vit_digits/vit.npz
 python -m vit_jax_lab.tools.export --format safetensors --layout timm --workdir runs/vit_digits --out vit_timm
 python -m vit_jax_lab.tools.export --format safetensors --layout transformers --workdir runs/vit_digits --out vit_hf
 python -m vit_jax_lab.tools.export --format safetensors --layout transformers --workdir runs/vivit --out vivit_hf
+python -m vit_jax_lab.tools.export --format safetensors --layout transformers --workdir runs/wmt_base --out wmt_hf
 python -m vit_jax_lab.tools.export --format saved_model --workdir runs/vit_digits --out runs/vit_digits/serving
 python -m vit_jax_lab.tools.export --format saved_model --config configs/vit/finetune.py:imagenet2012,B/16 \
     --config.init_from=ViT-B_16-imagenet2012.npz --config.data.data_dir=/datasets/tfds --out serving
