@@ -1,6 +1,7 @@
 """Exports a run: its parameters in its family's release .npz layout (vit: vision_transformer's, readable by other
 tools), a ViT run as a timm or Hugging Face transformers hub folder (config.json + model.safetensors), a ViViT run
-as a transformers one, a seq2seq Transformer run as a transformers MarianMTModel folder, or a TensorFlow SavedModel that serves it, the run's evaluation preprocessing inside.
+as a transformers one, a seq2seq Transformer run as a transformers MarianMTModel folder (with its tokenizer), or a
+TensorFlow SavedModel that serves it, the run's evaluation preprocessing inside.
 
 python -m vit_jax_lab.tools.export --workdir runs/vit_digits --out runs/vit_digits/vit.npz
 python -m vit_jax_lab.tools.export --format safetensors --layout timm --workdir runs/vit_digits --out vit_timm
