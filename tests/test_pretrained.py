@@ -265,12 +265,14 @@ SIZES = ('variant', 'patch_size', 'width', 'depth', 'mlp_dim', 'num_heads')
 @pytest.mark.parametrize('row,shape', [('vit', '32,32,3,10'), ('dinov2_reg4', '42,42,3,10')])
 def test_init_from_a_timm_folder_in_a_run_takes_the_folders_shape(smoke_config, row, shape, capsys):
   """train.setup / init_state, as `python -m main --config.init_from=DIR` runs them: sizes the config leaves unset
-  and keys at their defaults come from the folder (noted), and the run starts from timm's weights."""
+  and keys at their defaults come from the folder (noted), and the run starts from timm's weights, read straight into
+  the devices: the initial parameters (a re-initialised head kept among them) never pass through the host."""
   config = smoke_config(init_from=os.path.join(DATA, row))
   config.model.update(dict.fromkeys(SIZES), dropout=0.0, drop_path=0.0)
   info, _ = tasks.build(config.task).synthetic_batch(shape, config.data.batch_size)
   s = train.setup(config, data=(None, info))
-  state = train.init_state(s)
+  with jax.transfer_guard_device_to_host('disallow'):  # Nothing of the initial model is copied to the host.
+    state = train.init_state(s)
   model = nnx.merge(s.graphdef, state.params)
   ref = np.load(os.path.join(DATA, row, 'reference.npz'))
   assert max_difference(model(ref['images']), ref['logits']) < 1e-5

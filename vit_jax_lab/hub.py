@@ -221,6 +221,8 @@ def place(tree: Any, shardings: Any) -> Any:
   is made, only of one tensor at a time where the layout reshapes it."""
 
   def one(array: Any, sharding: jax.sharding.Sharding) -> jax.Array:
+    if isinstance(array, jax.Array):  # Kept from the initial state, already on the devices.
+      return jax.device_put(array, sharding)
     # A strided view (a transposed kernel) is copied whole first, one tensor: sliced shard by shard, it is read
     # from the mapped file column by column, several times slower.
     array = np.ascontiguousarray(array)

@@ -242,7 +242,9 @@ def init_state(s: Setup) -> TrainState:
     return state
   source = checkpoints.read_init_from(path)
   model = nnx.merge(s.graphdef, s.abstract_state.params)
-  loaded, notes = model.load_pretrained(source, jax.device_get(state.params.to_pure_dict()))
+  # The initial parameters stay on the devices: a loader keeps those it does not replace (a new head) as they are,
+  # and copies to the host only one it reads (one tensor), so no host holds the whole initial model.
+  loaded, notes = model.load_pretrained(source, state.params.to_pure_dict())
   log(f'init_from {path}' + ''.join(f'\n  {note}' for note in notes))
   params = state.params  # Each parameter placed in its sharded layout, shard by shard (no whole-model host copy).
   params.replace_by_pure_dict(hub.place(loaded, s.state_shardings.params.to_pure_dict()))

@@ -228,7 +228,10 @@ def from_release(
   # register tokens' when its position embeddings cover them).
   prefix_rows = getattr(model, 'posemb_prefix_rows', int(model.pool == 'tok' and model.posemb_type == 'learn'))
   has_cls_row = prefix_rows > 0
-  target, layout = layers.unscanned(target), target
+  # Only the heads' initial values are ever kept: every other parameter is compared by shape alone, on views of one
+  # zero per array (no memory), so initial parameters still on the devices are never copied whole to the host.
+  layout = target
+  target = layers.unscanned(jax.tree.map(lambda a: np.broadcast_to(np.zeros((), a.dtype), a.shape), target))
   flat = normalise_release(flat, class_token_row=has_cls_row)
   expected = to_release(target, model.num_heads)
   notes = []
@@ -255,10 +258,10 @@ def from_release(
       continue
     if kernel not in flat and bias not in flat:
       notes.append(f'{head} {expected[kernel].shape} initialised: the source has none (a backbone without a head)')
-      flat[kernel], flat[bias] = expected[kernel], expected[bias]
+      flat[kernel], flat[bias] = layout[head]['kernel'], layout[head]['bias']
     elif kernel in flat and flat[kernel].shape != expected[kernel].shape:
       notes.append(f'{head} {flat[kernel].shape} re-initialised for {expected[kernel].shape}')
-      flat[kernel], flat[bias] = expected[kernel], expected[bias]
+      flat[kernel], flat[bias] = layout[head]['kernel'], layout[head]['bias']
   if 'pre_logits/kernel' in flat and 'pre_logits/kernel' not in expected:
     notes.append('pre-logits layer dropped (model.representation_size is None)')
     del flat['pre_logits/kernel'], flat['pre_logits/bias']
