@@ -66,6 +66,52 @@ def test_predict_pretrained_preprocessing_follows_the_folder():
   assert (p.resize, p.crop, p.method, p.scale) == ((32, 32), None, 'bilinear', 1 / 255)
 
 
+VIDEO_ROWS = ('hf_vivit', 'hf_videomae')  # make_references.py's predict_video_references.
+
+
+def _video_probabilities(folder, video, tmp_path):
+  out = str(tmp_path / 'out.jsonl')
+  assert (
+    predict.main(['--pretrained', folder, os.path.join(DATA, 'predict', video), '--top_k', '10', '--out', out]) == 0
+  )
+  (line,) = [json.loads(x) for x in open(out)]
+  return line['top_k']
+
+
+@pytest.mark.parametrize('row', VIDEO_ROWS)
+def test_predict_pretrained_video_gives_the_librarys_probabilities(row, tmp_path, capsys):
+  """A clip of 6 frames at the folder's 16 x 24: num_frames=4 of them sampled evenly (0, 1, 3, 4), each frame's
+  preprocessing the identity's size, as transformers' video processor reads them."""
+  reference = np.load(os.path.join(DATA, 'predict', f'{row}_clip.npy'))[0]
+  top_k = _video_probabilities(os.path.join(DATA, row), 'clip.mov', tmp_path)
+  ours = np.array([dict(top_k)[f'LABEL_{i}'] for i in range(10)])
+  assert 'resized' not in capsys.readouterr().err
+  print(f'{row}: max |ours - library| probability {max_difference(ours, reference):.2e}')
+  np.testing.assert_allclose(ours, reference, atol=1e-5, rtol=0)
+  assert [label for label, _ in top_k] == [f'LABEL_{i}' for i in np.argsort(-reference)]
+
+
+@pytest.mark.parametrize('row', VIDEO_ROWS)
+def test_predict_pretrained_video_resizes_and_crops_as_the_folder_says(row, tmp_path, capsys):
+  """A 24 x 40 clip read by a folder whose processor resizes the shorter side to 16 and crops 16 x 24: TensorFlow's
+  bilinear resize, not the library's (torchvision's), so the probabilities differ slightly, and a note says so."""
+  folder = tmp_path / row
+  shutil.copytree(os.path.join(DATA, row), folder)
+  processor = json.loads((folder / 'preprocessor_config.json').read_text())
+  (folder / 'preprocessor_config.json').write_text(json.dumps(processor | dict(size=dict(shortest_edge=16))))
+  reference = np.load(os.path.join(DATA, 'predict', f'{row}_clip_large.npy'))[0]
+  ours = np.array(
+    [dict(_video_probabilities(str(folder), 'clip_large.mov', tmp_path))[f'LABEL_{i}'] for i in range(10)]
+  )
+  difference = max_difference(ours, reference)
+  assert '1 inputs resized or cut' in capsys.readouterr().err
+  print(f'{row} resized 24x40 -> 16x26 -> crop 16x24: max |ours - library| probability {difference:.2e}')
+  assert difference < LARGE_CLIP_TOLERANCE
+
+
+LARGE_CLIP_TOLERANCE = 1e-3  # Measured 1.7e-4 (ViViT) and 1.5e-4 (VideoMAE) with TF 2 and torchvision 0.29.
+
+
 @pytest.mark.parametrize(
   'row,message', [('mae', 'has no classification head (a backbone)'), ('clip', 'embedding projection')]
 )

@@ -49,7 +49,7 @@ from vit_jax_lab.data import images
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.data.info import MarianVocab
 from vit_jax_lab.errors import ConfigError, check
-from vit_jax_lab.models import marian_layout, seq2seq, vit
+from vit_jax_lab.models import marian_layout, seq2seq, transformers_layout, vit, vivit
 from vit_jax_lab.tools import common
 
 try:
@@ -318,8 +318,8 @@ class Predictor:
     def prepared(item):
       try:
         features, changed = self.model_input(_read(item, channels))
-      except Unreadable as e:
-        return e, False
+      except Unreadable as e:  # A reason found past reading (a clip too short) names the input here.
+        return (e if str(e).startswith(item.name) else Unreadable(f'{item.name}: {e}')), False
       except tf.errors.OpError as e:
         what = 'image' if item.form == 'image' else 'input'
         return Unreadable(f'{item.name}: not a readable {what} ({_first_line(e)})'), False
@@ -445,10 +445,10 @@ _TIMM_MEAN, _TIMM_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # timm's d
 
 @dataclasses.dataclass(frozen=True)
 class Preprocessing:
-  """A hub folder's evaluation preprocessing of an image, as its library applies it: resize (an int: the shorter
-  side to it; a pair: to that size; None: none), a central crop to `crop`, then value * scale, (value - mean) / std
-  per channel. The resize is TensorFlow's (antialiased, rounded to uint8 as PIL's), not PIL's: equal to the
-  library's only where the image already has that size."""
+  """A hub folder's evaluation preprocessing of an image (or of each frame of a clip), as its library applies it:
+  resize (an int: the shorter side to it; a pair: to that size; None: none), a central crop to `crop`, then
+  (value * scale - offset - mean) / std per channel. The resize is TensorFlow's (antialiased, rounded to uint8 as
+  PIL's), not PIL's or torchvision's: equal to the library's only where the image already has that size."""
 
   resize: int | tuple[int, int] | None
   crop: tuple[int, int] | None
@@ -456,6 +456,7 @@ class Preprocessing:
   scale: float
   mean: tuple[float, ...]
   std: tuple[float, ...]
+  offset: float = 0.0  # Subtracted after the scale: VivitImageProcessor's `offset` (value * scale - 1).
 
 
 def _pair(value: Any) -> tuple[int, int]:
@@ -466,7 +467,8 @@ def _pair(value: Any) -> tuple[int, int]:
 
 def preprocessing_of(path: str, config: dict, layout: str) -> Preprocessing:
   """The folder's preprocessing: timm's `pretrained_cfg` (input_size, crop_pct, crop_mode, interpolation, mean,
-  std) or transformers' preprocessor_config.json (size, crop, resample, rescale, image_mean, image_std)."""
+  std) or transformers' preprocessor_config.json (size, crop, resample, rescale, image_mean, image_std; ViViT's
+  offset, on by default as in VivitImageProcessor)."""
   if layout == 'timm_vit':
     cfg = config.get('pretrained_cfg') or {}
     height, width = cfg.get('input_size', [3, 224, 224])[1:]
@@ -486,20 +488,23 @@ def preprocessing_of(path: str, config: dict, layout: str) -> Preprocessing:
   size = p.get('size') if p.get('do_resize', True) else None
   resize = size['shortest_edge'] if isinstance(size, dict) and 'shortest_edge' in size else size and _pair(size)
   crop = _pair(p['crop_size']) if p.get('do_center_crop') and p.get('crop_size') else None
-  normalise = p.get('do_normalize', True)
+  normalise, rescale = p.get('do_normalize', True), p.get('do_rescale', True)
+  offset = rescale and p.get('offset', str(p.get('image_processor_type', '')).startswith('Vivit'))
   return Preprocessing(
     resize,
     crop,
     _RESAMPLE.get(p.get('resample', 2), 'bilinear'),
-    p.get('rescale_factor', 1 / 255) if p.get('do_rescale', True) else 1.0,
+    p.get('rescale_factor', 1 / 255) if rescale else 1.0,
     tuple(p.get('image_mean', (0.5, 0.5, 0.5))) if normalise else (0.0,),
     tuple(p.get('image_std', (0.5, 0.5, 0.5))) if normalise else (1.0,),
+    1.0 if offset else 0.0,
   )
 
 
 def _preprocess(p: Preprocessing, image: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-  """An image (uint8) through `p`; and whether it was resized (or its crop cut or padded anything)."""
-  x, shape = tf.cast(image, tf.float32), tf.shape(image)[:2]
+  """An image (uint8, H x W x C) or a clip's frames (T x H x W x C) through `p`; and whether it was resized (or its
+  crop cut or padded anything)."""
+  x, shape = tf.cast(image, tf.float32), tf.shape(image)[-3:-1]
   if isinstance(p.resize, int):
     short, ratio = tf.reduce_min(shape), tf.cast(shape, tf.float32) / tf.cast(tf.reduce_min(shape), tf.float32)
     size = tf.where(shape == short, p.resize, tf.cast(ratio * p.resize, tf.int32))
@@ -514,9 +519,9 @@ def _preprocess(p: Preprocessing, image: tf.Tensor) -> tuple[tf.Tensor, tf.Tenso
   x = tf.cond(same, lambda: x, resized)
   changed = ~same
   if p.crop is not None:
-    changed |= tf.reduce_any(tf.shape(x)[:2] != p.crop)
+    changed |= tf.reduce_any(tf.shape(x)[-3:-1] != p.crop)
     x = tf.image.resize_with_crop_or_pad(x, *p.crop)
-  return (x * p.scale - tf.constant(p.mean)) / tf.constant(p.std), changed
+  return (x * p.scale - p.offset - tf.constant(p.mean)) / tf.constant(p.std), changed
 
 
 def _labels(config: dict, num_classes: int) -> list[str]:
@@ -527,9 +532,17 @@ def _labels(config: dict, num_classes: int) -> list[str]:
   return [str(n) for n in names] if len(names) == num_classes else [str(i) for i in range(num_classes)]
 
 
+def sampled_frames(frames: int, num_frames: int) -> np.ndarray:
+  """The frames a clip of `frames` is read by: `num_frames` evenly spaced from the first, frame i * frames //
+  num_frames, as transformers' video-classification pipeline samples them (its video processor's
+  do_sample_frames)."""
+  return np.arange(num_frames) * frames // num_frames
+
+
 @dataclasses.dataclass
 class HubPredictor(Predictor):
-  """A timm or transformers classifier folder as its library runs it: its model, labels and preprocessing."""
+  """A timm or transformers classifier folder as its library runs it: its model, labels and preprocessing. A video
+  classifier (kind 'video') reads num_frames frames sampled evenly from each clip (`sampled_frames`)."""
 
   model: Any = None
   input_shape: tuple[int, ...] = ()
@@ -538,12 +551,30 @@ class HubPredictor(Predictor):
   def __post_init__(self):
     self.classify = True
 
-    def model_input(raw):
+    def image_input(raw):
       image = tf.io.decode_image(raw, channels=self.channels, expand_animations=False)
       x, changed = _preprocess(self.preprocessing, image)
       return {'images': x}, changed
 
-    self.model_input = tf.function(model_input, input_signature=[tf.TensorSpec([], tf.string)])
+    def clip_input(frames):
+      return _preprocess(self.preprocessing, frames)
+
+    if self.kind == 'video':
+      clip = tf.function(clip_input, input_signature=[tf.TensorSpec([None, None, None, self.channels], tf.uint8)])
+      num_frames = self.input_shape[0]
+
+      def video_input(frames: np.ndarray):
+        if len(frames) < num_frames:
+          raise Unreadable(
+            f'the clip has {len(frames)} frames, and the model reads num_frames={num_frames} sampled evenly from it: '
+            'give a longer clip'
+          )
+        x, changed = clip(frames[sampled_frames(len(frames), num_frames)])
+        return {'images': x}, changed
+
+      self.model_input = video_input
+    else:
+      self.model_input = tf.function(image_input, input_signature=[tf.TensorSpec([], tf.string)])
     graphdef = nnx.graphdef(self.model)
     top_k = min(self.top_k, len(self.labels))
 
@@ -620,6 +651,32 @@ def load_marian(path: str, weights: hub.HubWeights) -> MarianPredictor:
   return MarianPredictor('text', None, None, params, None, 1, model, source, target, max_length)
 
 
+def load_video(path: str, weights: hub.HubWeights, top_k: int) -> HubPredictor:
+  """A transformers video classifier folder (ViViT, VideoMAE), as it is: the ViViT of its shape
+  (ViViT.pretrained_config), clip (num_frames, image_size) and class count with its weights, its label names and its
+  preprocessing of each frame."""
+  options = vivit.HUB_LAYOUTS[weights.layout].vivit_options(weights.config, weights.tensors)
+  num_classes, input_shape = options['num_classes'], options['input_shape']
+  check(
+    num_classes,
+    f'--pretrained {path} has no classification head (a backbone): fine-tune it with --config.init_from={path}, then '
+    'predict with --workdir',
+  )
+  model_config = models.config('vivit')
+  vivit.ViViT.pretrained_config(model_config, weights)
+  model = models.build(model_config, nnx.Rngs(0), num_classes=num_classes, input_shape=input_shape)
+  params = nnx.state(model, nnx.Param)
+  loaded, notes = model.load_pretrained(weights, jax.device_get(params.to_pure_dict()))
+  for note in notes:
+    print(f'--pretrained {path}: {note}', file=sys.stderr)
+  params.replace_by_pure_dict(loaded)
+  nnx.update(model, params)
+  labels = _labels(weights.config, num_classes)
+  preprocessing = preprocessing_of(path, weights.config, weights.layout)
+  params = jax.device_put(nnx.state(model), jax.devices()[0])
+  return HubPredictor('video', None, None, params, labels, top_k, model, input_shape, preprocessing)
+
+
 def load_hub(path: str, top_k: int) -> Predictor:
   """A hub folder with a classification head, as it is: the ViT of its shape (ViT.pretrained_config) and class
   count with its weights, its label names and its preprocessing; or a Marian translation folder."""
@@ -627,6 +684,8 @@ def load_hub(path: str, top_k: int) -> Predictor:
   if weights.layout in seq2seq.Transformer.PRETRAINED:
     return load_marian(path, weights)
   check(weights.layout in vit.HUB_LAYOUTS, f'--pretrained {path}: {hub.LAYOUTS[weights.layout][0]} is not read')
+  if weights.config.get('model_type') in transformers_layout.VIDEO_TYPES:
+    return load_video(path, weights, top_k)
   options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
   num_classes, input_shape = options['num_classes'], options['input_shape']
   projection = '_clip_' in weights.config.get('architecture', '') or 'Projection' in str(

@@ -11,7 +11,8 @@ Not run by the tests: it needs torch, timm and transformers, which are no projec
 `... make_references.py tests/data/pretrained predict` writes predict/ instead (tests/test_pretrained_commands.py):
 a PNG at the models' input size and each PREDICT row's probabilities from the library's own eval pipeline on it
 (timm: resolve_data_config + create_transform, crop_pct 1; transformers: the folder's image processor), the
-committed folders' weights loaded by the library.
+committed folders' weights loaded by the library; and for the video rows two PNG-coded clips and their probabilities
+from the folder's video processor (predict_video_references; PyAV 18.1 in that environment too).
 
 `... make_references.py tests/data/pretrained export DIR` writes export/timm_logits_NAME.npy: timm's logits on
 export/images.npy of each folder DIR/NAME that `python tests/test_pretrained_commands.py DIR` exported (our ViTs
@@ -216,6 +217,52 @@ def predict_references(out: str) -> None:
     probabilities = torch.softmax(logits, -1).numpy()
     np.save(os.path.join(folder, f'{row}.npy'), probabilities)
     print(row, probabilities.shape, probabilities.max())
+  predict_video_references(out, folder)
+
+
+# Clips for the video rows (PNG-coded .mov: lossless RGB, so that every decoder gives the same frames): 6 frames, so
+# that num_frames=4 are sampled, at the folders' 16 x 24 (the identity) and at 24 x 40 (read with the shorter side
+# resized to 16 and the centre cropped to 16 x 24: PREDICT_VIDEO_RESIZE overrides the folder's size).
+PREDICT_VIDEOS = {'clip.mov': (6, 16, 24), 'clip_large.mov': (6, 24, 40)}
+PREDICT_VIDEO_RESIZE = {'shortest_edge': 16}
+
+
+def write_video(path: str, frames: np.ndarray) -> None:
+  import av
+
+  with av.open(path, 'w') as container:
+    stream = container.add_stream('png', rate=8)
+    stream.height, stream.width = frames.shape[1:3]
+    stream.pix_fmt = 'rgb24'
+    for frame in frames:
+      container.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format='rgb24')))
+    container.mux(stream.encode())
+
+
+def predict_video_references(out: str, folder: str) -> None:
+  """Each video row's probabilities on each clip as transformers' video-classification pipeline computes them: the
+  folder's video processor (AutoVideoProcessor) sampling num_frames frames evenly (do_sample_frames: frame
+  i * frames // num_frames) from the decoded clip, then the model and a softmax. The pipeline itself decodes files
+  only with torchcodec: here PyAV decodes them, as ours does."""
+  import av
+
+  rs = np.random.RandomState(101)
+  for name, shape in PREDICT_VIDEOS.items():
+    write_video(os.path.join(folder, name), rs.randint(0, 256, (*shape, 3), np.uint8))
+  for row in HF_VIDEO_ROWS:
+    model = transformers.AutoModelForVideoClassification.from_pretrained(os.path.join(out, row)).eval()
+    processor = transformers.AutoVideoProcessor.from_pretrained(os.path.join(out, row))
+    for name in PREDICT_VIDEOS:
+      with av.open(os.path.join(folder, name)) as container:
+        frames = np.stack([f.to_ndarray(format='rgb24') for f in container.decode(video=0)])
+      size = PREDICT_VIDEO_RESIZE if name == 'clip_large.mov' else None
+      kwargs = dict(num_frames=model.config.num_frames, do_sample_frames=True, return_tensors='pt')
+      pixels = processor(frames, **kwargs, **(dict(size=size) if size else {}))['pixel_values']
+      with torch.no_grad():
+        probabilities = torch.softmax(model(pixel_values=pixels).logits, -1).numpy()
+      file = f'{row}_{os.path.splitext(name)[0]}.npy'
+      np.save(os.path.join(folder, file), probabilities)
+      print(file, type(processor).__name__, tuple(pixels.shape), probabilities.max())
 
 
 def export_references(out: str, folders: str) -> None:
