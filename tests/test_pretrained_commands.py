@@ -112,6 +112,32 @@ def test_predict_pretrained_video_resizes_and_crops_as_the_folder_says(row, tmp_
 LARGE_CLIP_TOLERANCE = 1e-3  # Measured 1.7e-4 (ViViT) and 1.5e-4 (VideoMAE) with TF 2 and torchvision 0.29.
 
 
+def test_predict_pretrained_video_samples_and_preprocesses_as_the_library():
+  np.testing.assert_array_equal(predict.sampled_frames(6, 4), [0, 1, 3, 4])  # The library's on the reference clip.
+  np.testing.assert_array_equal(predict.sampled_frames(4, 4), [0, 1, 2, 3])
+  np.testing.assert_array_equal(predict.sampled_frames(33, 16), [2 * i for i in range(16)])  # i * 33 // 16.
+  vivit_p = predict.preprocessing_of(os.path.join(DATA, 'hf_vivit'), {}, 'transformers_vit')
+  videomae_p = predict.preprocessing_of(os.path.join(DATA, 'hf_videomae'), {}, 'transformers_vit')
+  assert (vivit_p.scale, vivit_p.offset, vivit_p.mean) == (1 / 127.5, 1.0, (0.5,) * 3)  # VivitImageProcessor's offset.
+  assert (videomae_p.scale, videomae_p.offset, videomae_p.crop) == (1 / 255, 0.0, (16, 24))
+
+
+def test_predict_pretrained_video_mistakes_are_one_line(tmp_path, capsys):
+  clip = os.path.join(DATA, 'predict', 'clip.mov')
+  frames = tmp_path / 'short'  # A clip of 3 frames: fewer than num_frames=4.
+  frames.mkdir()
+  for i in range(3):
+    tf.io.write_file(str(frames / f'{i}.png'), tf.io.encode_png(np.full((16, 24, 3), 9 * i, np.uint8)))
+  for folder, given, message, code in [
+    ('hf_vit', clip, 'is a video, and this model reads images: give JPEG or PNG files', 2),
+    ('hf_vivit', IMAGE, 'is an image, and this model classifies videos', 2),
+    ('hf_videomae', str(frames), 'the clip has 3 frames, and the model reads num_frames=4 sampled evenly', 2),
+  ]:
+    assert predict.main(['--pretrained', os.path.join(DATA, folder), given]) == code
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith('error')]
+    assert len(err) == 1 and message in err[0], (folder, err)
+
+
 @pytest.mark.parametrize(
   'row,message', [('mae', 'has no classification head (a backbone)'), ('clip', 'embedding projection')]
 )
