@@ -19,8 +19,10 @@ Weights: the newest checkpoint of --workdir (its parameter average with ema_deca
 --config, those of --config.init_from (a release .npz or a run), loaded as training loads them. With --pretrained,
 a timm or Hugging Face transformers classifier folder (config.json + model.safetensors) runs as it is: the ViT of
 its shape, its label names (timm's label_names, transformers' id2label) and its own preprocessing (timm's
-pretrained_cfg, transformers' preprocessor_config.json). A transformers Marian folder (opus-mt) translates its
-inputs as the library's greedy `generate` does (its tokenizer, up to generation_config.json's max_length):
+pretrained_cfg, transformers' preprocessor_config.json). A transformers video classifier folder (ViViT, VideoMAE)
+runs as the ViViT of its shape on num_frames frames sampled evenly from each clip, as the library's video processor
+samples them. A transformers Marian folder (opus-mt) translates its inputs as the library's greedy `generate` does
+(its tokenizer, up to generation_config.json's max_length):
 
 python -m vit_jax_lab.tools.predict --pretrained opus-mt-en-de/ 'the cat sits on the mat'
 
