@@ -653,42 +653,12 @@ def load_marian(path: str, weights: hub.HubWeights) -> MarianPredictor:
   return MarianPredictor('text', None, None, params, None, 1, model, source, target, max_length)
 
 
-def load_video(path: str, weights: hub.HubWeights, top_k: int) -> HubPredictor:
-  """A transformers video classifier folder (ViViT, VideoMAE), as it is: the ViViT of its shape
-  (ViViT.pretrained_config), clip (num_frames, image_size) and class count with its weights, its label names and its
-  preprocessing of each frame."""
-  options = vivit.HUB_LAYOUTS[weights.layout].vivit_options(weights.config, weights.tensors)
-  num_classes, input_shape = options['num_classes'], options['input_shape']
-  check(
-    num_classes,
-    f'--pretrained {path} has no classification head (a backbone): fine-tune it with --config.init_from={path}, then '
-    'predict with --workdir',
-  )
-  model_config = models.config('vivit')
-  vivit.ViViT.pretrained_config(model_config, weights)
-  model = models.build(model_config, nnx.Rngs(0), num_classes=num_classes, input_shape=input_shape)
-  params = nnx.state(model, nnx.Param)
-  loaded, notes = model.load_pretrained(weights, jax.device_get(params.to_pure_dict()))
-  for note in notes:
-    print(f'--pretrained {path}: {note}', file=sys.stderr)
-  params.replace_by_pure_dict(loaded)
-  nnx.update(model, params)
-  labels = _labels(weights.config, num_classes)
-  preprocessing = preprocessing_of(path, weights.config, weights.layout)
-  params = jax.device_put(nnx.state(model), jax.devices()[0])
-  return HubPredictor('video', None, None, params, labels, top_k, model, input_shape, preprocessing)
-
-
-def load_hub(path: str, top_k: int) -> Predictor:
-  """A hub folder with a classification head, as it is: the ViT of its shape (ViT.pretrained_config) and class
-  count with its weights, its label names and its preprocessing; or a Marian translation folder."""
-  weights = hub.read(path)
-  if weights.layout in seq2seq.Transformer.PRETRAINED:
-    return load_marian(path, weights)
-  check(weights.layout in vit.HUB_LAYOUTS, f'--pretrained {path}: {hub.LAYOUTS[weights.layout][0]} is not read')
-  if weights.config.get('model_type') in transformers_layout.VIDEO_TYPES:
-    return load_video(path, weights, top_k)
-  options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+def _folder_predictor(path: str, weights: hub.HubWeights, top_k: int, kind: str) -> HubPredictor:
+  """A hub folder with a classification head as it is: for `kind` 'image' the ViT, for 'video' the ViViT, of its
+  shape (the family's pretrained_config), input and class count with its weights, label names and preprocessing."""
+  name, family = ('vit', vit.ViT) if kind == 'image' else ('vivit', vivit.ViViT)
+  reader = (vit if kind == 'image' else vivit).HUB_LAYOUTS[weights.layout]
+  options = (reader.vit_options if kind == 'image' else reader.vivit_options)(weights.config, weights.tensors)
   num_classes, input_shape = options['num_classes'], options['input_shape']
   projection = '_clip_' in weights.config.get('architecture', '') or 'Projection' in str(
     weights.config.get('architectures')
@@ -699,11 +669,11 @@ def load_hub(path: str, top_k: int) -> Predictor:
     f'--pretrained {path} has no classification head ({what}): fine-tune it with --config.init_from={path}, then '
     'predict with --workdir',
   )
-  model_config = models.config('vit')
-  vit.ViT.pretrained_config(model_config, weights)  # The folder's shape into the defaults.
+  model_config = models.config(name)
+  family.pretrained_config(model_config, weights)  # The folder's shape into the defaults.
   model = models.build(model_config, nnx.Rngs(0), num_classes=num_classes, input_shape=input_shape)
   params = nnx.state(model, nnx.Param)
-  loaded, notes = model.load_pretrained(weights, jax.device_get(params.to_pure_dict()))
+  loaded, notes = model.load_pretrained(weights, params.to_pure_dict())
   for note in notes:
     print(f'--pretrained {path}: {note}', file=sys.stderr)
   params.replace_by_pure_dict(loaded)
@@ -711,7 +681,19 @@ def load_hub(path: str, top_k: int) -> Predictor:
   labels = _labels(weights.config, num_classes)
   preprocessing = preprocessing_of(path, weights.config, weights.layout)
   params = jax.device_put(nnx.state(model), jax.devices()[0])
-  return HubPredictor('image', None, None, params, labels, top_k, model, input_shape, preprocessing)
+  return HubPredictor(kind, None, None, params, labels, top_k, model, input_shape, preprocessing)
+
+
+def load_hub(path: str, top_k: int) -> Predictor:
+  """A hub folder as it is: an image classifier (the ViT), a transformers video classifier (ViViT, VideoMAE: the
+  ViViT), or a Marian translation folder."""
+  weights = hub.read(path)
+  if weights.layout in seq2seq.Transformer.PRETRAINED:
+    return load_marian(path, weights)
+  check(weights.layout in vit.HUB_LAYOUTS, f'--pretrained {path}: {hub.LAYOUTS[weights.layout][0]} is not read')
+  if weights.config.get('model_type') in transformers_layout.VIDEO_TYPES:
+    return _folder_predictor(path, weights, top_k, 'video')
+  return _folder_predictor(path, weights, top_k, 'image')
 
 
 # --- The command --------------------------------------------------------------------------------------------------
