@@ -636,7 +636,7 @@ def load_marian(path: str, weights: hub.HubWeights) -> MarianPredictor:
   size = len(marian_layout.our_rows(weights))
   model = models.build(model_config, nnx.Rngs(0), vocab_size=size, input_vocab_size=size, input_shape=None, max_len=1)
   params = nnx.state(model, nnx.Param)
-  loaded, notes = model.load_pretrained(weights, jax.device_get(params.to_pure_dict()))
+  loaded, notes = model.load_pretrained(weights, params.to_pure_dict())  # Read for shapes and dtypes alone.
   generation = {}
   if os.path.isfile(os.path.join(path, 'generation_config.json')):
     with open(os.path.join(path, 'generation_config.json')) as f:
