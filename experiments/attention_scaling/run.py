@@ -104,7 +104,7 @@ def layer_row(kind: str, n: int, repeats: int) -> dict:
   return measure(compiled, lambda: compiled(params, x), repeats)
 
 
-def step_row(kind: str, n: int, repeats: int) -> dict:
+def step_row(kind: str, n: int, repeats: int, depth: int | None = None) -> dict:
   side = 16 * math.isqrt(n)
   config = config_lib.load(os.path.join(common.ROOT, 'configs/vit/digits.py'))
   config.model.update(variant='Ti/16', pool='gap', posemb='learn', dropout=0.0, attention=pattern_of(kind))
@@ -112,6 +112,7 @@ def step_row(kind: str, n: int, repeats: int) -> dict:
   config.compute_dtype = jnp.dtype(DTYPE).name
   config.model.update(attention_window=WINDOW, attention_random_blocks=RANDOM_BLOCKS)
   config.model.update(**{k: None for k in ('width', 'depth', 'mlp_dim', 'num_heads', 'patch_size')})
+  config.model.depth = depth
   config.data.batch_size = config.data.eval_batch_size = 1
   s, batch = bench.synthetic_setup(config, f'{side},{side},3,1000')
   state = jax.block_until_ready(train.init_state(s))
@@ -125,6 +126,10 @@ def step_row(kind: str, n: int, repeats: int) -> dict:
   return measure(compiled, step, repeats)
 
 
+def row(what: str, kind: str, n: int, repeats: int, depth: int | None) -> dict:
+  return layer_row(kind, n, repeats) if what == 'layer' else step_row(kind, n, repeats, depth)
+
+
 def slope(rows: dict[int, dict]) -> float | None:
   """Of log time against log n, from n = 1,024 on: below, fixed costs (dispatch, small kernels) dominate."""
   points = [(math.log(n), math.log(r['seconds'])) for n, r in rows.items() if 'seconds' in r and n >= 1024]
@@ -134,12 +139,12 @@ def slope(rows: dict[int, dict]) -> float | None:
   return float(np.polyfit(x, y, 1)[0])
 
 
-def run_cell(what: str, kind: str, n: int, repeats: int) -> dict:
+def run_cell(what: str, kind: str, n: int, repeats: int, depth: int | None = None) -> dict:
   """One configuration measured in a process of its own (on a GPU, in this one): {'seconds', 'gib'}, {'oom_gib'}
   (its compiled peak does not fit), or {'killed': True} (the kernel ended it, or the GPU refused an allocation)."""
   if GPU:
     try:
-      return {'layer': layer_row, 'step': step_row}[what](kind, n, repeats)
+      return row(what, kind, n, repeats, depth)
     except jax.errors.JaxRuntimeError as e:
       if 'RESOURCE_EXHAUSTED' not in str(e):
         raise
@@ -154,6 +159,7 @@ def run_cell(what: str, kind: str, n: int, repeats: int) -> dict:
     f'{what},{kind},{n}',
     '--repeats',
     str(repeats),
+    *(['--depth', str(depth)] if depth else []),
   ]
   done = subprocess.run(command, cwd=common.ROOT, capture_output=True, text=True)
   if done.returncode in (-9, 137):
@@ -215,11 +221,14 @@ def main() -> None:
   parser.add_argument(
     '--readme', help='write the table into this README.md (default: beside this script, and only for the default sizes)'
   )
+  parser.add_argument(
+    '--depth', type=int, help="the step table's layers (default: ViT-Ti/16's 12; the suite's toy run: 2)"
+  )
   parser.add_argument('--cell', help='WHAT,KIND,N: measure one configuration and print it as JSON (used by main)')
   args = parser.parse_args()
   if args.cell:
     what, kind, n = args.cell.split(',')
-    print(json.dumps({'layer': layer_row, 'step': step_row}[what](kind, int(n), args.repeats)))
+    print(json.dumps(row(what, kind, int(n), args.repeats, args.depth)))
     return
   sizes = tuple(int(n) for n in args.sizes.split(','))
   results = {what: {k: {} for k in KINDS} for what in args.what.split(',')}
@@ -230,7 +239,7 @@ def main() -> None:
   for what in results:
     for kind in KINDS:
       for n in sizes:
-        results[what][kind][n] = run_cell(what, kind, n, args.repeats)
+        results[what][kind][n] = run_cell(what, kind, n, args.repeats, args.depth)
         print(what, kind, n, cell(results[what][kind][n]), flush=True)
         if readme:  # Rewritten after every cell: a run cut off keeps what it measured.
           minutes = (time.time() - start) / 60

@@ -190,7 +190,7 @@ def gpu_part(part: int, args) -> None:
   elif part in (3, 5):
     command = [sys.executable, '-m', 'experiments.attention_scaling.run', '--what', 'layer' if part == 3 else 'step']
     if args.tiny:
-      command += ['--sizes', '16', '--repeats', '1']
+      command += ['--sizes', '16', '--repeats', '1', '--depth', '2']
     if args.readme_dir:
       command += ['--readme', os.path.join(args.readme_dir, 'attention_scaling', 'README.md')]
     subprocess.run(command, cwd=common.ROOT, check=True)
