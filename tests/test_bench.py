@@ -117,6 +117,7 @@ def test_without_xla_counts_the_step_flops_are_its_matmuls(smoke_config, monkeyp
   assert counts['matmuls', True] == counts['matmuls', False] and counts['xla', True] == counts['xla', False]
 
 
+@pytest.mark.slow
 def test_a_step_on_synthetic_input_and_every_family_need_no_tensorflow(tmp_path):
   script = """
 import sys

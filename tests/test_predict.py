@@ -111,6 +111,7 @@ def test_image_folder_gives_the_models_top_k_on_the_evaluation_inputs(digits_run
     assert sum(float(row.split()[0]) for row in rows) < 1
 
 
+@pytest.mark.slow
 def test_unreadable_files_are_one_line_each_and_the_rest_is_predicted(digits_run, digit_files, tmp_path, capsys):
   folder = tmp_path / 'mixed'
   os.makedirs(folder)
@@ -126,6 +127,7 @@ def test_unreadable_files_are_one_line_each_and_the_rest_is_predicted(digits_run
   assert 'error' in lines[0] and 'error' in lines[1] and len(lines[2]['top_k']) == 5
 
 
+@pytest.mark.slow
 def test_config_with_init_from_loads_the_weights_as_training_does(digits_run, digit_files, data_dir, tmp_path):
   workdir, _ = digits_run
   _, files, features = digit_files
@@ -141,6 +143,7 @@ def test_config_with_init_from_loads_the_weights_as_training_does(digits_run, di
       check_top_k(json.loads(line)['top_k'], expected[i], 10)
 
 
+@pytest.mark.slow
 def test_mistakes_are_one_line(digits_run, digit_files, data_dir, tmp_path, capsys):
   workdir, png = digits_run[0], digit_files[1][0]
   (tmp_path / 'clip.mp4').write_bytes(b'')
@@ -244,6 +247,7 @@ def test_frame_folders_give_the_mean_of_the_views(moving_digits_dir, tmp_path):
   assert predict.main(['--workdir', workdir, os.path.join(folders[0], 'frame0.png')]) == 2  # An image: one line.
 
 
+@pytest.mark.slow
 def test_damaged_jpegs_are_counted_and_libjpeg_prints_nothing(digits_run, digit_files, tmp_path, capfd):
   """A JPEG cut short and one with corrupt data: TensorFlow's libjpeg would print "Premature end of JPEG data" or
   "Improper call to JPEG library" on the terminal (and decode the cut one with grey rows); each is one error line

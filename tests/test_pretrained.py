@@ -262,6 +262,7 @@ def test_a_family_that_does_not_read_the_layout_is_refused_before_reading():
 SIZES = ('variant', 'patch_size', 'width', 'depth', 'mlp_dim', 'num_heads')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('row,shape', [('vit', '32,32,3,10'), ('dinov2_reg4', '42,42,3,10')])
 def test_init_from_a_timm_folder_in_a_run_takes_the_folders_shape(smoke_config, row, shape, capsys):
   """train.setup / init_state, as `python -m main --config.init_from=DIR` runs them: sizes the config leaves unset
@@ -739,6 +740,7 @@ def test_a_scanned_vivit_loads_the_folder_alike():
   assert max_difference(model(ref['videos']), ref['logits']) < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('row', VIDEO_ROWS)
 def test_init_from_a_video_folder_in_a_run_takes_the_folders_shape(tmp_path, row, capsys):
   """train.setup / init_state as `python -m main --config configs/vivit/moving_digits.py --config.init_from=DIR`

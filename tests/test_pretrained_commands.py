@@ -91,6 +91,7 @@ def test_predict_pretrained_video_gives_the_librarys_probabilities(row, tmp_path
   assert [label for label, _ in top_k] == [f'LABEL_{i}' for i in np.argsort(-reference)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('row', VIDEO_ROWS)
 def test_predict_pretrained_video_resizes_and_crops_as_the_folder_says(row, tmp_path, capsys):
   """A 24 x 40 clip read by a folder whose processor resizes the shorter side to 16 and crops 16 x 24: TensorFlow's

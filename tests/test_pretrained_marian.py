@@ -243,6 +243,7 @@ def test_the_vit_does_not_take_a_marian_folder():
   assert 'MarianMTModel' in one_line(e)
 
 
+@pytest.mark.slow
 def test_init_from_a_marian_folder_in_a_run(tmp_path, capsys, reference):
   """train.setup / init_state as `python -m main --config.init_from=DIR --config.data.vocab=DIR` runs them: the
   folder's shape into config.model (noted), the data tokenised by the folder's vocabulary, the library's logits."""

@@ -64,6 +64,7 @@ def mount(tmp_path):
 # 1. A rejected init_from blocks the corrected command.
 
 
+@pytest.mark.slow
 def test_a_rejected_init_from_leaves_nothing_and_a_run_without_checkpoint_holds_nothing(smoke_config, tmp_path):
   other = str(tmp_path / 'other')  # A ViT workdir of another size.
   train.train_and_evaluate(smoke_config(total_steps=2, checkpoint_every=2, eval_every=2), other)
@@ -132,6 +133,7 @@ def faulty_workdir(tmp_path, source: str, fault: str) -> tuple[list[str], dict]:
   return command(workdir, data_dir), env
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   'fault, expected',
   [
@@ -151,6 +153,7 @@ def test_faults_of_the_environment_data_and_workdir_are_one_line(tmp_path, data_
   assert time.time() - started < 120  # No hang (checkpoints a file took 5 minutes).
 
 
+@pytest.mark.slow
 def test_an_empty_data_dir_on_a_read_only_disk_is_one_line(tmp_path, mount):
   data_dir = mount('ro,size=1m')
   line = one_line(run(command(str(tmp_path / 'run'), data_dir)), 2)
@@ -161,12 +164,14 @@ def test_an_empty_data_dir_on_a_read_only_disk_is_one_line(tmp_path, mount):
 # 3. The wrong disk is named; 6. noise on a tiny disk.
 
 
+@pytest.mark.slow
 def test_a_full_data_dir_disk_is_named(tmp_path, mount):
   data_dir = mount('size=64k')  # Smaller than the digits dataset.
   line = one_line(run(command(str(tmp_path / 'run'), data_dir)), errors.DiskFull.exit_status)
   assert line.startswith(f'error: no space left at {data_dir}/digits/1.0.0: ') and 'prepare the data' in line, line
 
 
+@pytest.mark.slow
 def test_a_tiny_workdir_disk_is_one_line_without_tensorflow_warnings(data_dir, mount):
   workdir = os.path.join(mount('size=8k'), 'run')
   result = run(command(workdir, data_dir))
@@ -177,6 +182,7 @@ def test_a_tiny_workdir_disk_is_one_line_without_tensorflow_warnings(data_dir, m
 # 4. Changed data is resumed silently.
 
 
+@pytest.mark.slow
 def test_a_folder_changed_before_the_resume_is_refused_and_its_prepared_copy_kept(tmp_path):
   image_tree(tmp_path / 'p', per_class=4)
   config = folder_config(tmp_path / 'p', tmp_path / 'tfds', batch_size=8, eval_batch_size=8)
@@ -227,6 +233,7 @@ def test_a_signal_during_start_up_says_nothing_was_trained(data_dir, tmp_path, s
   ]
 
 
+@pytest.mark.slow
 def test_sighup_stops_as_sigterm_does(data_dir, tmp_path):
   stop_by_signal(str(tmp_path / 'run'), data_dir, signal.SIGHUP)  # The step saved, one line, exit status 75.
 
@@ -270,6 +277,7 @@ def test_a_preparation_in_progress_elsewhere_is_left_alone(tmp_path):
 # 8. A second Ctrl-C interrupts at once, during a save too.
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_during_a_save_interrupts_at_once(data_dir, tmp_path):
   """A larger model (150 MB of state) so that the save lasts long enough to be caught in the act."""
   workdir = str(tmp_path / 'run')

@@ -45,6 +45,7 @@ def test_best_eval_ranks_by_the_headline_metric(tmp_path):
   assert reporting.best_eval(str(path)) == 'best eval/loss 0.5000 at step 2'  # Lower is better.
 
 
+@pytest.mark.slow
 def test_the_done_line_gives_the_best_evaluation_and_the_wall_time(smoke_config, tmp_path, capsys):
   train.train_and_evaluate(smoke_config(total_steps=4, eval_every=2), str(tmp_path / 'run'))
   done = capsys.readouterr().out.splitlines()[-1]

@@ -88,6 +88,7 @@ def test_decoder_inputs_shift_within_each_packed_sequence():
   np.testing.assert_array_equal(decoder_inputs(targets[:, :3]), [[1, 7, 8]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('scan', [False, True])
 def test_cached_decoding_equals_uncached(scan):
   model = tiny(scan=scan)

@@ -165,6 +165,7 @@ def test_remat_and_scan_equal_the_plain_step(seq_data_dir):
     np.testing.assert_allclose(losses, reference, rtol=1e-5, err_msg=str(overrides))
 
 
+@pytest.mark.slow
 def test_packed_batches_resume_exactly_and_keep_every_token(seq_data_dir):
   config = load(
     'configs/seq2seq/scan.py:simple,smoke',

@@ -150,6 +150,7 @@ def test_mistakes_are_one_line(smoke_config, tmp_path, capsys):
   assert not os.path.exists(tmp_path / 'a') and not os.path.exists(tmp_path / 'b')
 
 
+@pytest.mark.slow
 def test_saved_model_names_the_classes(tmp_path, data_dir):
   """A folder of three named classes: the SavedModel returns each class index's folder name, and keeps the names as
   its asset class_names.txt."""

@@ -510,6 +510,7 @@ def test_bad_tracking_configs_stop_in_one_line(tracking_dir, data_dir, overrides
   assert '\n' not in str(error.value)
 
 
+@pytest.mark.slow
 def test_online_tracking_gives_equal_boxes_on_1_and_8_devices(tracking_dir):
   results = []
   for devices, eval_batch in ((jax.devices()[:1], 4), (jax.devices(), 8)):

@@ -267,6 +267,7 @@ def test_training_pairs_from_benchmark_frames_of_any_size(got10k_dir):
   assert '\n' not in str(e.value) and 'set data.distractor_fraction=0' in str(e.value)
 
 
+@pytest.mark.slow
 def test_track_draws_a_benchmark_sequence(got10k_dir, tmp_path, capsys):
   """tools.track on a benchmark's sequence: its encoded frames decoded, its box file's boxes scored."""
   out = str(tmp_path / 'track.png')

@@ -33,6 +33,7 @@ def run_steps(config, devices, num_steps=5, initial_from=None):
   return np.array(losses), jax.device_get(state.params.to_pure_dict()), state
 
 
+@pytest.mark.slow
 def test_same_steps_on_1_device_8_devices_and_fsdp(smoke_config):
   devices = jax.devices()
   assert len(devices) == 8

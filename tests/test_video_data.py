@@ -51,6 +51,7 @@ def splits(moving_digits_dir):
   }
 
 
+@pytest.mark.slow
 def test_builder_sizes_shapes_and_balanced_labels(moving_digits_dir, splits):
   builder = tfds.builder('moving_digits', data_dir=moving_digits_dir)
   assert builder.info.features['label'].names == ['right', 'left', 'down', 'up']
@@ -62,6 +63,7 @@ def test_builder_sizes_shapes_and_balanced_labels(moving_digits_dir, splits):
     assert collections.Counter(data['label'].tolist()) == {k: n // 4 for k in range(4)}
 
 
+@pytest.mark.slow
 def test_builder_videos_are_the_documented_ones(splits):
   """The test split is exactly: digit i (i % 5 == 0) with its corner at c + v * (t - 4), c from default_rng(i)."""
   from sklearn.datasets import load_digits
@@ -82,6 +84,7 @@ def test_builder_videos_are_the_documented_ones(splits):
   assert got == expected
 
 
+@pytest.mark.slow
 def test_label_is_not_recoverable_from_any_single_frame(splits):
   """Every frame of the test split appears under at least 2 labels; the middle frames under all 4."""
   test = splits['test']
@@ -101,6 +104,7 @@ def test_label_is_not_recoverable_from_any_single_frame(splits):
   assert all(labels_of_frame[m] == {0, 1, 2, 3} for m in middles)
 
 
+@pytest.mark.slow
 def test_load_reads_video_shapes(moving_digits_dir):
   _, info = pipeline.load(make_config(moving_digits_dir, num_frames=4).data, label_data.dataset_info)
   assert (info.input_key, info.input_shape, info.num_classes) == ('video', (4, 20, 20, 1), 4)
@@ -155,6 +159,7 @@ def test_frames_of_varying_size_need_image_size(tmp_path):
     assert fn(example, seed(0))['inputs'].shape == (8, 4, 4, 1)
 
 
+@pytest.mark.slow
 def test_train_clip_is_a_strided_window_of_the_video(moving_digits_dir, splits):
   config = make_config(moving_digits_dir, num_frames=4, frame_stride=2)
   _, info = pipeline.load(config.data, label_data.dataset_info)
@@ -338,6 +343,7 @@ def test_mixup_mixes_whole_clips():
   np.testing.assert_allclose(mixed, lam * clips + (1 - lam) * rolled, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_whole_split_eval_counts_every_video_once(moving_digits_dir, splits):
   """1,440 test videos in global batches of 200 (8 devices): each video once, in order, then padding."""
   config = make_config(moving_digits_dir, num_frames=9, eval_batch_size=200, eval_clips=1, eval_crops=3)
@@ -396,6 +402,7 @@ def test_resize_size_below_image_size_is_a_config_error():
   config_lib.validate(make_config(image_size=16, resize_size=16, eval_crops=1, eval_clips=4, frame_stride=2))
 
 
+@pytest.mark.slow
 def test_augmenting_videos_is_refused(moving_digits_dir, tmp_path, capsys):
   """Here, beside the other tests of moving_digits, so one pytest-xdist worker builds it."""
   argv = ['--config', os.path.join(ROOT, 'configs/vivit/moving_digits.py:factorised_encoder')]
