@@ -219,7 +219,8 @@ def main() -> None:
   parser.add_argument('--repeats', type=int, default=2)
   parser.add_argument('--what', default='layer,step', help='which tables: layer, step or both')
   parser.add_argument(
-    '--readme', help='write the table into this README.md (default: beside this script, and only for the default sizes)'
+    '--readme',
+    help='write the table into this README.md (default: beside this script, for the default sizes and depth)',
   )
   parser.add_argument(
     '--depth', type=int, help="the step table's layers (default: ViT-Ti/16's 12; the suite's toy run: 2)"
@@ -233,7 +234,9 @@ def main() -> None:
   sizes = tuple(int(n) for n in args.sizes.split(','))
   results = {what: {k: {} for k in KINDS} for what in args.what.split(',')}
   start = time.time()
-  readme = args.readme or (os.path.join(os.path.dirname(__file__), 'README.md') if sizes == SIZES else None)
+  readme = args.readme or (
+    os.path.join(os.path.dirname(__file__), 'README.md') if (sizes, args.depth) == (SIZES, None) else None
+  )
   machine = f'{platform.processor() or platform.machine()}, {os.cpu_count()} cores, one JAX device'
   machine = f'one {jax.devices()[0].device_kind}, bf16' if GPU else machine
   for what in results:
