@@ -167,16 +167,22 @@ EXPORTED_TRANSFORMERS = {
 }
 
 
-def _random_vit(name):
-  """A ViT whose every parameter is drawn by NumPy (seed 0): the same on every JAX version."""
-  keys = EXPORTED[name] if name in EXPORTED else EXPORTED_TRANSFORMERS[name]
-  model = vit.ViT(10, (32, 32, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=8, rngs=nnx.Rngs(0), **keys)
+def _numpy_params(model: nnx.Module) -> dict:
+  """Every parameter of `model` drawn by NumPy (seed 0), the same on every JAX version: set in the model, and
+  returned."""
   state = nnx.state(model, nnx.Param)
   rs = np.random.RandomState(0)
   params = jax.tree.map(lambda x: (0.3 * rs.randn(*x.shape)).astype(np.float32), jax.device_get(state.to_pure_dict()))
   state.replace_by_pure_dict(params)
   nnx.update(model, state)
-  return model, params
+  return params
+
+
+def _random_vit(name):
+  """A ViT whose every parameter is drawn by NumPy (seed 0): the same on every JAX version."""
+  keys = EXPORTED[name] if name in EXPORTED else EXPORTED_TRANSFORMERS[name]
+  model = vit.ViT(10, (32, 32, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=8, rngs=nnx.Rngs(0), **keys)
+  return model, _numpy_params(model)
 
 
 @pytest.mark.parametrize('name', EXPORTED)
@@ -272,12 +278,7 @@ def _random_vivit(name, **keys):
     rngs=nnx.Rngs(0),
     **(EXPORTED_VIDEO[name] if name else {}) | keys,
   )
-  state = nnx.state(model, nnx.Param)
-  rs = np.random.RandomState(0)
-  params = jax.tree.map(lambda x: (0.3 * rs.randn(*x.shape)).astype(np.float32), jax.device_get(state.to_pure_dict()))
-  state.replace_by_pure_dict(params)
-  nnx.update(model, state)
-  return model, params
+  return model, _numpy_params(model)
 
 
 def _videos():

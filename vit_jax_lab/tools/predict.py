@@ -39,7 +39,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, Callable, Iterator, TextIO
+from typing import Any, Callable, Iterator, Sequence, TextIO
 
 import jax
 import numpy as np
@@ -628,6 +628,18 @@ class MarianPredictor(Predictor):
         yield item, self.target.decode(out[row]), False
 
 
+def _with_weights(model: nnx.Module, weights: hub.HubWeights, path: str, more_notes: Sequence[str] = ()) -> nnx.State:
+  """`model` given the folder's weights (its initial parameters, on the device, read for shapes and dtypes alone),
+  the load notes and `more_notes` printed; returns its state on the first device."""
+  params = nnx.state(model, nnx.Param)
+  loaded, notes = model.load_pretrained(weights, params.to_pure_dict())
+  for note in [*notes, *more_notes]:
+    print(f'--pretrained {path}: {note}', file=sys.stderr)
+  params.replace_by_pure_dict(loaded)
+  nnx.update(model, params)
+  return jax.device_put(nnx.state(model), jax.devices()[0])
+
+
 def load_marian(path: str, weights: hub.HubWeights) -> MarianPredictor:
   """A transformers Marian folder, as it is: the Transformer of its shape (Transformer.pretrained_config) with its
   weights and its tokenizer."""
@@ -635,20 +647,14 @@ def load_marian(path: str, weights: hub.HubWeights) -> MarianPredictor:
   seq2seq.Transformer.pretrained_config(model_config, weights)
   size = len(marian_layout.our_rows(weights))
   model = models.build(model_config, nnx.Rngs(0), vocab_size=size, input_vocab_size=size, input_shape=None, max_len=1)
-  params = nnx.state(model, nnx.Param)
-  loaded, notes = model.load_pretrained(weights, params.to_pure_dict())  # Read for shapes and dtypes alone.
   generation = {}
   if os.path.isfile(os.path.join(path, 'generation_config.json')):
     with open(os.path.join(path, 'generation_config.json')) as f:
       generation = json.load(f)
   max_length = generation.get('max_length', weights.config.get('max_length', 512)) - 1  # Less the decoder start.
-  if generation.get('num_beams', 1) > 1:
-    notes.append(f"greedy decoding, not the folder's beam search of num_beams={generation['num_beams']}")
-  for note in notes:
-    print(f'--pretrained {path}: {note}', file=sys.stderr)
-  params.replace_by_pure_dict(loaded)
-  nnx.update(model, params)
-  params = jax.device_put(nnx.state(model), jax.devices()[0])
+  beams = generation.get('num_beams', 1)
+  greedy = [f"greedy decoding, not the folder's beam search of num_beams={beams}"] if beams > 1 else []
+  params = _with_weights(model, weights, path, greedy)
   source, target = MarianVocab(path, 'source'), MarianVocab(path, 'target')
   return MarianPredictor('text', None, None, params, None, 1, model, source, target, max_length)
 
@@ -672,15 +678,9 @@ def _folder_predictor(path: str, weights: hub.HubWeights, top_k: int, kind: str)
   model_config = models.config(name)
   family.pretrained_config(model_config, weights)  # The folder's shape into the defaults.
   model = models.build(model_config, nnx.Rngs(0), num_classes=num_classes, input_shape=input_shape)
-  params = nnx.state(model, nnx.Param)
-  loaded, notes = model.load_pretrained(weights, params.to_pure_dict())
-  for note in notes:
-    print(f'--pretrained {path}: {note}', file=sys.stderr)
-  params.replace_by_pure_dict(loaded)
-  nnx.update(model, params)
+  params = _with_weights(model, weights, path)
   labels = _labels(weights.config, num_classes)
   preprocessing = preprocessing_of(path, weights.config, weights.layout)
-  params = jax.device_put(nnx.state(model), jax.devices()[0])
   return HubPredictor(kind, None, None, params, labels, top_k, model, input_shape, preprocessing)
 
 
