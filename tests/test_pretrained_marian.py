@@ -519,6 +519,11 @@ def test_export_refuses_what_marian_cannot_compute(tmp_path):
       model_config, params, ml_collections.ConfigDict(EXPORT_DATA | dict(vocab='sentencepiece')), 'x', str(tmp_path)
     )
   assert 'sentencepiece.model is not there' in one_line(e)
+  with pytest.raises(ConfigError) as e:  # A caption run's image encoder.
+    export.write_marian(
+      model_config, params | {'patch_embedding': {}}, ml_collections.ConfigDict(EXPORT_DATA), 'x', '.'
+    )
+  assert 'an image-to-text Transformer; MarianMTModel translates tokens to tokens' in one_line(e)
 
 
 @pytest.mark.slow

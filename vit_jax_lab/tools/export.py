@@ -530,10 +530,6 @@ def marian_config(
   our special tokens), generation_config.json (greedy up to data.max_target_length tokens; Marian's pad, our BOS,
   never generated, as our decoders never choose it) and notes. What Marian computes otherwise is one line."""
   structure = model.structure
-  check(
-    not model.images,
-    '--layout transformers: an image-to-text Transformer; MarianMTModel translates tokens to tokens',
-  )
   mine = dict(structure, attention=model_config.get('attention', 'full'))
   for key, value in _MARIAN_FIXED.items():
     check(
@@ -630,13 +626,12 @@ def write_marian(
   tensors = marian_layout.from_params(params, rows)
   json_files = {'config.json': config, 'generation_config.json': generation}
   if vocab_json is not None:
-    json_files |= {'vocab.json': vocab_json, 'tokenizer_config.json': tokenizer_config}
+    json_files['vocab.json'] = vocab_json
+  if 'tokenizer_config.json' not in files:  # A Marian folder's own is copied.
+    json_files['tokenizer_config.json'] = tokenizer_config
   _write_folder(out, json_files, tensors)
   for name, path in files.items():
     shutil.copyfile(path, os.path.join(out, name))
-  if not os.path.isfile(os.path.join(out, 'tokenizer_config.json')):
-    with open(os.path.join(out, 'tokenizer_config.json'), 'w') as f:
-      json.dump(tokenizer_config, f, indent=2)
   for note in notes:
     print(f'--out {out}: {note}', file=sys.stderr)
   return config
