@@ -15,6 +15,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vit_jax_lab import boxes
+from vit_jax_lab.data import images, videos
 from vit_jax_lab.data.info import TrackingInfo
 from vit_jax_lab.errors import check
 
@@ -75,13 +76,6 @@ def encoded(builder: tfds.core.DatasetBuilder) -> bool:
   return builder.info.features['frames'].dtype == tf.string
 
 
-def decode(frame: tf.Tensor, channels: int) -> tf.Tensor:
-  """A frame as pixels (H, W, C) uint8: decoded if it is an encoded image file, else as it is."""
-  if frame.dtype != tf.string:
-    return frame
-  return tf.ensure_shape(tf.io.decode_image(frame, channels=channels, expand_animations=False), [None, None, channels])
-
-
 def crop(image: tf.Tensor, region: boxes.Region, size: int) -> tf.Tensor:
   """A (size, size, C) float32 crop of `image` (H, W, C) over the square `region`, bilinear, each crop pixel sampled
   at its centre (boxes.crop_sample_points); outside the image: 0. `vit_jax_lab.tasks.tracking.crop` is the same in
@@ -138,7 +132,7 @@ def decoded_frames(frames, info: TrackingInfo) -> Iterator[np.ndarray]:
   """The frames of a sequence, encoded files (T,) or pixels (T, H, W, C), one at a time as (H, W, C) float32 in
   data.value_range: what online evaluation of real videos reads (a whole long video would not fit in memory)."""
   for frame in frames:
-    pixels = decode(tf.constant(frame), info.channels) if isinstance(frame, bytes) else frame
+    pixels = images.decode(tf.constant(frame), info.channels) if isinstance(frame, bytes) else frame
     yield scale(pixels, info.value_range).numpy()
 
 
@@ -154,6 +148,7 @@ def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dic
   def fn(example: dict, seed: tf.Tensor) -> dict:
     frames, sequence_boxes = example['frames'], example['boxes']
     if not train:
+      frames = videos.decode_frames(frames, info.channels)
       return {'frames': scale(frames, d.value_range), 'boxes': sequence_boxes, 'absent': example['absent']}
     template_seed, gap_seed, jitter_seed, negative_seed, away_seed = tf.unstack(
       tf.random.experimental.stateless_split(seed, 5)
@@ -166,7 +161,7 @@ def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dic
     t, s = visible[i], visible[tf.clip_by_value(i + gap, 0, length - 1)]
     template_box, search_box = tuple(tf.unstack(sequence_boxes[t])), tuple(tf.unstack(sequence_boxes[s]))
     # Crops of scaled frames: the pixels outside a frame are 0 in data.value_range, as in online evaluation.
-    template_frame, search_frame = (scale(decode(frames[k], info.channels), d.value_range) for k in (t, s))
+    template_frame, search_frame = (scale(images.decode(frames[k], info.channels), d.value_range) for k in (t, s))
     template = crop(template_frame, boxes.region(template_box, d.template_factor), d.template_size)
     around = _jittered(search_box, jitter_seed, d.centre_jitter, d.size_jitter)  # The box the crop is cut around.
     present = tf.random.stateless_uniform([], negative_seed) >= d.negative_fraction

@@ -32,6 +32,15 @@ def crop_offsets(height, width, crop_height: int, crop_width: int, crops: int) -
   return tf.where(tf.stack([height > width, height <= width]), along, room // 2)
 
 
+def decode_frames(frames: tf.Tensor, channels: int) -> tf.Tensor:
+  """uint8 frames (T, H, W, C) of encoded frame files (T,) (as the pipeline reads videos: only the frames a clip
+  takes are decoded), or the frames as they are."""
+  if frames.dtype != tf.string:
+    return frames
+  spec = tf.TensorSpec([None, None, channels], tf.uint8)
+  return tf.map_fn(lambda f: images.decode(f, channels), frames, fn_output_signature=spec)
+
+
 def _inception_crop(frames: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
   """One images.inception_crop box for all frames: they lie side by side on the channel axis."""
   shape = tf.shape(frames)
@@ -44,7 +53,7 @@ def _inception_crop(frames: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
 def preprocess_fn(
   data_config, shape: tuple[int, int, int, int], train: bool
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-  """(uint8 video, seed) -> one clip of `shape` (T, H, W, C) for training, or for evaluation its
+  """(uint8 video or its encoded frames, seed) -> one clip of `shape` (T, H, W, C) for training, or for evaluation its
   (eval_clips * eval_crops, T, H, W, C) views, clip-major; float32 in data.value_range."""
   num_frames, height, width, channels = shape
   stride = data_config.frame_stride
@@ -63,7 +72,7 @@ def preprocess_fn(
     else:
       starts = clip_starts(length, span, clips)
     frames = tf.gather(video, tf.reshape(frame_indices(starts, num_frames, stride, length), [-1]))
-    frames = tf.cast(frames, tf.float32)  # (clips * T, H, W, C)
+    frames = tf.cast(decode_frames(frames, channels), tf.float32)  # (clips * T, H, W, C)
     if train and data_config.inception_crop:
       frames = tf.image.resize(_inception_crop(frames, box_seed), (height, width), antialias=data_config.antialias)
     elif short is not None:

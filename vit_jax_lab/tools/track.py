@@ -25,7 +25,7 @@ from matplotlib.patches import Patch, Rectangle
 from PIL import Image
 
 from vit_jax_lab import boxes, console, tasks, train
-from vit_jax_lab.data import tracking as data_tracking
+from vit_jax_lab.data import videos
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.errors import ConfigError, check
 from vit_jax_lab.tasks import tracking
@@ -79,7 +79,7 @@ def load_sequence(s: train.Setup, index: int) -> tuple[np.ndarray, np.ndarray, n
   check(0 <= index < count, f'--sequence={index}: the eval split has {count} sequences (0 to {count - 1})')
   split = f'{s.config.data.eval_split}[{index}:{index + 1}]'
   example = next(iter(s.task.prepare(s.info, False)(s.builder.as_dataset(split=split))))  # 'absent' as evaluated.
-  frames = np.stack([data_tracking.decode(f, s.info.channels).numpy() for f in example['frames']])
+  frames = videos.decode_frames(example['frames'], s.info.channels).numpy()
   return frames, example['boxes'].numpy(), example['absent'].numpy()
 
 
