@@ -15,7 +15,7 @@ from PIL import Image, ImageEnhance, ImageOps
 import main
 from test_data import stream
 from vit_jax_lab import config as config_lib, models, tasks
-from vit_jax_lab.data import augment
+from vit_jax_lab.data import augment, device
 from vit_jax_lab.tasks import classification
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -162,22 +162,27 @@ def test_randaugment_fn_off_is_the_identity_and_on_keeps_float_pixels():
   np.testing.assert_array_equal(out, tf.round(out))  # uint8 values.
 
 
-def test_random_erasing():
-  image = tf.zeros((16, 16, 3))
-  np.testing.assert_array_equal(augment.random_erase(image, seed(0), 0.0, (-1.0, 1.0)), image)
+def test_random_erasing_in_the_step_is_one_rectangle_per_image_at_its_probability():
+  blank = jnp.zeros((300, 16, 16, 3))
+  key = jax.random.key(0)
+  np.testing.assert_array_equal(device.random_erase(blank, key, 0.0, (-1.0, 1.0)), blank)
+  out = np.asarray(device.random_erase(blank[:40], key, 1.0, (-1.0, 1.0)))
+  np.testing.assert_array_equal(out, device.random_erase(blank[:40], key, 1.0, (-1.0, 1.0)))
+  np.testing.assert_array_equal(out[:5], device.random_erase(blank[:5], key, 1.0, (-1.0, 1.0)))  # Row b: its own.
   areas = []
-  for k in range(40):
-    out = augment.random_erase(image, seed(k), 1.0, (-1.0, 1.0)).numpy()
-    np.testing.assert_array_equal(out, augment.random_erase(image, seed(k), 1.0, (-1.0, 1.0)))
-    changed = (out != 0).any(-1)
+  for image in out:
+    changed = (image != 0).any(-1)
     rows, cols = np.flatnonzero(changed.any(1)), np.flatnonzero(changed.any(0))
     if changed.any():  # One rectangle, all channels, inside 2%-1/3 of the area (rounding allowed).
       box = changed[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
       assert box.all() and changed.sum() == box.size
       areas.append(box.size / 256)
   assert len(areas) >= 36 and 0.01 <= min(areas) and max(areas) <= 0.4
-  erased = [bool((augment.random_erase(image, seed(k), 0.25, (-1.0, 1.0)) != 0).numpy().any()) for k in range(300)]
+  assert len({a for a in areas}) > 10  # Boxes differ from image to image.
+  erased = (np.asarray(device.random_erase(blank, key, 0.25, (-1.0, 1.0))) != 0).reshape(300, -1).any(1)
   assert abs(np.mean(erased) - 0.25) < 4 * np.sqrt(0.25 * 0.75 / 300)
+  noise = np.asarray(device.random_erase(blank[:40], key, 1.0, (0.0, 4.0)))[out != 0]
+  assert abs(noise.mean() - 2.0) < 0.1 and abs(noise.std() - 2.0) < 0.1  # The range's centre, half its width.
 
 
 # --- The image pipeline ------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vit_jax_lab import parallel
-from vit_jax_lab.data import images, labels, pipeline
+from vit_jax_lab.data import device, images, labels, pipeline
 from vit_jax_lab.data.labels import preprocess_fn
 
 
@@ -36,9 +36,10 @@ def test_preprocessing_value_range(smoke_config):
   fn = preprocess_fn(config.data, info, train=True)
   image = tf.constant(np.full((8, 8, 1), 255, np.uint8))
   out = fn({'image': image, 'label': 3}, tf.constant([0, 7], tf.int64))
-  assert out['inputs'].shape == (8, 8, 1)
-  assert float(tf.reduce_min(out['inputs'])) >= 0.0 and float(tf.reduce_max(out['inputs'])) == 1.0
-  assert float(tf.reduce_min(out['inputs'])) == 0.0  # The padding came into the crop at this seed.
+  assert out['inputs'].shape == (8, 8, 1) and out['inputs'].dtype == tf.uint8  # Pixels, scaled in the step.
+  scaled = np.asarray(device.eval_inputs({'inputs': out['inputs'].numpy()}, config.data)['inputs'])
+  assert scaled.dtype == np.float32 and scaled.max() == 1.0
+  assert scaled.min() == 0.0  # The padding came into the crop at this seed.
 
 
 def test_resize_small_then_central_crop_keeps_the_aspect_ratio(smoke_config):

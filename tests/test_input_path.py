@@ -6,14 +6,15 @@ import io
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
 
 from conftest import load_config
-from vit_jax_lab import parallel
-from vit_jax_lab.data import images, labels, pipeline
+from vit_jax_lab import config as config_lib, hosts, parallel, train
+from vit_jax_lab.data import device, images, labels, pipeline
 
 
 def photo_tree(root, per_class=6, classes=3) -> None:
@@ -108,3 +109,50 @@ def test_a_jpeg_inception_crop_decodes_its_window_into_a_whole_decodes_pixels(su
     np.testing.assert_array_equal(fused, whole)
     cropped += fused.shape[:2] != (height, width)
   assert cropped >= 6  # Windows inside the image, where libjpeg's cropped decoding is what is compared.
+
+
+def test_pixels_travel_as_uint8_and_the_step_scales_them_as_the_host_did(smoke_config):
+  """A batch of uint8 pixels trains to the same loss and gradients as the same batch scaled to float32 on the host
+  with the preprocessing's formula (what went to the device before): the step's scaling is that formula, to float32
+  rounding (XLA may multiply by 1/255 where TensorFlow divided)."""
+  config = smoke_config(data__value_range=(-0.5, 2.0))
+  s = train.setup(config, jax.devices()[:1])
+  batch = jax.device_get(next(train.train_batches(s)))
+  assert batch['inputs'].dtype == np.uint8
+  low, high = config.data.value_range
+  host = dict(batch, inputs=(tf.cast(batch['inputs'], tf.float32) / 255.0 * (high - low) + low).numpy())
+  scaled = jax.jit(lambda b: device.eval_inputs(b, config.data))(batch)['inputs']
+  np.testing.assert_allclose(
+    np.asarray(scaled), host['inputs'], rtol=0, atol=2 * np.finfo(np.float32).eps * high
+  )  # An ulp.
+  step = train.make_train_step(s)
+  (_, from_pixels), (_, from_floats) = (step(train.init_state(s), b) for b in (batch, host))
+  for key in ('loss', 'grad_norm', 'accuracy'):
+    np.testing.assert_allclose(float(from_pixels[key]), float(from_floats[key]), rtol=1e-6, err_msg=key)
+
+
+def test_random_erasing_in_the_step_is_the_same_on_1_and_8_devices():
+  images = jnp.zeros((16, 12, 12, 3))
+  key = jax.random.key(3)
+  one = jax.jit(device.random_erase, static_argnums=(2, 3))(images, key, 1.0, (-1.0, 1.0))
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ('data',))
+  spread = jax.device_put(images, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data')))
+  eight = jax.jit(device.random_erase, static_argnums=(2, 3))(spread, key, 1.0, (-1.0, 1.0))
+  assert len(eight.sharding.device_set) == 8
+  np.testing.assert_array_equal(np.asarray(one), np.asarray(eight))
+  assert (np.asarray(one) != 0).any()
+
+
+def test_a_run_whose_buffers_exceed_the_hosts_memory_is_refused_before_anything_runs(photos, tmp_path, monkeypatch):
+  """The DeiT recipe's input settings on the photo folder: ~15 training files of ~1 KB each; a host with room for
+  5 of them in its shuffle buffer refuses the run in one line naming data.shuffle_buffer, and nothing is written."""
+  config = deit_like(photos, tmp_path / 'tfds', shuffle_buffer=250_000, cache=False)
+  builder, _ = pipeline.load(config.data, labels.dataset_info)
+  per_example = sum(s.num_bytes for s in builder.info.splits.values()) / 18 + pipeline.ELEMENT_BYTES
+  monkeypatch.setattr(hosts, 'available_memory', lambda: int(per_example * 9))
+  workdir = tmp_path / 'run'
+  with pytest.raises(config_lib.ConfigError, match=r'data\.shuffle_buffer=250,000 .* lower data\.shuffle_buffer') as e:
+    train.train_and_evaluate(config, str(workdir))
+  assert '\n' not in str(e.value) and not workdir.exists()
+  monkeypatch.setattr(hosts, 'available_memory', lambda: int(per_example * 9) + 2**30)  # Room: it runs.
+  train.setup(config, jax.devices()[:1])

@@ -29,6 +29,7 @@ from vit_jax_lab import (
   config as config_lib,
   data as data_lib,
   errors,
+  hosts,
   hub,
   models,
   optim,
@@ -36,6 +37,7 @@ from vit_jax_lab import (
   tasks,
   workdir as workdir_lib,
 )
+from vit_jax_lab.data import device as data_device
 from vit_jax_lab.errors import check
 
 if TYPE_CHECKING:
@@ -155,6 +157,8 @@ def setup(
   buckets = task.buckets(config.data, info)  # Refuses a token budget the task cannot batch by.
   if buckets is not None:
     _io().pipeline.bucket_rows(config.data, buckets.lengths(), shards * config.accum_steps)  # A budget too small.
+  if data is None:
+    _check_host_memory(config.data, builder, task, info, buckets)
   family = models.get(config.model.name)
   if config.init_from is not None and hub.is_folder(config.init_from) and family.offers('pretrained_config'):
     for note in family.pretrained_config(config.model, hub.read(config.init_from)):  # The folder's shape.
@@ -215,6 +219,48 @@ def _check_sizes(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, sta
     f'the parameters and optimizer state need {state_bytes / 2**30:,.1f} GiB per device, more than the '
     f'{(capacity or 0) / 2**30:,.1f} GiB a device has: use a smaller model, or shard them (--config.mesh.fsdp)',
   )
+
+
+def _check_host_memory(data_config: ml_collections.ConfigDict, builder, task: tasks.Task, info: Any, buckets) -> None:
+  """Refuses a run whose input pipeline would hold more host memory than this host has available (its shuffle
+  buffers, at the recipe's size, are the usual cause), and notes one that would take over half of it."""
+  have = hosts.available_memory()
+  if have is None:
+    return
+  pipeline = _io().pipeline
+  need = pipeline.host_memory(
+    builder, data_config, task.prepare(info, True), task.preprocess(data_config, info, train=True), buckets, have / 4
+  )
+  what = (
+    f'~{_size(need.total)} of host memory (data.shuffle_buffer={data_config.shuffle_buffer:,} examples of '
+    f'~{_size(need.example_bytes)}{", all cached too" if data_config.cache else ""}, {need.shards} data '
+    f'shard{"s" * (need.shards > 1)}, and batches of {_size(need.batch_bytes)} in flight)'
+  )
+  if need.total <= have:
+    if need.total > have / 2:
+      log(f'the input pipeline will hold {what}: over half of the {_size(have)} available')
+    return
+  spare = 0.8 * have - need.shards * pipeline.BATCHES_IN_FLIGHT * need.batch_bytes
+  fits = int(spare / max(need.example_bytes * need.shards, 1)) if spare > 0 else 0
+  if data_config.cache and fits < need.buffered // need.shards:
+    fix = 'set data.cache=False'
+  elif fits >= 1_000:
+    fix = f'lower data.shuffle_buffer (to at most {fits // 1000 * 1000:,} here)'
+  elif fits > 0:
+    fix = f'lower data.shuffle_buffer (to at most {fits:,} here)'
+  else:
+    fix = 'lower data.batch_size'
+  raise errors.ConfigError(
+    f'the input pipeline would hold {what}, more than the {_size(have)} this host has available: {fix}'
+  )
+
+
+def _size(n: float) -> str:
+  """Bytes as a short size: '3.2 GiB', '410 MiB', '107 KiB'."""
+  for unit, scale in (('GiB', 2**30), ('MiB', 2**20), ('KiB', 2**10)):
+    if n >= scale:
+      return f'{n / scale:,.1f} {unit}' if unit == 'GiB' else f'{n / scale:,.0f} {unit}'
+  return f'{n:,.0f} B'
 
 
 def init_state(s: Setup) -> TrainState:
@@ -299,6 +345,7 @@ def make_train_step(s: Setup):
 
   def train_step(state: TrainState, batch):
     rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+    batch = data_device.train_inputs(batch, s.config.data, rng)
     scale = None if state.loss_scale is None else state.loss_scale.scale
     if k == 1:
       metrics, grads = metrics_and_grads(state.params, batch, rng, state.step, scale)
@@ -364,6 +411,7 @@ def make_eval_step(s: Setup):
   """(params, batch) -> sums of the task's metrics over the batch's real examples."""
 
   def eval_step(params, batch):
+    batch = data_device.eval_inputs(batch, s.config.data)
     return s.task.eval_sums(
       nnx.merge(s.graphdef, in_compute_dtype(params, s.config)), in_compute_dtype(batch, s.config, s.task.float32_keys)
     )

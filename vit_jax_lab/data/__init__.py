@@ -28,8 +28,10 @@ def dataset_keys() -> dict:
     eval_split='test',
     batch_size=128,  # Global train batch, over all devices and hosts.
     eval_batch_size=256,  # Global eval batch; the last one is padded and masked.
-    shuffle_buffer=50_000,  # Examples in the shuffle buffer (re-seeded every epoch).
-    cache=False,  # Keep decoded examples in memory (for small datasets).
+    # Examples in the shuffle buffer of each data shard (re-seeded every epoch); images and videos are held as their
+    # files. A run whose buffers would not fit the host's memory is refused before it starts.
+    shuffle_buffer=50_000,
+    cache=False,  # Keep the read examples in memory (images as their files; for small datasets).
     # Input shards, each a disjoint part of the split with its own stream; -1: one per process. Fix it (to a
     # multiple of the process count) to get the same batches on any host count.
     shards=-1,
@@ -70,14 +72,14 @@ def image_keys() -> dict:
     # Their strength m on the 0-10 scale of big_vision and timm, growing with m (DeiT: 9; AugReg's
     # light/medium/strong: 10/15/20; at most 30); the ops and their ranges: augment.py.
     randaugment_magnitude=9.0,
-    # Training images: probability of replacing a random rectangle (2%-1/3 of the area) by noise, last (timm's
-    # RandomErasing, 'pixel' mode; DeiT: 0.25).
+    # Training images: probability of replacing a random rectangle (2%-1/3 of the area) by noise, last, in the
+    # jitted step (timm's RandomErasing, 'pixel' mode; DeiT: 0.25; data/device.py).
     random_erasing=0.0,
     # Training: each example appears this many times in its batch, each copy augmented with its own seed
     # (repeated augmentation, Hoffer et al. 2020; DeiT: 3); 1: off. Batches per data shard must divide by it;
     # copies are spread over the batch (not side by side), so mixup and cutmix pair different examples.
     repeated_augment=1,
-    value_range=(-1.0, 1.0),  # Pixel values are scaled to this range.
+    value_range=(-1.0, 1.0),  # Pixel values are scaled to this range (in the jitted step: pixels travel as uint8).
   )
 
 

@@ -1,5 +1,6 @@
-"""RandAugment (Cubuk et al. 2020) and random erasing (Zhong et al. 2020) for training images, as TensorFlow ops with
-stateless randomness: each example's draws follow from its seed, so a resumed stream augments exactly as before.
+"""RandAugment (Cubuk et al. 2020) for training images, as TensorFlow ops with stateless randomness: each example's
+draws follow from its seed, so a resumed stream augments exactly as before. (Random erasing runs in the jitted step:
+data/device.py.)
 
 The ops take and return uint8 images (height, width, channels), with PIL's semantics as big_vision's
 `pp/autoaugment.py` and timm reimplement them: blends are computed in float, clipped to [0, 255] and truncated to
@@ -67,30 +68,39 @@ def identity(image: tf.Tensor) -> tf.Tensor:
   return image
 
 
+def _per_channel_lut(image: tf.Tensor, lut: tf.Tensor) -> tf.Tensor:
+  """uint8 image (H, W, C) mapped through a lookup table (C, 256) per channel: one gather, the cheap way."""
+  channels = image.shape[-1]
+  index = tf.cast(image, tf.int32) + tf.range(channels) * 256
+  return tf.gather(tf.reshape(lut, [-1]), index)
+
+
+def _histograms(image: tf.Tensor) -> tf.Tensor:
+  """(C, 256) int32 pixel counts of each channel of a uint8 image, in one bincount."""
+  channels = image.shape[-1]
+  index = tf.reshape(tf.cast(image, tf.int32) + tf.range(channels) * 256, [-1])
+  return tf.reshape(tf.math.bincount(index, minlength=256 * channels, maxlength=256 * channels), [channels, 256])
+
+
 def autocontrast(image: tf.Tensor) -> tf.Tensor:
   """Each channel stretched linearly so its darkest pixel is 0 and its brightest 255 (a flat channel is kept)."""
-  x = tf.cast(image, tf.float64)  # PIL's arithmetic (Python floats), so the truncation agrees at integers.
-  lo = tf.reduce_min(x, axis=(0, 1), keepdims=True)
-  hi = tf.reduce_max(x, axis=(0, 1), keepdims=True)
+  levels = tf.range(256, dtype=tf.float64)  # PIL's arithmetic (Python floats), so the truncation agrees at integers.
+  lo = tf.cast(tf.reduce_min(image, axis=(0, 1)), tf.float64)[:, None]
+  hi = tf.cast(tf.reduce_max(image, axis=(0, 1)), tf.float64)[:, None]
   scale = 255.0 / tf.maximum(hi - lo, 1.0)
-  stretched = tf.clip_by_value(x * scale - lo * scale, 0.0, 255.0)
-  return tf.cast(tf.where(hi > lo, stretched, x), tf.uint8)
-
-
-def _equalize_channel(channel: tf.Tensor) -> tf.Tensor:
-  """PIL's ImageOps.equalize of one uint8 channel (H, W): level v maps to (pixels below v + step / 2) // step, with
-  step = (pixels - those at the highest occupied level) // 255; step 0 (e.g. two levels) keeps the channel."""
-  c = tf.cast(channel, tf.int32)
-  hist = tf.math.bincount(tf.reshape(c, [-1]), minlength=256, maxlength=256)
-  occupied = tf.boolean_mask(hist, hist > 0)
-  step = (tf.reduce_sum(hist) - occupied[-1]) // 255
-  lut = tf.minimum((tf.cumsum(hist, exclusive=True) + step // 2) // tf.maximum(step, 1), 255)
-  return tf.cast(tf.where(step > 0, tf.gather(lut, c), c), tf.uint8)
+  stretched = tf.clip_by_value(levels * scale - lo * scale, 0.0, 255.0)
+  return _per_channel_lut(image, tf.cast(tf.where(hi > lo, stretched, levels), tf.uint8))
 
 
 def equalize(image: tf.Tensor) -> tf.Tensor:
-  """Each channel's histogram equalised (PIL's ImageOps.equalize)."""
-  return tf.stack([_equalize_channel(image[..., k]) for k in range(image.shape[-1])], -1)
+  """Each channel's histogram equalised (PIL's ImageOps.equalize): level v maps to (pixels below v + step / 2) //
+  step, with step = (pixels - those at the highest occupied level) // 255; step 0 (e.g. two levels) keeps it."""
+  hist = _histograms(image)
+  highest = tf.gather(hist, 255 - tf.argmax(tf.reverse(hist, [1]) > 0, axis=1, output_type=tf.int32), batch_dims=1)
+  step = (tf.reduce_sum(hist, 1) - highest)[:, None] // 255
+  lut = tf.minimum((tf.cumsum(hist, axis=1, exclusive=True) + step // 2) // tf.maximum(step, 1), 255)
+  lut = tf.where(step > 0, lut, tf.range(256)[None])
+  return _per_channel_lut(image, tf.cast(lut, tf.uint8))
 
 
 def _transform(image: tf.Tensor, matrix) -> tf.Tensor:
@@ -230,32 +240,3 @@ def randaugment_fn(data_config) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
     return tf.cast(randaugment(_uint8(tf.round(image)), seed, layers, magnitude), tf.float32)
 
   return fn
-
-
-def random_erase(
-  image: tf.Tensor, seed: tf.Tensor, prob: float, value_range: tuple[float, float], attempts: int = 10
-) -> tf.Tensor:
-  """With probability `prob`, a rectangle of 2%-1/3 of the area and aspect ratio 0.3-3.3 (log-uniform) replaced by
-  per-pixel normal noise (timm's RandomErasing, mode 'pixel', as DeiT uses it). timm draws N(0, 1) in its
-  normalised pixel space; here the noise has the value range's centre as mean and half its width as standard
-  deviation (N(0, 1) for the default (-1, 1)). Of `attempts` candidate boxes the first that fits is erased; none
-  fitting leaves the image. Float image (H, W, C) in `value_range`."""
-  coin, box_seed, noise_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
-  shape = tf.shape(image)
-  height, width = tf.cast(shape[0], tf.float32), tf.cast(shape[1], tf.float32)
-  u = tf.random.stateless_uniform([attempts, 4], box_seed)
-  area = height * width * (0.02 + u[:, 0] * (1 / 3 - 0.02))
-  log_ratio = math.log(0.3) + u[:, 1] * (math.log(1 / 0.3) - math.log(0.3))
-  box_h = tf.round(tf.sqrt(area * tf.exp(log_ratio)))
-  box_w = tf.round(tf.sqrt(area / tf.exp(log_ratio)))
-  fits = (box_h < height) & (box_w < width)
-  k = tf.argmax(tf.cast(fits, tf.int32))  # The first fitting candidate.
-  top = tf.floor(u[k, 2] * (height - box_h[k] + 1))
-  left = tf.floor(u[k, 3] * (width - box_w[k] + 1))
-  rows = tf.range(height)[:, None, None]
-  cols = tf.range(width)[None, :, None]
-  inside = (rows >= top) & (rows < top + box_h[k]) & (cols >= left) & (cols < left + box_w[k])
-  erase = inside & fits[k] & (tf.random.stateless_uniform([], coin) < prob)
-  low, high = value_range
-  noise = tf.random.stateless_normal(shape, noise_seed, mean=(low + high) / 2, stddev=(high - low) / 2)
-  return tf.where(erase, noise, image)

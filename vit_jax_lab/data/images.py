@@ -153,14 +153,19 @@ def color_fn(data_config) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
   return lambda image, seed: color_augment(image, seed, prob, drop)
 
 
+def pixels(image: tf.Tensor) -> tf.Tensor:
+  """Float pixels in [0, 255] rounded to uint8, what the pipeline hands to the device."""
+  return tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
+
+
 def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-  """(uint8 image or its encoded file, seed) -> float32 image of `shape` (height, width, channels) in
-  data.value_range, augmented for training as `data_config` asks."""
+  """(uint8 image or its encoded file, seed) -> uint8 image of `shape` (height, width, channels), augmented for
+  training as `data_config` asks; resized pixels are rounded to whole levels, as PIL's resize gives them. The
+  jitted step scales them to data.value_range and erases at random (data/device.py)."""
   height, width, channels = shape
-  low, high = data_config.value_range
   short, jitter = data_config.resize_size, tuple(data_config.scale_jitter)
   color, antialias = color_fn(data_config), data_config.antialias
-  randaugment, erasing = augment.randaugment_fn(data_config), data_config.random_erasing
+  randaugment = augment.randaugment_fn(data_config)
 
   def fn(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     crop_seed, pad_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
@@ -188,12 +193,9 @@ def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool) -> Call
       image = tf.image.stateless_random_crop(image, (height, width, channels), seed=pad_seed)
     if train and data_config.flip:
       image = tf.image.stateless_random_flip_left_right(image, seed=flip_seed)
-    if train:  # RandAugment and random erasing draw from seeds of their own, so the draws above stay what they were.
+    if train:  # RandAugment draws from a seed of its own, so the draws above stay what they were.
       image = randaugment(image, tf.random.experimental.stateless_fold_in(seed, 2))
       image = color(image, color_seed)
-    image = image / 255.0 * (high - low) + low
-    if train and erasing > 0:
-      image = augment.random_erase(image, tf.random.experimental.stateless_fold_in(seed, 3), erasing, (low, high))
-    return tf.ensure_shape(image, (height, width, channels))
+    return tf.ensure_shape(pixels(image), (height, width, channels))
 
   return fn

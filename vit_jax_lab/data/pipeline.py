@@ -198,6 +198,46 @@ def encoded_features(builder) -> list[str]:
   return [k for k, f in features.items() if isinstance(f, (tfds.features.Image, tfds.features.Video))]
 
 
+ELEMENT_BYTES = 400  # tf.data's cost of a buffered element besides its data (measured: ~360 for one small tensor).
+BATCHES_IN_FLIGHT = 4  # Prefetched and in-flight batches counted per data shard (AUTOTUNE holds a few).
+
+
+@dataclasses.dataclass(frozen=True)
+class HostMemory:
+  """What a run's input pipeline holds in host memory, estimated before it runs."""
+
+  example_bytes: float  # A training example as the shuffle buffer holds it: its record's bytes, images encoded.
+  buffered: int  # Examples in shuffle buffers (and the cache, with data.cache), over this process's data shards.
+  batch_bytes: int  # A preprocessed per-shard training batch; 0 where not worked out (see host_memory).
+  shards: int  # This process's data shards.
+
+  @property
+  def total(self) -> float:
+    return self.buffered * self.example_bytes + self.shards * BATCHES_IN_FLIGHT * self.batch_bytes
+
+
+def host_memory(
+  builder, data_config, prepare: Prepare, preprocess: Preprocess, buckets: Buckets | None, batches_from: float = 0.0
+) -> HostMemory:
+  """The host memory the training input pipeline will hold, from its buffer sizes and the dataset's recorded bytes
+  per example (TFDS's split sizes: images and videos as their files, which is how the buffers hold them), and,
+  when the buffers alone come to `batches_from` bytes or more, from its batch (the preprocessing is traced for its
+  output shapes, ~1 s for the DeiT recipe, so small runs skip it)."""
+  local_shards, num_shards, shard_batch = data_lib.shards(data_config, 'batch_size')
+  splits = builder.info.splits.values()
+  example_bytes = ELEMENT_BYTES + sum(s.num_bytes for s in splits) / max(sum(s.num_examples for s in splits), 1)
+  per_shard = builder.info.splits[data_config.train_split].num_examples // num_shards
+  groups = 1 if buckets is None else len(buckets.lengths())  # Bucketed: a shuffle buffer per bucket group, at most.
+  buffered = (min(data_config.shuffle_buffer * groups, per_shard) + per_shard * data_config.cache) * len(local_shards)
+  batch_bytes = 0
+  if buffered * example_bytes >= batches_from and buckets is None:
+    ds = _read(builder, data_config.train_split, False, prepare)
+    spec = ds.map(lambda ex: preprocess(ex, tf.zeros([2], tf.int64)))
+    shapes = [s for s in tf.nest.flatten(spec.element_spec) if s.shape.is_fully_defined()]
+    batch_bytes = shard_batch * sum(math.prod(s.shape) * s.dtype.size for s in shapes)
+  return HostMemory(example_bytes, buffered, batch_bytes, len(local_shards))
+
+
 def _count(ds: tf.data.Dataset, builder) -> int:
   """Examples in `ds`; a filtered dataset is read once to count them."""
   n = int(ds.cardinality())

@@ -54,13 +54,12 @@ def preprocess_fn(
   data_config, shape: tuple[int, int, int, int], train: bool
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
   """(uint8 video or its encoded frames, seed) -> one clip of `shape` (T, H, W, C) for training, or for evaluation its
-  (eval_clips * eval_crops, T, H, W, C) views, clip-major; float32 in data.value_range."""
+  (eval_clips * eval_crops, T, H, W, C) views, clip-major; uint8 (images.preprocess_fn), scaled on the device."""
   num_frames, height, width, channels = shape
   stride = data_config.frame_stride
   span = (num_frames - 1) * stride + 1
   short = data_config.resize_size or data_config.image_size
   clips, crops = (1, 1) if train else (data_config.eval_clips, data_config.eval_crops)
-  low, high = data_config.value_range
   jitter, color = tuple(data_config.scale_jitter), images.color_fn(data_config)
 
   def fn(video: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
@@ -94,7 +93,6 @@ def preprocess_fn(
       views = [frames[:, :, o[0] : o[0] + height, o[1] : o[1] + width] for o in tf.unstack(offsets, num=crops)]
       out_shape = (clips * crops, *shape)
       frames = tf.reshape(tf.stack(views, 1), out_shape)
-    frames = frames / 255.0 * (high - low) + low
-    return tf.ensure_shape(frames, out_shape)
+    return tf.ensure_shape(images.pixels(frames), out_shape)
 
   return fn

@@ -28,7 +28,7 @@ import tensorflow_datasets as tfds
 from flax import nnx
 
 from vit_jax_lab import data as data_lib, models, parallel
-from vit_jax_lab.data import labels as labels_lib, pipeline
+from vit_jax_lab.data import device as data_device, labels as labels_lib, pipeline
 from vit_jax_lab.data.info import LabelInfo
 from vit_jax_lab.errors import ConfigError, check
 
@@ -262,6 +262,7 @@ def _features_fn(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, gra
 
   def features(params, batch):
     model = nnx.merge(graphdef, cast(params))
+    batch = data_device.eval_inputs(batch, config.data)
     if 'views' in batch:
       views = batch['views']
       x = model.features(cast(views.reshape(-1, *views.shape[2:])), train=False).astype(jnp.float32)

@@ -20,6 +20,7 @@ import tensorflow as tf
 from matplotlib.figure import Figure
 
 from vit_jax_lab import console, models, train
+from vit_jax_lab.data import device
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tools import common
 
@@ -149,6 +150,7 @@ def _input(s, args) -> tuple[np.ndarray, np.ndarray, int | None]:
     raw, label = example['image'], int(example['label'])
   preprocess = s.task.preprocess(s.config.data, s.info, train=False)
   model_input = preprocess({'image': raw, 'label': 0}, tf.zeros([2], tf.int64))['inputs'].numpy()
+  model_input = np.asarray(device.eval_inputs({'inputs': model_input}, s.config.data)['inputs'])
   return raw.numpy().astype(np.uint8), model_input, label
 
 

@@ -48,7 +48,7 @@ from jax.extend.mlir.dialects import func, stablehlo
 from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
 
 from vit_jax_lab import checkpoints, console, models, tasks, tokens, train
-from vit_jax_lab.data import info
+from vit_jax_lab.data import device, info
 from vit_jax_lab.errors import ConfigError, check
 from vit_jax_lab.models import layers, marian_layout, release, timm_layout, transformers_layout, vivit
 from vit_jax_lab.tools import common
@@ -125,7 +125,7 @@ def saved_model(config: ml_collections.ConfigDict, params: dict | None, out: str
   def scores(leaves, batch):
     params = train.in_compute_dtype(jax.tree.unflatten(treedef, leaves), config)
     model = nnx.merge(s.graphdef, params)
-    logits = s.task.logits(model, train.in_compute_dtype(batch, config))
+    logits = s.task.logits(model, train.in_compute_dtype(device.eval_inputs(batch, config.data), config))
     return jax.nn.softmax(logits), jnp.argmax(logits, -1).astype(jnp.int32)
 
   tf_scores = jax2tf.convert(

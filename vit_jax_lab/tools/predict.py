@@ -47,7 +47,7 @@ import tensorflow as tf
 from flax import nnx
 
 from vit_jax_lab import config as config_lib, console, decode, hub, models, parallel, tasks, tokens, train
-from vit_jax_lab.data import images
+from vit_jax_lab.data import device, images
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.data.info import MarianVocab
 from vit_jax_lab.errors import ConfigError, check
@@ -308,6 +308,7 @@ class Predictor:
 
     def step(params, batch):
       model = nnx.merge(s.graphdef, train.in_compute_dtype(params, config))
+      batch = device.eval_inputs(batch, config.data)
       return s.task.predict(model, train.in_compute_dtype(batch, config), s.info, self.top_k)
 
     return jax.jit(step, compiler_options=parallel.compiler_options(s.mesh))
