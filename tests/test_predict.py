@@ -16,7 +16,7 @@ from PIL import Image
 from conftest import load_config
 from test_train import run_steps
 from vit_jax_lab import checkpoints, parallel, train, workdir as workdir_lib
-from vit_jax_lab.data import builders, pipeline
+from vit_jax_lab.data import builders, device, pipeline
 from vit_jax_lab.tools import export, predict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,7 +49,8 @@ def write_image(path, pixels: np.ndarray) -> str:
 def probabilities(s, params, features: dict) -> np.ndarray:
   """The softmax of the run's evaluation logits of a batch of preprocessed examples."""
   model = nnx.merge(s.graphdef, jax.device_get(params))
-  return np.asarray(jax.nn.softmax(s.task.logits(model, {k: np.asarray(v) for k, v in features.items()})))
+  batch = device.eval_inputs({k: np.asarray(v) for k, v in features.items()}, s.config.data)
+  return np.asarray(jax.nn.softmax(s.task.logits(model, batch)))
 
 
 def evaluation_input(s, raw: np.ndarray) -> dict:
@@ -183,6 +184,7 @@ def decoded_eval_split(s, params) -> list[str]:
   preprocess, prepare = s.task.preprocess(s.config.data, s.info, train=False), s.task.prepare(s.info, False)
   sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
   batch = next(pipeline.eval_batches(s.builder, s.config.data, preprocess, sharding, prepare))
+  batch = device.eval_inputs(batch, s.config.data)
   model = nnx.merge(s.graphdef, jax.device_get(params))
   ids = s.task.generate(model, batch['inputs'], s.task.max_decode_length or s.info.max_target_length)
   return [s.info.target_vocab.decode(row) for row in np.asarray(ids)]

@@ -12,6 +12,7 @@ from flax import nnx
 
 from conftest import load_config
 from vit_jax_lab import checkpoints, config as config_lib, train, workdir as workdir_lib
+from vit_jax_lab.data import device
 from vit_jax_lab.tools import export
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,6 +27,11 @@ def run_model(workdir):
   preprocess = s.task.preprocess(config.data, s.info, train=False)
   seed = tf.zeros([2], tf.int64)
   return s, nnx.merge(s.graphdef, params), lambda raw: preprocess({s.info.input_key: raw, 'label': 0}, seed)
+
+
+def scaled(s, pixels):
+  """uint8 pixels in the run's value range, as the jitted step gets them."""
+  return np.asarray(device.scaled({'x': np.asarray(pixels)}, tuple(s.config.data.value_range))['x'])
 
 
 def eval_examples(s, count=None):
@@ -54,7 +60,7 @@ def test_vit_saved_model_gives_our_probabilities(data_dir, tmp_path):
 
   images, labels = eval_examples(s)
   inputs = np.stack([preprocess(image)['inputs'] for image in images[:3]])
-  expected = softmax(model(inputs, train=False))
+  expected = softmax(model(scaled(s, inputs), train=False))
   assert expected.std() > 1e-3  # A trained model: the probabilities differ between classes and examples.
   for batch in (1, 3):
     served = signature(images=tf.constant(images[:batch]))
@@ -68,9 +74,9 @@ def test_vit_saved_model_gives_our_probabilities(data_dir, tmp_path):
 
   # Another size: squashed to the run's 8x8 (it kept the dataset's size), then the run's value range.
   large = np.repeat(np.repeat(images[:3], 3, axis=1), 2, axis=2)  # 24 x 16.
-  squashed = tf.image.resize(tf.cast(large, tf.float32), (8, 8), antialias=True) / 255.0 * 2.0 - 1.0
+  squashed = tf.round(tf.image.resize(tf.cast(large, tf.float32), (8, 8), antialias=True)).numpy().astype(np.uint8)
   served = signature(images=tf.constant(large))
-  np.testing.assert_allclose(served['probabilities'], softmax(model(squashed.numpy(), train=False)), atol=1e-5)
+  np.testing.assert_allclose(served['probabilities'], softmax(model(scaled(s, squashed), train=False)), atol=1e-5)
 
   # --config with init_from the run's .npz serves the same model.
   npz, from_npz = str(tmp_path / 'vit.npz'), str(tmp_path / 'from_npz')
@@ -96,7 +102,7 @@ def test_vivit_saved_model_averages_the_eval_views(moving_digits_dir, tmp_path):
   videos, _ = eval_examples(s, 3)
   views = np.stack([preprocess(video)['views'] for video in videos])  # (3, eval_clips x eval_crops, T, H, W, C)
   assert views.shape == (3, 2, 4, 20, 20, 1)
-  logits = model(views.reshape(-1, *views.shape[2:]), train=False).reshape(3, 2, -1)
+  logits = model(scaled(s, views.reshape(-1, *views.shape[2:])), train=False).reshape(3, 2, -1)
   expected = softmax(np.asarray(logits).mean(1))
   assert expected.std() > 1e-4
   for batch in (1, 3):

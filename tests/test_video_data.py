@@ -14,7 +14,7 @@ import main
 from conftest import ROOT
 from vit_jax_lab import config as config_lib, parallel
 from vit_jax_lab.config import ConfigError
-from vit_jax_lab.data import images as image_data, info as info_lib, labels as label_data, pipeline, videos
+from vit_jax_lab.data import device, images as image_data, info as info_lib, labels as label_data, pipeline, videos
 from vit_jax_lab.tasks.classification import Classification
 
 OPPOSITE = [1, 0, 3, 2]  # right <-> left, down <-> up.
@@ -168,8 +168,8 @@ def test_train_clip_is_a_strided_window_of_the_video(moving_digits_dir, splits):
   starts = []
   for s in range(30):
     clip = fn({'video': raw, 'label': 0}, seed(s))['inputs'].numpy()
-    assert clip.shape == (4, 20, 20, 1) and clip.dtype == np.float32
-    matches = [start for start in range(3) if np.allclose(clip, raw[start : start + 7 : 2], atol=1e-3)]
+    assert clip.shape == (4, 20, 20, 1) and clip.dtype == np.uint8  # Scaled on the device.
+    matches = [start for start in range(3) if np.array_equal(clip, raw[start : start + 7 : 2])]
     assert len(matches) == 1
     starts.append(matches[0])
   assert set(starts) == {0, 1, 2}  # Spans of 7 of 9 frames: every start is drawn.
@@ -177,6 +177,7 @@ def test_train_clip_is_a_strided_window_of_the_video(moving_digits_dir, splits):
 
   config.data.value_range = (-1.0, 1.0)
   clip = label_data.preprocess_fn(config.data, info, train=True)({'video': raw, 'label': 0}, seed(0))['inputs'].numpy()
+  clip = np.asarray(device.scaled({'x': clip}, config.data.value_range)['x'])
   assert clip.min() == -1.0 and clip.max() <= 1.0 and clip.max() > 0.9
 
 
