@@ -61,6 +61,7 @@ def test_override_reaches_the_model(data_dir):
     (['--config.mesh.data=2'], "mesh: {'data': 2, 'fsdp': 1, 'model': 1} uses 2 devices but there are 8"),
     (['--config.task.label_smoothing=1.0'], 'task.label_smoothing=1.0 must be in [0, 1)'),
     (['--config.data.shards=3'], 'data.batch_size=128 must be divisible by data.shards=3'),
+    (['--config.data.shuffle_buffer=-5'], 'data.shuffle_buffer=-5 must be positive (1: no shuffling)'),
     (['--config.model=3'], '--config.model is a group'),
     (['--config.seed=-1'], 'seed=-1 must be in [0, 2**32)'),
     (['--config.accum_steps=3'], 'data.batch_size=128 must be divisible by accum_steps=3 x 8 batch shards'),

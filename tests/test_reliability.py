@@ -335,6 +335,47 @@ def test_config_mistakes_print_one_line_before_tensorflow_loads(tmp_path):
   assert 'jax' in imported and not [name for name in imported if name.split('.')[0] == 'tensorflow']
 
 
+def test_tensorflows_start_up_lines_are_dropped_wherever_it_is_first_imported(tmp_path):
+  """A stand-in `tensorflow` writes, as TensorFlow's C++ libraries do where they turn oneDNN on (whatever the CPU
+  here), its start-up lines straight to file descriptor 2 as it loads, and one line of its own: imported after
+  console.quiet_libraries(), the start-up lines are gone, the other line kept, the module the real one."""
+  startup = [
+    'WARNING: All log messages before absl::InitializeLog() is called are written to STDERR',
+    'I0000 00:00:1795747674.134066   28930 port.cc:153] oneDNN custom operations are on. You may see slightly '
+    'different numerical results due to floating-point round-off errors from different computation orders. To turn '
+    'them off, set the environment variable `TF_ENABLE_ONEDNN_OPTS=0`.',
+    'I0000 00:00:1795747674.186263   28930 cpu_feature_guard.cc:227] This TensorFlow binary is optimized to use '
+    'available CPU instructions in performance-critical operations.',
+    'To enable the following instructions: AVX2 AVX512F FMA, in other operations, rebuild TensorFlow with the '
+    'appropriate compiler flags.',
+  ]
+  (tmp_path / 'tensorflow').mkdir()
+  lines = [*startup[:2], 'a line of its own', *startup]
+  text = ''.join(line + '\n' for line in lines)
+  (tmp_path / 'tensorflow' / '__init__.py').write_text(f'import os\nos.write(2, {text!r}.encode())\nLOADED = 1\n')
+  script = 'from vit_jax_lab import console\nconsole.quiet_libraries()\nimport tensorflow\nprint(tensorflow.LOADED)'
+  env = environment() | {'PYTHONPATH': f'{tmp_path}{os.pathsep}{ROOT}'}
+  quiet = subprocess.run([sys.executable, '-c', script], cwd=ROOT, env=env, capture_output=True, text=True)
+  assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, '1\n', 'a line of its own\n')
+  verbose = subprocess.run(
+    [sys.executable, '-c', script], cwd=ROOT, env=env | {'VIT_JAX_LAB_VERBOSE': '1'}, capture_output=True, text=True
+  )
+  assert verbose.stderr.splitlines() == lines  # VIT_JAX_LAB_VERBOSE=1 keeps them.
+
+
+@pytest.mark.slow
+def test_a_model_mistake_found_after_tensorflow_loads_is_one_line_with_onednn_on(data_dir, tmp_path):
+  result = subprocess.run(
+    command(str(tmp_path / 'run'), data_dir, '--config.model.patch_size=3'),
+    cwd=ROOT, env=environment() | {'TF_ENABLE_ONEDNN_OPTS': '1'}, capture_output=True, text=True,
+  )  # fmt: skip
+  assert result.returncode == 2 and result.stdout == ''
+  assert (
+    result.stderr
+    == 'error: model.patch_size=3 must divide the image size 8x8: change model.patch_size or data.image_size\n'
+  )
+
+
 def test_an_abandoned_checkpoint_read_collected_late_prints_nothing():
   """After a damaged checkpoint is set aside, orbax's abandoned reads can be collected at any later point: their
   'never awaited' warnings and their futures' 'exception was never retrieved' are dropped; another coroutine's or

@@ -8,6 +8,8 @@ import ast
 import contextlib
 import functools
 import glob
+import importlib.abc
+import importlib.util
 import io
 import logging
 import os
@@ -28,10 +30,11 @@ VERBOSE = os.environ.get('VIT_JAX_LAB_VERBOSE', '') not in ('', '0')
 
 
 @contextlib.contextmanager
-def held_stderr() -> Iterator[dict[str, bool]]:
+def held_stderr() -> Iterator[dict]:
   """Holds back what is written to file descriptor 2 in the block (C++ libraries write there directly, past
-  Python's sys.stderr), and writes it out at the end unless the block sets held['replay'] = False."""
-  held = {'replay': True}
+  Python's sys.stderr), and writes it out at the end unless the block sets held['replay'] = False; held['text'] has
+  it after the block."""
+  held: dict = {'replay': True}
   sys.stderr.flush()
   saved = os.dup(2)
   with tempfile.TemporaryFile() as buffer:
@@ -42,9 +45,10 @@ def held_stderr() -> Iterator[dict[str, bool]]:
       sys.stderr.flush()
       os.dup2(saved, 2)
       os.close(saved)
+      buffer.seek(0)
+      held['text'] = buffer.read()
       if held['replay']:
-        buffer.seek(0)
-        os.write(2, buffer.read())
+        os.write(2, held['text'])
 
 
 _FD2 = threading.Lock()  # One capture of file descriptor 2 at a time; `say` waits for it.
@@ -143,15 +147,57 @@ def _unless_abandoned_read(record: logging.LogRecord) -> bool:
   return True
 
 
+# What TensorFlow's C++ libraries print on file descriptor 2 as they load, whatever TF_CPP_MIN_LOG_LEVEL says on CPUs
+# where it turns oneDNN on: absl's notice before its log is set up, then INFO lines (oneDNN, the CPU feature guard
+# and the next line of its banner).
+TENSORFLOW_START_UP_LINES = re.compile(
+  r'(WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR'
+  r'|I\d{4} [\d:.]+ +\d+ (port|cpu_feature_guard)\.cc:\d+\]'
+  r'|To enable the following instructions: .* in other operations, rebuild TensorFlow)'
+)
+
+
+class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
+  """Finds `tensorflow` as Python would and loads it with file descriptor 2 held: its start-up lines are dropped,
+  any other line it printed is written out after. Wherever a command first imports it, and only if it does."""
+
+  def find_spec(self, name, path, target=None):
+    if name != 'tensorflow':
+      return None
+    sys.meta_path.remove(self)  # Once: the real spec, found without this finder.
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None:
+      return spec
+    load = spec.loader.exec_module
+
+    def exec_module(module):
+      held: dict = {}
+      try:
+        with held_stderr() as held:
+          held['replay'] = False
+          load(module)
+      finally:
+        lines = held.get('text', b'').decode(errors='replace').splitlines(keepends=True)
+        kept = ''.join(line for line in lines if not TENSORFLOW_START_UP_LINES.match(line))
+        if kept:
+          os.write(2, kept.encode())
+
+    spec.loader.exec_module = exec_module
+    return spec
+
+
 def quiet_libraries() -> None:
   """Silences the libraries' logging unless VIT_JAX_LAB_VERBOSE: their start-up banners, progress bars and log
   lines (absl's, up to ERROR: orbax logs a failed write before it raises it, and we report it in one line)."""
   if VERBOSE:
     return
   # TensorFlow is not imported here: a command that reads no dataset never loads it (tools.bench --synthetic), so
-  # its quieting waits in the environment and in Python's logging: its C++ start-up lines (the CPU feature banner),
-  # its Python logger (AutoGraph's "could not transform" lines). TFDS's progress bars: data/pipeline.py.
+  # its quieting waits in the environment, in the import system and in Python's logging: its C++ log level, the
+  # start-up lines it prints regardless where oneDNN is on (_QuietTensorFlowImport), its Python logger (AutoGraph's
+  # "could not transform" lines). TFDS's progress bars: data/pipeline.py.
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  if 'tensorflow' not in sys.modules and not any(isinstance(f, _QuietTensorFlowImport) for f in sys.meta_path):
+    sys.meta_path.insert(0, _QuietTensorFlowImport())
   logging.getLogger('tensorflow').setLevel(logging.ERROR)
   absl_logging.set_verbosity(absl_logging.FATAL)
   if not isinstance(sys.stderr, _WithoutDeadLoopTracebacks):

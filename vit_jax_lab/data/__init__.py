@@ -42,6 +42,7 @@ def check_dataset(d: ml_collections.ConfigDict) -> None:
   check(d.name.strip() != '', 'data.name is empty: name a TFDS dataset, e.g. digits')
   check(d.batch_size > 0, f'data.batch_size={d.batch_size} must be positive')
   check(d.eval_batch_size > 0, f'data.eval_batch_size={d.eval_batch_size} must be positive')
+  check(d.shuffle_buffer > 0, f'data.shuffle_buffer={d.shuffle_buffer} must be positive (1: no shuffling)')
   check(d.shards == -1 or d.shards > 0, f'data.shards={d.shards} must be -1 (one per process) or positive')
 
 
