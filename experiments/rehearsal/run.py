@@ -30,9 +30,9 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 
 from experiments import common
+from experiments.rehearsal import standins
 
 RESULT = 'REHEARSAL_RESULT '  # Prefixes the probe's one JSON line among TensorFlow's output.
 NODE_MEMORY = 2 * 2**40  # A DGX H100's host memory: 2 TiB for 8 GPUs.
@@ -52,42 +52,45 @@ TRANSFORMER_FLOP_PER_TOKEN = 0.8111e12 / (16 * 256)
 
 @dataclasses.dataclass(frozen=True)
 class StandIn:
-  """A stand-in dataset: how to make it (at full and --tiny sizes) and what it holds."""
+  """A stand-in dataset: the function of standins.py that makes it, its arguments at full and --tiny sizes, and
+  what the full one holds."""
 
-  make: Callable[[str, bool], None]  # (root, tiny)
-  about: str  # What the full one holds.
+  make: str  # standins.<make>(root, **full or tiny)
+  full: dict
+  tiny: dict
+  about: str
   tfds_dir: bool = False  # root is a TFDS data_dir (a built-in builder reads its manual folder), not a folder:PATH.
-
-
-def _standins():
-  from experiments.rehearsal import standins
-
-  return standins
 
 
 STANDINS = {
   'imagenet': StandIn(
-    lambda root, tiny: _standins().imagenet_like(root, *((6, 1, 4) if tiny else (54, 6, 20))),
+    'imagenet_like',
+    dict(train_per_class=54, test_per_class=6, classes=20),
+    dict(train_per_class=6, test_per_class=1, classes=4),
     '1,080 train + 120 val JPEGs of ImageNet sizes (~500x375, ~110 KB), 20 classes',
   ),
   'cifar': StandIn(
-    lambda root, tiny: _standins().cifar_like(root, *((10, 2) if tiny else (1_000, 100))),
+    'cifar_like',
+    dict(train_per_class=1_000, test_per_class=100),
+    dict(train_per_class=10, test_per_class=2),
     '10,000 train + 1,000 test 32x32 PNGs, 10 classes',
   ),
   'kinetics': StandIn(
-    lambda root, tiny: _standins().kinetics_like(
-      root, *((2, 1, 2) if tiny else (8, 1, 8)), seconds=2.0 if tiny else 10.0
-    ),
+    'kinetics_like',
+    dict(train_per_class=8, test_per_class=1, classes=8, seconds=10.0),
+    dict(train_per_class=2, test_per_class=1, classes=2, seconds=2.0),
     '64 train + 8 val 10 s clips, 340x256, 25 fps, H.264 mp4 with audio',
   ),
   'wmt': StandIn(
-    lambda root, tiny: _standins().wmt_like(root, *((2_000, 100) if tiny else (100_000, 3_000))),
+    'wmt_like',
+    dict(train_pairs=100_000, test_pairs=3_000),
+    dict(train_pairs=2_000, test_pairs=100),
     '100,000 train + 3,000 test EN-DE pairs (train.tsv / test.tsv), WMT14-like lengths',
   ),
   'got10k': StandIn(
-    lambda root, tiny: _standins().got10k_like(
-      root, *((2, 10) if tiny else (6, 150)), size=(320, 180) if tiny else (1280, 720)
-    ),
+    'got10k_like',
+    dict(sequences=6, frames=150, size=(1280, 720)),
+    dict(sequences=2, frames=10, size=(320, 180)),
     '6 train + 6 val sequences of 150-225 1280x720 JPEG frames (GOT-10k layout)',
     tfds_dir=True,
   ),
@@ -224,7 +227,8 @@ def standin_root(name: str, scratch: str, tiny: bool) -> str:
     shutil.rmtree(root, ignore_errors=True)
     start = time.time()
     print(f'making the {name} stand-in in {root}', flush=True)
-    STANDINS[name].make(root, tiny)
+    standin = STANDINS[name]
+    getattr(standins, standin.make)(root, **(standin.tiny if tiny else standin.full))
     with open(marker, 'w') as f:
       f.write(STANDINS[name].about)
     print(f'  {time.time() - start:.0f} s', flush=True)
@@ -330,11 +334,9 @@ def resume_times(train, s, step: int, pairs: int) -> dict:
 
 def host_memory_estimate(s) -> dict:
   """The pipeline's own estimate of a buffered example's bytes (TFDS's recorded bytes per example plus tf.data's
-  cost), where the pipeline offers one."""
+  cost)."""
   from vit_jax_lab.data import pipeline
 
-  if not hasattr(pipeline, 'host_memory'):
-    return {}
   data, task = s.config.data, s.task
   estimate = pipeline.host_memory(
     s.builder, data, task.prepare(s.info, True), task.preprocess(data, s.info, True), task.buckets(data, s.info), 1e30
@@ -568,7 +570,7 @@ def memory_lines(results: dict) -> list[str]:
     shown = '—' if measured is None else size(measured) if measured > 0 else 'none (in the noise)'
     decoded = m.get('decoded_bytes')
     per = f'{shown} / {"—" if estimate is None else size(estimate)} / {"—" if decoded is None else size(decoded)}'
-    if measured and decoded:
+    if measured and measured > 0 and decoded:
       per += f' ({measured / decoded:.0%} of decoded)'
     peak = d.get('real_peak')
     fits = '—' if peak is None else ('yes' if peak < NODE_MEMORY else '**no**')
