@@ -115,14 +115,19 @@ ABSENT_ON_ACCELERATOR_MACHINES = ('tensorflow', 'tensorflow_datasets', 'clu', 't
 
 
 def without_packages(tmp_path, names=ABSENT_ON_ACCELERATOR_MACHINES) -> dict:
-  """An environment whose Python processes (and theirs) cannot import `names`: a sitecustomize.py that refuses
-  them, first on PYTHONPATH."""
+  """An environment whose Python processes (and theirs) cannot import `names`, as if not installed: a
+  sitecustomize.py, first on PYTHONPATH, that refuses them and has importlib.util.find_spec say they are absent
+  (which TFDS asks before it imports TensorFlow)."""
   (tmp_path / 'sitecustomize.py').write_text(
-    'import importlib.abc, sys\n'
+    'import importlib.abc, importlib.util, sys\n'
+    f'NAMES = {set(names)!r}\n'
     'class Refuse(importlib.abc.MetaPathFinder):\n'
     '  def find_spec(self, name, path, target=None):\n'
-    f'    if name.split(".")[0] in {set(names)!r}:\n'
-    '      raise ImportError(f"{name} is made unimportable by the test")\n'
+    '    if name.split(".")[0] in NAMES:\n'
+    '      raise ModuleNotFoundError(f"{name} is made unimportable by the test", name=name)\n'
     'sys.meta_path.insert(0, Refuse())\n'
+    '_find_spec = importlib.util.find_spec\n'
+    'importlib.util.find_spec = lambda name, package=None: (\n'
+    '  None if name.split(".")[0] in NAMES else _find_spec(name, package))\n'
   )
   return dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]), JAX_NUM_CPU_DEVICES='1')

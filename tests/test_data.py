@@ -8,7 +8,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vit_jax_lab import parallel
-from vit_jax_lab.data import device, images, labels, pipeline
+from vit_jax_lab.data import device, images, info as data_info, labels, pipeline
 from vit_jax_lab.data.labels import preprocess_fn
 
 
@@ -32,7 +32,7 @@ def test_digits_builder_split_sizes_and_values(data_dir):
 
 def test_preprocessing_value_range(smoke_config):
   config = smoke_config(data__value_range=(0.0, 1.0), data__crop_padding=2, data__flip=True)
-  _, info = pipeline.load(config.data, labels.dataset_info)
+  _, info = pipeline.load(config.data, data_info.label_info)
   fn = preprocess_fn(config.data, info, train=True)
   image = tf.constant(np.full((8, 8, 1), 255, np.uint8))
   out = fn({'image': image, 'label': 3}, tf.constant([0, 7], tf.int64))
@@ -61,7 +61,7 @@ def test_resize_small_then_central_crop_keeps_the_aspect_ratio(smoke_config):
 
 
 def stream(config, start_step, num_batches):
-  builder, info = pipeline.load(config.data, labels.dataset_info)
+  builder, info = pipeline.load(config.data, data_info.label_info)
   sharding = jax.sharding.NamedSharding(parallel.make_mesh(config.mesh), parallel.BATCH)
   it = pipeline.train_iterator(
     builder,
@@ -93,7 +93,7 @@ def test_each_epoch_is_a_permutation(smoke_config):
   config = smoke_config(data__batch_size=16, data__crop_padding=0, data__value_range=(0.0, 255.0))
   batches = stream(config, 0, 2 * 1437 // 16)  # Two epochs, less the remainders.
   images = np.concatenate([b['inputs'] for b in batches]).round().astype(np.uint8)
-  train = tfds.as_numpy(pipeline.load(config.data, labels.dataset_info)[0].as_dataset(split='train', batch_size=-1))[
+  train = tfds.as_numpy(pipeline.load(config.data, data_info.label_info)[0].as_dataset(split='train', batch_size=-1))[
     'image'
   ]
   first, second = images[: 1437 // 16 * 16], images[1437:]

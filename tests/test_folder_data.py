@@ -15,7 +15,7 @@ from PIL import Image
 
 from conftest import load_config, local_address, start_processes
 from vit_jax_lab import tasks, train
-from vit_jax_lab.data import labels, pipeline, text
+from vit_jax_lab.data import info as data_info, labels, pipeline, text
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.errors import ConfigError
 
@@ -57,7 +57,7 @@ def examples(builder, split) -> dict[str, dict]:
 def test_split_folders_give_classes_splits_and_the_files_pixels(tmp_path):
   files = image_tree(tmp_path / 'photos')
   config = folder_config(tmp_path / 'photos', tmp_path / 'tfds')
-  builder, info = pipeline.load(config.data, labels.dataset_info)
+  builder, info = pipeline.load(config.data, data_info.label_info)
   assert builder.info.features['label'].names == list(CLASSES)
   assert (info.num_classes, info.input_shape, info.num_train, info.num_eval) == (3, (8, 8, 3), 12, 12)
   for split in ('train', 'test'):
@@ -79,7 +79,7 @@ def test_split_folders_give_classes_splits_and_the_files_pixels(tmp_path):
 
 def test_flat_tree_holds_out_a_stable_fifth_by_path_hash(tmp_path):
   files = image_tree(tmp_path / 'a', splits=(None,), per_class=20)
-  builder, _ = pipeline.load(folder_config(tmp_path / 'a', tmp_path / 'tfds').data, labels.dataset_info)
+  builder, _ = pipeline.load(folder_config(tmp_path / 'a', tmp_path / 'tfds').data, data_info.label_info)
   train_files, test_files = set(examples(builder, 'train')), set(examples(builder, 'test'))
   assert not train_files & test_files and train_files | test_files == set(files)  # Each file in exactly one split.
   assert test_files == {f for f in files if folder.held_out(f)}
@@ -87,7 +87,7 @@ def test_flat_tree_holds_out_a_stable_fifth_by_path_hash(tmp_path):
   for rel in reversed(sorted(files)):
     os.makedirs(tmp_path / 'b' / os.path.dirname(rel), exist_ok=True)
     shutil.copy(tmp_path / 'a' / rel, tmp_path / 'b' / rel)
-  again, _ = pipeline.load(folder_config(tmp_path / 'b', tmp_path / 'tfds2').data, labels.dataset_info)
+  again, _ = pipeline.load(folder_config(tmp_path / 'b', tmp_path / 'tfds2').data, data_info.label_info)
   assert set(examples(again, 'test')) == test_files
   assert again.data_dir != builder.data_dir  # Another folder, another dataset.
   # The fraction over many names.
@@ -101,7 +101,7 @@ def test_undecodable_images_are_skipped_by_path_and_counted(tmp_path, capfd):
   (tmp_path / 'p/train/ant/cut.jpg').write_bytes(good[: len(good) // 2])
   (tmp_path / 'p/train/bee/text.jpg').write_bytes(b'not an image at all')
   (tmp_path / 'p/train/bee/readme.txt').write_text('ignored')
-  builder, info = pipeline.load(folder_config(tmp_path / 'p', tmp_path / 'tfds').data, labels.dataset_info)
+  builder, info = pipeline.load(folder_config(tmp_path / 'p', tmp_path / 'tfds').data, data_info.label_info)
   out, err = capfd.readouterr()  # At the file descriptors, where libjpeg and TensorFlow's C++ log write.
   assert 'JPEG' not in err  # "Premature end of JPEG data": the cut file's complaint is in its skipped line.
   assert any('cut.jpg: a damaged image (' in line and 'JPEG' in line for line in out.splitlines())
@@ -115,12 +115,12 @@ def test_undecodable_images_are_skipped_by_path_and_counted(tmp_path, capfd):
 def test_a_folder_is_prepared_again_only_when_its_files_change(tmp_path, capsys):
   image_tree(tmp_path / 'p', per_class=2)
   config = folder_config(tmp_path / 'p', tmp_path / 'tfds')
-  pipeline.load(config.data, labels.dataset_info)
+  pipeline.load(config.data, data_info.label_info)
   assert 'preparing' in capsys.readouterr().out
-  _, info = pipeline.load(config.data, labels.dataset_info)
+  _, info = pipeline.load(config.data, data_info.label_info)
   assert 'preparing' not in capsys.readouterr().out and info.num_train == 6
   write_image(str(tmp_path / 'p/train/cat/new.png'), (5, 5), 0)
-  builder, info = pipeline.load(config.data, labels.dataset_info)
+  builder, info = pipeline.load(config.data, data_info.label_info)
   assert 'changed since it was prepared' in capsys.readouterr().out and info.num_train == 7
   assert builder.info.metadata['root'] == os.path.realpath(tmp_path / 'p')  # The dataset says whose it is.
 
@@ -194,7 +194,7 @@ def test_folder_mistakes_are_one_line_config_errors_naming_the_path(tmp_path, ca
   path = _mistake(tmp_path, case)
   config = folder_config(tmp_path / 'p', tmp_path / 'tfds')
   with pytest.raises(ConfigError) as e:
-    pipeline.load(config.data, labels.dataset_info)
+    pipeline.load(config.data, data_info.label_info)
   message = str(e.value)
   assert str(path) in message and '\n' not in message and ':' in message
   assert not os.path.exists(tmp_path / 'tfds' / 'folder') or not any((tmp_path / 'tfds' / 'folder').iterdir())
@@ -210,7 +210,7 @@ def test_images_at_any_depth_count_for_their_top_class_folder_and_empty_folders_
   assert layout.kind == 'images' and layout.classes == CLASSES
   items = {item.path: item.label for split in layout.splits.values() for item in split}
   assert items == {k: label for k, (label, _) in files.items()} | {'ant/trip/day 2/z.png': 0}
-  builder, _ = pipeline.load(folder_config(root, tmp_path / 'tfds').data, labels.dataset_info)
+  builder, _ = pipeline.load(folder_config(root, tmp_path / 'tfds').data, data_info.label_info)
   read = examples(builder, 'train') | examples(builder, 'test')
   np.testing.assert_array_equal(read['ant/trip/day 2/z.png']['image'], nested)
   assert read['ant/trip/day 2/z.png']['label'] == 0
@@ -238,7 +238,7 @@ def test_an_exif_rotated_photo_is_read_upright(tmp_path):
   assert tf.io.decode_image(raw, channels=3).shape == (4, 6, 3)  # What TensorFlow alone makes of it: sideways.
   assert upright.shape == (6, 4, 3) and np.abs(upright.astype(int) - expected).max() <= 16  # JPEG, twice.
   assert folder.upright(b'\x89PNG not a jpeg') == b'\x89PNG not a jpeg'
-  builder, _ = pipeline.load(folder_config(root, tmp_path / 'tfds').data, labels.dataset_info)
+  builder, _ = pipeline.load(folder_config(root, tmp_path / 'tfds').data, data_info.label_info)
   read = examples(builder, 'train') | examples(builder, 'test')
   np.testing.assert_array_equal(read['ant/sideways.jpg']['image'], upright)
 
@@ -286,7 +286,7 @@ def test_frame_folders_are_videos_in_natural_frame_order(tmp_path):
         ]
         written[f'{split}/{c}/v{v}'] = (label, np.stack(frames))
   config = folder_config(root, tmp_path / 'tfds', num_frames=4, eval_crops=1)
-  builder, info = pipeline.load(config.data, labels.dataset_info)
+  builder, info = pipeline.load(config.data, data_info.label_info)
   assert (info.input_key, info.input_shape, info.num_train, info.num_eval) == ('video', (4, 8, 8, 3), 6, 4)
   for split in ('train', 'test'):
     for name, ex in examples(builder, split).items():
@@ -313,7 +313,7 @@ def test_video_files_are_decoded_with_pyav(tmp_path):
         for packet in stream.encode():
           out.mux(packet)
   (root / 'dark' / 'broken.mp4').write_bytes(b'\x00' * 100)
-  builder, info = pipeline.load(folder_config(root, tmp_path / 'tfds', num_frames=2).data, labels.dataset_info)
+  builder, info = pipeline.load(folder_config(root, tmp_path / 'tfds', num_frames=2).data, data_info.label_info)
   assert info.input_key == 'video' and info.num_train + info.num_eval == 12  # The broken file is skipped.
   for split in ('train', 'test'):
     for name, ex in examples(builder, split).items():
@@ -369,7 +369,7 @@ config = config_lib.load('configs/vit/digits.py')
 config.data.data_dir, config.data.image_size = sys.argv[3], 8
 for name in (f'folder:{sys.argv[4]}', 'digits'):
   config.data.name = name
-  builder, info = pipeline.load(config.data, labels.dataset_info)
+  builder, info = pipeline.load(config.data, data_info.label_info)
   print('loaded', name, info.num_train, info.num_eval, builder.info.splits['train'].num_examples, flush=True)
 """
 

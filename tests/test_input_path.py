@@ -14,7 +14,7 @@ from PIL import Image
 
 from conftest import load_config
 from vit_jax_lab import config as config_lib, hosts, parallel, train
-from vit_jax_lab.data import device, images, labels, pipeline
+from vit_jax_lab.data import device, images, info as data_info, labels, pipeline
 
 
 def photo_tree(root, per_class=6, classes=3) -> None:
@@ -60,7 +60,7 @@ def deit_like(photos, data_dir, **data):
 
 
 def stream(config, start_step: int, num_batches: int) -> list[dict]:
-  builder, info = pipeline.load(config.data, labels.dataset_info)
+  builder, info = pipeline.load(config.data, data_info.label_info)
   sharding = jax.sharding.NamedSharding(parallel.make_mesh(config.mesh), parallel.BATCH)
   it = pipeline.train_iterator(
     builder,
@@ -76,7 +76,7 @@ def stream(config, start_step: int, num_batches: int) -> list[dict]:
 
 def test_images_are_shuffled_as_files_and_decoded_after_into_the_same_batches(photos, tmp_path, monkeypatch):
   config = deit_like(photos, tmp_path)
-  builder, _ = pipeline.load(config.data, labels.dataset_info)
+  builder, _ = pipeline.load(config.data, data_info.label_info)
   read = pipeline._read(builder, 'train', False, lambda ds: ds)
   assert read.element_spec['image'].dtype == tf.string  # What the shuffle buffer holds: files.
   late = stream(config, 0, 5)  # 15 training images: three epochs and more.
@@ -147,7 +147,7 @@ def test_a_run_whose_buffers_exceed_the_hosts_memory_is_refused_before_anything_
   """The DeiT recipe's input settings on the photo folder: ~15 training files of ~1 KB each; a host with room for
   5 of them in its shuffle buffer refuses the run in one line naming data.shuffle_buffer, and nothing is written."""
   config = deit_like(photos, tmp_path / 'tfds', shuffle_buffer=250_000, cache=False)
-  builder, _ = pipeline.load(config.data, labels.dataset_info)
+  builder, _ = pipeline.load(config.data, data_info.label_info)
   per_example = sum(s.num_bytes for s in builder.info.splits.values()) / 18 + pipeline.ELEMENT_BYTES
   monkeypatch.setattr(hosts, 'available_memory', lambda: int(per_example * 9))
   workdir = tmp_path / 'run'

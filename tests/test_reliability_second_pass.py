@@ -19,7 +19,7 @@ from conftest import load_config, wait_for_first_log
 from test_folder_data import folder_config, image_tree, write_image
 from test_reliability import command, stop_by_signal
 from vit_jax_lab import errors, train, workdir as workdir_lib
-from vit_jax_lab.data import builders, labels, pipeline
+from vit_jax_lab.data import builders, info as data_info, pipeline
 from vit_jax_lab.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -198,7 +198,7 @@ def test_a_folder_changed_before_the_resume_is_refused_and_its_prepared_copy_kep
   assert tfds.builder_from_directory(prepared).info.splits['train'].num_examples == 12  # The copy it trained on.
   shutil.rmtree(prepared)  # The user accepts the change, as the line says.
   train.train_and_evaluate(config, workdir)
-  assert pipeline.load(config.data, labels.dataset_info)[1].num_train == 13
+  assert pipeline.load(config.data, data_info.label_info)[1].num_train == 13
 
 
 # 5. Signals with no line.
@@ -260,7 +260,7 @@ def test_a_killed_preparations_leftovers_go_with_the_next_successful_one(tmp_pat
   dead.wait()
   marker = os.path.join(data_dir, 'digits', f'.preparing_1.0.0.{os.uname().nodename}.{dead.pid}')
   open(marker, 'w').close()  # The killed preparation's own mark.
-  pipeline.load(load_config('configs/vit/digits.py:smoke', data_dir).data, labels.dataset_info)
+  pipeline.load(load_config('configs/vit/digits.py:smoke', data_dir).data, data_info.label_info)
   assert sorted(os.listdir(os.path.join(data_dir, 'digits'))) == ['1.0.0']
   assert f'removed 1 unfinished preparation(s) left by a stopped run: {leftover}' in capsys.readouterr().out
 

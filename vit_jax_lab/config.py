@@ -238,6 +238,17 @@ def validate(config: ml_collections.ConfigDict) -> None:
     f'init_from={config.init_from!r} does not exist; give a .npz file or a workdir',
   )
   data.validate(config.data)
+  grain = config.data.backend == 'grain'
+  check(
+    not grain or config.task.name == 'classification',
+    f"data.backend='grain' makes image classification batches, and task.name={config.task.name!r}: use "
+    "data.backend='tfdata'",
+  )
+  check(
+    not grain or not config.eval.fewshot.datasets,
+    f'eval.fewshot.datasets={tuple(config.eval.fewshot.datasets)} reads its datasets with tf.data: set it to (), or '
+    "use data.backend='tfdata'",
+  )
   check(
     kind is None or kind.packing or config.data.pack_factor == 1,
     f'data.pack_factor={config.data.pack_factor} with model.attention={config.model.get("attention")!r}: this '

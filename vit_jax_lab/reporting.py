@@ -1,19 +1,22 @@
 """What a run tells its user: metrics.jsonl, TensorBoard, the console line, the parameter overview."""
 
 import collections
+import glob
 import json
 import os
+import socket
+import struct
 import time
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import jax
 import jax.monitoring
 import numpy as np
-import tensorflow as tf
-from clu import metric_writers
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.record_writer import RecordWriter
 
 
-class JsonlWriter(metric_writers.MetricWriter):
+class JsonlWriter:
   """`metrics.jsonl`: one JSON object per written step, e.g. {"step": 100, "train/loss": 0.41}."""
 
   def __init__(self, path: str):
@@ -33,34 +36,7 @@ class JsonlWriter(metric_writers.MetricWriter):
     with open(self.path, 'a') as f:
       f.write(json.dumps({'step': int(step), **{k: float(v) for k, v in scalars.items()}}) + '\n')
 
-  def write_summaries(self, step, values, metadata=None):
-    pass
-
-  def write_images(self, step, images):
-    pass
-
-  def write_videos(self, step, videos):
-    pass
-
-  def write_audios(self, step, audios, *, sample_rate):
-    pass
-
-  def write_texts(self, step, texts):
-    pass
-
-  def write_histograms(self, step, arrays, num_buckets=None):
-    pass
-
-  def write_pointcloud(self, step, point_clouds, *, point_colors=None, configs=None):
-    pass
-
-  def write_hparams(self, hparams):
-    pass
-
-  def flush(self):
-    pass
-
-  def close(self):
+  def close(self) -> None:
     pass
 
 
@@ -72,29 +48,72 @@ def _step(line: str) -> int | None:
     return None
 
 
+class EventWriter:
+  """TensorBoard's event file, written with the `tensorboard` package's protos and record format alone (no
+  TensorFlow, which a run on the grain backend never imports): a scalar is a `simple_value`."""
+
+  def __init__(self, directory: str):
+    os.makedirs(directory, exist_ok=True)
+    name = f'events.out.tfevents.{time.time():.6f}.{socket.gethostname()}.{os.getpid()}'
+    self.records = RecordWriter(open(os.path.join(directory, name), 'ab'))
+    self._write(event_pb2.Event(wall_time=time.time(), file_version='brain.Event:2'))
+
+  def _write(self, event: event_pb2.Event) -> None:
+    self.records.write(event.SerializeToString())
+    self.records.flush()  # Few and small; a killed run keeps what it logged.
+
+  def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
+    values = [summary_pb2.Summary.Value(tag=k, simple_value=float(v)) for k, v in scalars.items()]
+    self._write(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=values)))
+
+  def close(self) -> None:
+    self.records.close()
+
+
+def event_records(path: str) -> Iterator[bytes]:
+  """The records of a TensorBoard event file (TFRecord framing: length, its CRC, data, its CRC); a record cut short
+  by a crash ends it."""
+  with open(path, 'rb') as f:
+    while len(head := f.read(12)) == 12:
+      (length,) = struct.unpack('<Q', head[:8])
+      data = f.read(length)
+      if len(data) < length or len(f.read(4)) < 4:
+        return
+      yield data
+
+
 def truncate_events(directory: str, step: int) -> None:
   """Drops the TensorBoard events past `step` from the event files in `directory` (TensorBoard would show the
   steps logged after the last checkpoint twice once the resumed run logs them again)."""
-  for path in tf.io.gfile.glob(os.path.join(directory, 'events.out.tfevents.*')):
-    kept = []
-    for record in tf.data.TFRecordDataset(path).ignore_errors():  # A record cut short by a crash ends the file.
-      event = tf.compat.v1.Event.FromString(record.numpy())
-      if event.step <= step:
-        kept.append(record.numpy())
-    with tf.io.TFRecordWriter(path + '.tmp') as f:
+  for path in glob.glob(os.path.join(glob.escape(directory), 'events.out.tfevents.*')):
+    kept = [r for r in event_records(path) if event_pb2.Event.FromString(r).step <= step]
+    with open(path + '.tmp', 'wb') as f:
+      records = RecordWriter(f)
       for record in kept:
-        f.write(record)
+        records.write(record)
     os.replace(path + '.tmp', path)
 
 
-def writer(workdir: str, start_step: int) -> metric_writers.MetricWriter:
+class Writers(list):
+  """Writes to each of its writers."""
+
+  def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
+    for w in self:
+      w.write_scalars(step, scalars)
+
+  def close(self) -> None:
+    for w in self:
+      w.close()
+
+
+def writer(workdir: str, start_step: int) -> Writers:
   """JSONL and TensorBoard on process 0; nothing on the others."""
   if jax.process_index() != 0:
-    return metric_writers.MultiWriter([])
+    return Writers()
   jsonl = JsonlWriter(os.path.join(workdir, 'metrics.jsonl'))
   jsonl.truncate_after(start_step)
   truncate_events(os.path.join(workdir, 'tensorboard'), start_step)
-  return metric_writers.MultiWriter([jsonl, metric_writers.SummaryWriter(os.path.join(workdir, 'tensorboard'))])
+  return Writers([jsonl, EventWriter(os.path.join(workdir, 'tensorboard'))])
 
 
 def parameter_overview(params, depth: int = 2) -> str:

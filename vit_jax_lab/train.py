@@ -44,11 +44,17 @@ if TYPE_CHECKING:
   import tensorflow_datasets as tfds
 
 
-def _io() -> types.SimpleNamespace:
-  """The data pipeline, the evaluators and the report writers, imported at their first use, never with this module:
-  they load TensorFlow (5.4 s, `python -X importtime`), which a step on synthetic input (`tools.bench --synthetic`,
-  the lowering tests) never needs, and which some accelerator machines do not have."""
+def _io(data_config: ml_collections.ConfigDict | None = None) -> types.SimpleNamespace:
+  """The data pipeline of `data_config`'s backend, the evaluators and the report writers, imported at their first
+  use, never with this module: the tf.data pipeline and the evaluators load TensorFlow (5.4 s, `python -X
+  importtime`), which a step on synthetic input (`tools.bench --synthetic`, the lowering tests) never needs, which
+  some accelerator machines do not have, and which the grain backend (data.backend='grain') does without."""
   from vit_jax_lab import reporting
+
+  if data_config is not None and data_config.backend == 'grain':
+    from vit_jax_lab.data import grain_input
+
+    return types.SimpleNamespace(pipeline=grain_input, evaluators=None, reporting=reporting)
   from vit_jax_lab.data import pipeline
   from vit_jax_lab.evaluators import common as evaluators
 
@@ -150,14 +156,14 @@ def setup(
   )
   task = tasks.build(config.task)
   builder, info = (
-    _io().pipeline.load(config.data, lambda b, d: task.dataset_info(b, d, workdir), resuming=resuming)
+    _io(config.data).pipeline.load(config.data, lambda b, d: task.dataset_info(b, d, workdir), resuming=resuming)
     if data is None
     else data
   )
   buckets = task.buckets(config.data, info)  # Refuses a token budget the task cannot batch by.
   if buckets is not None:
     _io().pipeline.bucket_rows(config.data, buckets.lengths(), shards * config.accum_steps)  # A budget too small.
-  if data is None:
+  if data is None and config.data.backend == 'tfdata':  # grain holds a few batches per thread and worker.
     _check_host_memory(config.data, builder, task, info, buckets)
   family = models.get(config.model.name)
   if config.init_from is not None and hub.is_folder(config.init_from) and family.offers('pretrained_config'):
@@ -300,12 +306,17 @@ def init_state(s: Setup) -> TrainState:
 def train_batches(s: Setup, start_step: int = 0) -> Iterator[dict[str, jax.Array]]:
   """The task's global train batches (prepared, preprocessed, packed or bucketed as it asks), from `start_step` on."""
   data = s.config.data
+  sharding = jax.sharding.NamedSharding(s.mesh, parallel.BATCH)
+  if data.backend == 'grain':
+    return _io(data).pipeline.train_iterator(
+      s.builder, data, s.info, sharding, seed=s.config.seed, start_step=start_step
+    )
   rows_multiple = s.mesh.shape['data'] * s.mesh.shape['fsdp'] * s.config.accum_steps
   return _io().pipeline.train_iterator(
     s.builder,
     data,
     s.task.preprocess(data, s.info, train=True),
-    jax.sharding.NamedSharding(s.mesh, parallel.BATCH),
+    sharding,
     seed=s.config.seed,
     start_step=start_step,
     prepare=s.task.prepare(s.info, True),
@@ -429,14 +440,12 @@ def evaluate(s: Setup, eval_step, params) -> dict[str, float]:
   (decoded text for BLEU) come under the sums' 'host' key and are turned into more sums there."""
   if s.task.sequential(s.info):
     return {f'eval/{k}': v for k, v in s.task.summarize(_sequential_sums(s, params)).items()}
-  preprocess = s.task.preprocess(s.config.data, s.info, train=False)
-  batches = _io().pipeline.eval_batches(
-    s.builder,
-    s.config.data,
-    preprocess,
-    jax.sharding.NamedSharding(s.mesh, parallel.BATCH),
-    s.task.prepare(s.info, False),
-  )
+  sharding, data = jax.sharding.NamedSharding(s.mesh, parallel.BATCH), s.config.data
+  if data.backend == 'grain':
+    batches = _io(data).pipeline.eval_batches(s.builder, data, s.info, sharding)
+  else:
+    preprocess = s.task.preprocess(data, s.info, train=False)
+    batches = _io().pipeline.eval_batches(s.builder, data, preprocess, sharding, s.task.prepare(s.info, False))
   totals = None
   for batch in batches:
     sums = eval_step(params, batch)
@@ -558,14 +567,14 @@ def train_and_evaluate(
 
   Ends early, with everything up to its newest checkpoint kept, on a signal (errors.Preempted, after saving a
   checkpoint of the current step), a non-finite loss (errors.Diverged) or a full disk (errors.DiskFull)."""
-  started, io = time.perf_counter(), _io()
+  started, io = time.perf_counter(), _io(config.data)
   with workdir_lib.lock(workdir) as lock_notes, errors.disk_errors(workdir), StopSignals(workdir) as signals:
     for note in lock_notes:
       log(note)
     trained = workdir_lib.trained(workdir)
     # Everything is checked before the workdir records the run.
     s = setup(config, workdir=workdir, resuming=trained, given=given)
-    evals = io.evaluators.build(config, s.mesh, s.graphdef, s.state_shardings.params, s.info)  # Checked too.
+    evals = io.evaluators.build(config, s.mesh, s.graphdef, s.state_shardings.params, s.info) if io.evaluators else []
     # A new run's initial weights (init_from's) are read and fitted before anything is recorded: a rejected
     # init_from leaves the workdir as it was.
     state = None if trained else init_state(s)
@@ -634,7 +643,7 @@ def train_and_evaluate(
             f'{checkpointer.directory}; run the same command to continue'
           )
     finally:
-      writer.flush()
+      writer.close()
       checkpointer.close()
     newest = f'{checkpointer.directory}/{config.total_steps}'
     scores = '  '.join(f'{k} {v:.4f}' for k, v in eval_metrics.items() if k != 'eval/examples')

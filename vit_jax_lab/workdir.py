@@ -21,9 +21,9 @@ from jax.experimental import multihost_utils
 from vit_jax_lab import config as config_lib, hosts, models, tasks
 from vit_jax_lab.errors import ConfigError, check
 
-# Keys a resumed run may change: cadence, length, where data lives, how devices are laid out and how a
-# batch is split into micro-batches (neither changes results), and the few-shot evaluation, which only reads the
-# model. Entries ending in '.' cover a group.
+# Keys a resumed run may change: cadence, length, where data lives and how many processes read it, how devices are
+# laid out and how a batch is split into micro-batches (none changes results), and the few-shot evaluation, which
+# only reads the model. Entries ending in '.' cover a group.
 RESUMABLE_CHANGES = (
   'total_steps',
   'log_every',
@@ -31,6 +31,7 @@ RESUMABLE_CHANGES = (
   'checkpoint_every',
   'keep',
   'data.data_dir',
+  'data.workers',
   'accum_steps',
   'mesh.',
   'distributed.',

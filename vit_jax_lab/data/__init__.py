@@ -19,6 +19,10 @@ from vit_jax_lab.errors import check
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # TensorFlow's C++ start-up chatter, when a module loads it.
 
 
+BACKENDS = ('tfdata', 'grain')
+GRAIN_UNSUPPORTED = ('color_augment', 'color_drop', 'token_budget')  # Set (truthy): refused on grain.
+
+
 def dataset_keys() -> dict:
   """What is read and how it is batched (pipeline.py)."""
   return dict(
@@ -31,10 +35,16 @@ def dataset_keys() -> dict:
     # Examples in the shuffle buffer of each data shard (re-seeded every epoch); images and videos are held as their
     # files. A run whose buffers would not fit the host's memory is refused before it starts.
     shuffle_buffer=50_000,
-    cache=False,  # Keep the read examples in memory (images as their files; for small datasets).
+    cache=False,  # tf.data: keep the read examples in memory (images as their files; for small datasets).
     # Input shards, each a disjoint part of the split with its own stream; -1: one per process. Fix it (to a
     # multiple of the process count) to get the same batches on any host count.
     shards=-1,
+    # How batches are made. 'tfdata': TFDS and tf.data (pipeline.py), for every dataset and task. 'grain': grain
+    # over an ArrayRecord copy of the prepared dataset, made once beside it (grain_input.py), with NumPy and PIL
+    # preprocessing: image classification only, and no TensorFlow in the run (docs/data.md). The two draw
+    # different shuffles and augmentations, so a resumed run keeps its backend.
+    backend='tfdata',
+    workers=0,  # grain: processes that make batches (0: this process, with threads); the batches are the same.
   )
 
 
@@ -44,6 +54,15 @@ def check_dataset(d: ml_collections.ConfigDict) -> None:
   check(d.eval_batch_size > 0, f'data.eval_batch_size={d.eval_batch_size} must be positive')
   check(d.shuffle_buffer > 0, f'data.shuffle_buffer={d.shuffle_buffer} must be positive (1: no shuffling)')
   check(d.shards == -1 or d.shards > 0, f'data.shards={d.shards} must be -1 (one per process) or positive')
+  check(d.backend in BACKENDS, f'data.backend={d.backend!r} is not one of {", ".join(map(repr, BACKENDS))}')
+  check(d.workers >= 0, f'data.workers={d.workers} must be >= 0 (0: batches are made in this process)')
+  if d.backend == 'grain':
+    unsupported = [k for k in GRAIN_UNSUPPORTED if d[k]] + ['scale_jitter'] * (tuple(d.scale_jitter) != (1.0, 1.0))
+    check(
+      not unsupported,
+      f'data.{unsupported[0] if unsupported else ""} is not implemented on the grain backend: unset it, or use '
+      "data.backend='tfdata'",
+    )
 
 
 def image_keys() -> dict:

@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 import sentencepiece as spm
 
-from vit_jax_lab.errors import ConfigError
+from vit_jax_lab.errors import ConfigError, check
 from vit_jax_lab.tokens import BOS, EOS, PAD, UNK, foreign_ids
 
 SPECIALS = ('<pad>', '<s>', '</s>', '<unk>')  # Ids PAD, BOS, EOS, UNK of every vocabulary.
@@ -30,6 +30,107 @@ class LabelInfo:
   num_train: int  # Examples in the train split (all shards).
   num_eval: int  # Examples in the eval split (all shards).
   vocab_size: int = 0  # Token inputs: ids are below this (0 is padding); 0 for images and videos.
+
+
+IMAGE_AUGMENTATIONS = (  # data.* keys that resize or augment images and videos: refused for token inputs.
+  'image_size',
+  'resize_size',
+  'inception_crop',
+  'crop_padding',
+  'flip',
+  'color_augment',
+  'color_drop',
+  'randaugment_layers',
+  'random_erasing',
+)
+
+
+def resized_size(height: int, width: int, short: int) -> tuple[int, int]:
+  """(height, width) scaled so that the shorter side is `short`, rounded half up (as images.resized_size)."""
+  shorter = min(height, width)
+  return (height * short + shorter // 2) // shorter, (width * short + shorter // 2) // shorter
+
+
+def input_key(features) -> str | None:
+  """'image' or 'video', else 'inputs' (token ids): the feature the model input is made from; None when there is
+  none, or both an image and a video."""
+  keys = [k for k in ('image', 'video') if k in features]
+  if not keys and 'inputs' in features:
+    return 'inputs'
+  return keys[0] if len(keys) == 1 else None
+
+
+def label_info(builder, data_config) -> LabelInfo:
+  """Input shape and classes of an image, video or token classification dataset (its TFDS builder's info)."""
+  name, features = data_config.name, builder.info.features
+  key = input_key(features)
+  check(
+    key is not None and 'label' in features,
+    f'data.name={name!r} has features {list(features)}; classification needs "label" and one of "image", "video", '
+    '"inputs" (token ids)',
+  )
+  if key == 'inputs':
+    return _token_info(builder, data_config)
+  if key == 'image':
+    shape = tuple(features['image'].shape)
+    if data_config.image_size is not None:
+      shape = (data_config.image_size, data_config.image_size, shape[-1])
+    elif data_config.resize_size is not None and None not in shape:
+      shape = (*(int(n) for n in resized_size(shape[0], shape[1], data_config.resize_size)), shape[-1])
+    check(None not in shape, f'data.name={name!r} has images of varying size {shape}: set data.image_size')
+  else:
+    _, height, width, channels = features['video'].shape
+    check(
+      data_config.image_size is not None or None not in (height, width),
+      f'data.name={name!r} has frames of varying size {(height, width)}: set data.image_size',
+    )
+    if data_config.image_size is not None:
+      height = width = data_config.image_size
+    elif data_config.resize_size is not None:
+      height, width = (int(n) for n in resized_size(height, width, data_config.resize_size))
+    shape = (data_config.num_frames, height, width, channels)
+  return LabelInfo(
+    num_classes=features['label'].num_classes,
+    input_key=key,
+    input_shape=shape,
+    num_train=builder.info.splits[data_config.train_split].num_examples,
+    num_eval=builder.info.splits[data_config.eval_split].num_examples,
+  )
+
+
+def _token_info(builder, data_config) -> LabelInfo:
+  """A token-sequence dataset: its vocabulary from the metadata, sequences padded to data.max_input_length."""
+  name, feature, metadata = data_config.name, builder.info.features['inputs'], builder.info.metadata or {}
+  check(
+    feature.shape == (None,) and np.issubdtype(feature.np_dtype, np.integer),
+    f'data.name={name!r}: its "inputs" feature is {feature}; token classification needs integer ids of shape (None,)',
+  )
+  check(
+    'vocabulary' in metadata,
+    f"data.name={name!r} declares no vocabulary (info.metadata['vocabulary']), so the token embedding cannot be sized",
+  )
+  longest, length = metadata.get('max_length'), data_config.max_input_length
+  check(
+    longest is None or longest <= length,
+    f'data.max_input_length={length} is shorter than the sequences of {name} (up to {longest} tokens): set it to '
+    f'at least {longest}',
+  )
+  image_keys = [k for k in IMAGE_AUGMENTATIONS if data_config[k]]
+  image_keys += ['scale_jitter'] if tuple(data_config.scale_jitter) != (1.0, 1.0) else []
+  if image_keys:
+    key = image_keys[0]
+    raise ConfigError(
+      f'data.{key}={data_config[key]!r} resizes or augments images, and data.name={name!r} has token sequences: '
+      'unset it'
+    )
+  return LabelInfo(
+    num_classes=builder.info.features['label'].num_classes,
+    input_key='inputs',
+    input_shape=(length,),
+    num_train=builder.info.splits[data_config.train_split].num_examples,
+    num_eval=builder.info.splits[data_config.eval_split].num_examples,
+    vocab_size=len(metadata['vocabulary']),
+  )
 
 
 class Vocab(Protocol):

@@ -50,34 +50,10 @@ def load(
   """The TFDS builder (built-in datasets are generated on first use) and what the task needs to know of the
   data: `info_fn(builder, data_config)`. `resuming`: a run continues, so a folder whose files changed since it was
   prepared is refused (folder.builder)."""
-  builders.check_data_dir(data_config)
-  name, data_dir = data_config.name, data_config.data_dir
-  if folder.is_folder(name):  # The user's own files, prepared once (and again when they change).
-    builder = _prepare_once(lambda: folder.builder(name, data_dir, resuming=resuming))
-  elif builders.is_builtin(name):
-    builders.register(name)
-    builder = _prepare_once(lambda: tfds.builder(name, data_dir=data_dir))
-  else:
-    try:
-      builder = tfds.builder(name, data_dir=data_dir)
-    except tfds.core.registered.DatasetNotFoundError:
-      raise ConfigError(
-        f'data.name={name!r} is not a TFDS dataset; built-in ones: {", ".join(builders.BUILTIN)}; your own '
-        'files: folder:/path/to/them'
-      ) from None
-    check(
-      builder.is_prepared(),
-      f'data.name={name!r} is not prepared in data.data_dir={data_dir!r}: run `tfds build {name} '
-      '--data_dir DIR` where there is network, then set data.data_dir=DIR',
-    )
-  for key in ('train_split', 'eval_split'):
-    try:
-      builder.info.splits[data_config[key]]
-    except (KeyError, ValueError) as e:
-      raise ConfigError(
-        f'data.{key}={data_config[key]!r} is not a split of {name}: '
-        f'valid ones are {", ".join(builder.info.splits)} (TFDS slicing allowed)'
-      ) from e
+  builder = builders.find(data_config, resuming)
+  if not builder.is_prepared():  # Generated (a built-in dataset, a folder), by process 0 first.
+    builder = _prepare_once(lambda: builders.find(data_config, resuming))
+  builders.check_splits(builder, data_config)
   return builder, info_fn(builder, data_config)
 
 

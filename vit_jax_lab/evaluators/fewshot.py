@@ -28,7 +28,7 @@ import tensorflow_datasets as tfds
 from flax import nnx
 
 from vit_jax_lab import data as data_lib, models, parallel
-from vit_jax_lab.data import device as data_device, labels as labels_lib, pipeline
+from vit_jax_lab.data import device as data_device, info as data_info, labels as labels_lib, pipeline
 from vit_jax_lab.data.info import LabelInfo
 from vit_jax_lab.errors import ConfigError, check
 
@@ -157,7 +157,7 @@ class Evaluator:
     data_config.name, data_config.train_split, data_config.eval_split = name, f.train_split, f.test_split
     data_config.cache = False
     try:
-      builder, info = pipeline.load(data_config, labels_lib.dataset_info)
+      builder, info = pipeline.load(data_config, data_info.label_info)
     except ConfigError as e:  # Its messages name the few-shot data's keys as data.*.
       message = str(e).replace('data.train_split', 'eval.fewshot.train_split')
       raise ConfigError(

@@ -13,6 +13,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from vit_jax_lab.data import info as data_info
 from vit_jax_lab.data.info import LabelInfo
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tasks.base import Batch, Preprocess, Task, synthetic_dims
@@ -62,7 +63,7 @@ class Classification(Task):
 
   def dataset_info(self, builder, data_config, workdir: str | None) -> LabelInfo:
     del workdir  # Nothing is derived from the data.
-    info = _labels().dataset_info(builder, data_config)
+    info = data_info.label_info(builder, data_config)
     if info.input_key == 'inputs' and (self.mixup or self.cutmix):
       raise ConfigError(
         f'task.mixup={self.mixup} and task.cutmix={self.cutmix} mix images, and data.name={data_config.name!r} has '

@@ -71,7 +71,7 @@ def average(workdir: str, last: int, out: str, *, data_dir: str | None = None, e
   metrics = train.evaluate(s, train.make_eval_step(s), state.eval_params())
   writer = reporting.writer(out, steps[-1])
   writer.write_scalars(steps[-1], metrics)
-  writer.flush()
+  writer.close()
   train.log('eval of the average: ' + '  '.join(f'{k} {v:.4f}' for k, v in metrics.items()))
   return metrics
 

@@ -8,7 +8,7 @@ import socket
 from typing import Iterator
 
 from vit_jax_lab import hosts
-from vit_jax_lab.errors import check
+from vit_jax_lab.errors import ConfigError, check
 
 BUILTIN = {
   'digit_scenes': 'vit_jax_lab.data.builders.digit_scenes',
@@ -82,3 +82,46 @@ def _remove_killed(parent: str, version: str) -> None:
   if left:
     first = os.path.join(parent, left[0])
     print(f'removed {len(left)} unfinished preparation(s) left by a stopped run: {first}', flush=True)
+
+
+def find(data_config, resuming: bool = False):
+  """The TFDS builder of data.name, prepared or not (built-in datasets and folders are generated on first use, by
+  pipeline.load). `resuming`: a run continues, so a folder whose files changed since it was prepared is refused
+  (folder.builder). Another TFDS dataset must be prepared already."""
+  # Here, not at the top: config checks import this package, and a mistake is reported before TFDS loads (0.6 s).
+  import tensorflow_datasets as tfds
+
+  from vit_jax_lab.data.builders import folder
+
+  check_data_dir(data_config)
+  name, data_dir = data_config.name, data_config.data_dir
+  if folder.is_folder(name):  # The user's own files, prepared once (and again when they change).
+    return folder.builder(name, data_dir, resuming=resuming)
+  if is_builtin(name):
+    register(name)
+    return tfds.builder(name, data_dir=data_dir)
+  try:
+    builder = tfds.builder(name, data_dir=data_dir)
+  except tfds.core.registered.DatasetNotFoundError:
+    raise ConfigError(
+      f'data.name={name!r} is not a TFDS dataset; built-in ones: {", ".join(BUILTIN)}; your own files: '
+      'folder:/path/to/them'
+    ) from None
+  check(
+    builder.is_prepared(),
+    f'data.name={name!r} is not prepared in data.data_dir={data_dir!r}: run `tfds build {name} --data_dir DIR` '
+    'where there is network, then set data.data_dir=DIR',
+  )
+  return builder
+
+
+def check_splits(builder, data_config) -> None:
+  """data.train_split and eval_split are splits of the dataset (TFDS slicing allowed)."""
+  for key in ('train_split', 'eval_split'):
+    try:
+      builder.info.splits[data_config[key]]
+    except (KeyError, ValueError) as e:
+      raise ConfigError(
+        f'data.{key}={data_config[key]!r} is not a split of {data_config.name}: '
+        f'valid ones are {", ".join(builder.info.splits)} (TFDS slicing allowed)'
+      ) from e

@@ -37,7 +37,6 @@ import numpy as np
 import tensorflow_datasets as tfds
 from PIL import Image, ImageOps
 
-from vit_jax_lab.data import images
 from vit_jax_lab.errors import ConfigError, check
 
 PREFIX = 'folder:'  # data.name = PREFIX + the folder's path.
@@ -70,6 +69,14 @@ class Layout:
 
   def __repr__(self) -> str:  # TFDS logs the builder config; the items would be long.
     return f'Layout({self.root!r}, {self.kind})'
+
+
+def _images():
+  """vit_jax_lab.data.images, imported when a folder is prepared, not when a prepared one is read: it loads
+  TensorFlow (5.4 s), which runs on the grain backend do without."""
+  from vit_jax_lab.data import images
+
+  return images
 
 
 def is_folder(name: str) -> bool:
@@ -368,7 +375,7 @@ class Folder(tfds.core.GeneratorBasedBuilder):
     path = os.path.join(self.layout.root, item.path)
     with open(path, 'rb') as f:
       data = upright(f.read())
-    why = images.decode_problem(data)[1]
+    why = _images().decode_problem(data)[1]
     return (data, None) if why is None else (None, f'{path}: {why}')
 
   def _video(self, item: Item) -> tuple[list | None, str | None]:
@@ -379,7 +386,7 @@ class Folder(tfds.core.GeneratorBasedBuilder):
       path = os.path.join(self.layout.root, rel)
       with open(path, 'rb') as f:
         frames.append(upright(f.read()))
-      shape, why = images.decode_problem(frames[-1])
+      shape, why = _images().decode_problem(frames[-1])
       if why is not None:
         return None, f'{os.path.join(self.layout.root, item.path)}: frame {path}: {why}'
       shapes.add(shape)

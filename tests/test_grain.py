@@ -1,0 +1,196 @@
+"""The grain backend (data.backend='grain'): batches by step (the same from 0 or 2 workers, on 1 or 8 devices, and
+after a resume), shards as tf.data's, the NumPy/PIL ops against the TF ones, a run without TensorFlow."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from conftest import ROOT, build_builtin, load_config, without_packages
+from vit_jax_lab import train
+from vit_jax_lab.data import augment, grain_input, info as data_info, labels, pil_images, pipeline
+from vit_jax_lab.errors import ConfigError
+
+
+@pytest.fixture(scope='module')
+def digits_dir(tmp_path_factory) -> str:
+  """Its own data_dir: the ArrayRecord copy is written inside the prepared dataset."""
+  return build_builtin('digits', str(tmp_path_factory.mktemp('tfds')))
+
+
+def grain_config(data_dir, **overrides):
+  overrides = {'data__backend': 'grain', 'data__batch_size': 16, 'data__eval_batch_size': 64} | overrides
+  return load_config('configs/vit/digits.py:smoke', data_dir, **overrides)
+
+
+def sharding(devices=None):
+  mesh = jax.sharding.Mesh(np.array(devices or jax.devices()), ('data',))
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data'))
+
+
+def batches(config, start_step=0, count=3, devices=None):
+  builder, info = grain_input.load(config.data, data_info.label_info)
+  it = grain_input.train_iterator(builder, config.data, info, sharding(devices), seed=0, start_step=start_step)
+  return [jax.device_get(next(it)) for _ in range(count)]
+
+
+def assert_same(a, b):
+  assert len(a) == len(b)
+  for x, y in zip(a, b):
+    assert x.keys() == y.keys()
+    for k in x:
+      np.testing.assert_array_equal(x[k], y[k])
+
+
+def test_batches_are_a_function_of_the_step(digits_dir):
+  """Resumed at step 2 = batches 2.. of an uninterrupted stream; 8 devices = 1 device; uint8 pixels."""
+  config = grain_config(digits_dir, data__flip=True, data__crop_padding=1)
+  whole = batches(config, count=4)
+  assert whole[0]['inputs'].dtype == np.uint8 and whole[0]['inputs'].shape == (16, 8, 8, 1)
+  assert_same(batches(config, start_step=2, count=2), whole[2:])
+  assert_same(batches(config, count=4, devices=jax.devices()[:1]), whole)
+  assert not np.array_equal(whole[0]['inputs'], whole[1]['inputs'])
+
+
+@pytest.mark.slow
+def test_two_worker_processes_make_the_same_batches(digits_dir):
+  config = grain_config(digits_dir, data__flip=True, data__inception_crop=True, data__image_size=8)
+  two = grain_config(digits_dir, data__flip=True, data__inception_crop=True, data__image_size=8, data__workers=2)
+  assert_same(batches(two, count=3), batches(config, count=3))
+
+
+def test_an_epoch_holds_each_example_once_per_copy(digits_dir):
+  """Every epoch is a permutation of the shard's examples, reshuffled per epoch; with repeated augmentation each
+  comes r times, every copy with its own seed, and the copies of an example lie half a batch apart."""
+  config = grain_config(digits_dir, data__repeated_augment=2, data__flip=True)
+  builder, info = grain_input.load(config.data, data_info.label_info)
+  make = grain_input.TrainBatches(builder, config.data, info, seed=0)
+  shard = make.shards[0]
+  n = len(shard)
+  first, seeds = make.stream(shard, np.arange(2 * n))
+  second, _ = make.stream(shard, np.arange(2 * n, 4 * n))
+  assert (np.bincount(first, minlength=n) == 2).all() and (np.bincount(second, minlength=n) == 2).all()
+  assert first != second and len(set(seeds)) == 2 * n
+  batch = make(0)
+  np.testing.assert_array_equal(batch['label'][:8], batch['label'][8:])
+  assert not np.array_equal(batch['inputs'][:8], batch['inputs'][8:])  # Each copy flipped on its own.
+
+
+@pytest.mark.parametrize('shards', [1, 2])
+def test_eval_batches_and_shards_equal_tf_data(digits_dir, shards):
+  """The eval split, shard for shard, in order and padded alike: digits need no resize, so pixels are exact."""
+  config = grain_config(digits_dir, data__shards=shards)
+  builder, info = grain_input.load(config.data, data_info.label_info)
+  ours = [jax.device_get(b) for b in grain_input.eval_batches(builder, config.data, info, sharding())]
+  config.data.backend = 'tfdata'
+  tf_builder, tf_info = pipeline.load(config.data, data_info.label_info)
+  theirs = pipeline.eval_batches(
+    tf_builder, config.data, labels.preprocess_fn(config.data, tf_info, False), sharding(), labels.prepare_fn(tf_info)
+  )
+  assert_same(ours, [jax.device_get(b) for b in theirs])
+
+
+def test_train_shards_hold_tf_datas_examples(digits_dir):
+  """Data shard k's train examples are tf.data's shard k (tfds.split_for_jax_process)."""
+  config = grain_config(digits_dir, data__shards=2)
+  builder, info = grain_input.load(config.data, data_info.label_info)
+  make = grain_input.TrainBatches(builder, config.data, info, seed=0)
+  config.data.backend = 'tfdata'
+  tf_builder, _ = pipeline.load(config.data, data_info.label_info)
+  for shard in make.shards:
+    split = pipeline.tfds.split_for_jax_process('train', process_index=shard.shard, process_count=2)
+    expected = [ex['image'] for ex in tf_builder.as_dataset(split=split).as_numpy_iterator()]
+    ours = [np.asarray(Image.open(io.BytesIO(shard.source[i]['image']))) for i in range(len(shard))]
+    assert [e[..., 0].tobytes() for e in expected] == [o.tobytes() for o in ours]
+
+
+def natural_image(seed=0, height=120, width=160):
+  x = np.cumsum(np.cumsum(np.random.default_rng(seed).normal(size=(height, width, 3)), 0), 1)
+  return ((x - x.min()) / (x.max() - x.min()) * 255).astype(np.uint8)
+
+
+def test_pil_resize_is_within_a_level_of_tf():
+  x = natural_image()
+  for size in [(56, 40), (224, 224), (97, 61)]:
+    for antialias in (True, False):
+      ours = np.asarray(pil_images.resize(Image.fromarray(x), size, antialias)).astype(int)
+      tf_resized = tf.image.resize(tf.cast(x, tf.float32), size[::-1], antialias=antialias)
+      theirs = np.clip(np.round(tf_resized.numpy()), 0, 255).astype(int)
+      assert np.abs(ours - theirs).max() <= 1, (size, antialias)
+
+
+def test_pil_randaugment_ops_match_the_tf_ops():
+  """Colour ops agree to a level; geometric ops sample half a pixel apart (PIL's pixel centres are at +0.5),
+  which moves the mean pixel by under a level."""
+  assert pil_images.OPS == augment.OPS
+  x = natural_image()
+  for sign in (-1.0, 1.0):
+    tf_ops = dict(zip(augment.OPS, augment._op_fns(9.0, tf.constant(sign))))
+    pil_ops = pil_images._ops(9.0, sign)
+    for op in augment.OPS:
+      diff = np.abs(tf_ops[op](tf.constant(x)).numpy().astype(int) - np.asarray(pil_ops[op](Image.fromarray(x))))
+      geometric = op.startswith(('rotate', 'shear', 'translate'))
+      assert (diff.mean() < 1.0) if geometric else (diff.max() <= 1), (op, sign, diff.max(), diff.mean())
+
+
+def test_grain_refuses_what_it_does_not_do(digits_dir, moving_digits_dir):
+  with pytest.raises(ConfigError, match=r"eval.fewshot.datasets=\('digits',\) reads its datasets with tf.data"):
+    config = grain_config(digits_dir)
+    config.eval.fewshot.datasets = ('digits',)
+    train.config_lib.validate(config)
+  with pytest.raises(ConfigError, match='data.color_augment is not implemented on the grain backend'):
+    train.config_lib.validate(grain_config(digits_dir, data__color_augment=0.5))
+  with pytest.raises(ConfigError, match="data.backend='grain' reads images, and data.name='moving_digits' has video"):
+    config = grain_config(moving_digits_dir, data__name='moving_digits')
+    grain_input.load(config.data, data_info.label_info)
+  with pytest.raises(ConfigError, match="data.backend='grain' makes image classification batches, and task.name="):
+    train.config_lib.validate(load_config('configs/seq2seq/scan.py', digits_dir, data__backend='grain'))
+
+
+def test_a_damaged_record_file_is_one_line_and_a_new_preparation_is_copied_anew(tmp_path):
+  data_dir = build_builtin('digits', str(tmp_path))
+  prepared = os.path.join(data_dir, 'digits', '1.0.0')
+  config = grain_config(data_dir)
+  grain_input.load(config.data, data_info.label_info)
+  copy = os.path.join(prepared, grain_input.ARRAY_RECORD)
+  assert grain_input._current(prepared, copy)
+  path = os.path.join(prepared, 'digits-test.tfrecord-00000-of-00001')
+  with open(path, 'r+b') as f:
+    f.truncate(os.path.getsize(path) - 10)
+  assert not grain_input._current(prepared, copy)  # The prepared files changed: copied again, which finds the cut.
+  with pytest.raises(ConfigError, match=f'the prepared data file {path} is cut short: delete its dataset folder'):
+    grain_input.load(config.data, data_info.label_info)
+  assert os.path.exists(os.path.join(copy, grain_input.SOURCE))  # The old copy stays until a whole one replaces it.
+  assert not [p for p in os.listdir(prepared) if '.partial-' in p]
+
+
+@pytest.mark.slow
+def test_a_run_without_tensorflow_trains_evaluates_and_resumes(digits_dir, tmp_path):
+  """TensorFlow made unimportable: the grain backend trains, evaluates, writes TensorBoard events and resumes."""
+  config = grain_config(digits_dir)  # The ArrayRecord copy is made here, where TensorFlow is.
+  grain_input.load(config.data, data_info.label_info)
+  env = without_packages(tmp_path, names=('tensorflow',))
+  workdir = str(tmp_path / 'run')
+  command = [sys.executable, '-m', 'main', '--config', 'configs/vit/digits.py:smoke', '--workdir', workdir]
+  command += [f'--config.data.data_dir={digits_dir}', '--config.data.backend=grain']
+  first = subprocess.run([*command, '--config.total_steps=4'], cwd=ROOT, env=env, capture_output=True, text=True)
+  assert first.returncode == 0, first.stderr[-2000:]
+  second = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+  assert second.returncode == 0 and 'resumed from step 4' in second.stdout, second.stderr[-2000:]
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    metrics = [json.loads(line) for line in f]
+  assert metrics[-1]['step'] == 6 and 0 <= metrics[-1]['eval/accuracy'] <= 1
+  events = os.listdir(os.path.join(workdir, 'tensorboard'))
+  steps = [
+    tf.compat.v1.Event.FromString(r.numpy()).step
+    for e in events
+    for r in tf.data.TFRecordDataset(os.path.join(workdir, 'tensorboard', e))
+  ]
+  assert 6 in steps and 4 in steps

@@ -1,0 +1,278 @@
+"""The grain backend (data.backend='grain'): image classification batches from an ArrayRecord copy of the prepared
+dataset, read by index with grain and preprocessed with NumPy and PIL (pil_images.py), without TensorFlow.
+
+Determinism, as pipeline.py's: the examples of a data shard form a stream of epochs; epoch e is a permutation of
+the shard's n examples drawn from (seed, shard, e), and each copy of an example (data.repeated_augment = r copies)
+is augmented by a generator seeded with (seed, shard, its stream index). Batch s of a shard holds stream positions
+s * b to (s + 1) * b - 1, so a batch is a function of its step alone: grain makes batch s as element s of a
+MapDataset of batches, the same batches come from 0 or N worker processes, and a resumed run starts at its step
+with nothing read or skipped before it (and nothing added to checkpoints). There is no shuffle buffer.
+
+The shuffles and augmentations differ from tf.data's (other generators), so a run keeps its backend on resume.
+TFDS 4.9 reads ArrayRecord only as a data source, not with as_dataset, and prepares data as TFRecord; the first
+run on this backend copies the prepared TFRecord files, record for record, into ArrayRecord files in an
+`array_record` folder inside the dataset's folder (about the same bytes again; made once, again when the dataset is
+prepared anew).
+"""
+
+import functools
+import glob
+import hashlib
+import json
+import os
+import shutil
+import struct
+from typing import Any, Callable, Iterator
+
+import grain
+import jax
+import numpy as np
+import tensorflow_datasets as tfds
+from absl import flags
+from array_record.python import array_record_module
+from jax.experimental import multihost_utils
+
+from vit_jax_lab import data as data_lib, errors
+from vit_jax_lab.data import builders, pil_images
+from vit_jax_lab.data.info import LabelInfo
+from vit_jax_lab.errors import ConfigError, check
+
+ARRAY_RECORD = 'array_record'  # The copy's folder, inside the prepared dataset's folder.
+SOURCE = 'source.json'  # In the copy: what it was copied from, so a dataset prepared anew is copied anew.
+
+Batch = dict[str, jax.Array]
+
+
+def load(data_config, info_fn: Callable[[Any, Any], LabelInfo], *, resuming: bool = False) -> tuple[Any, LabelInfo]:
+  """The dataset's ArrayRecord copy as a TFDS builder (made once, by process 0 first) and what the task knows of
+  it. A dataset not yet prepared is prepared as the tf.data backend prepares it, which needs TensorFlow."""
+  builder = builders.find(data_config, resuming)
+  if not builder.is_prepared():
+    builder = _prepare(data_config, resuming)
+  copy = os.path.join(builder.data_dir, ARRAY_RECORD)
+  if jax.process_index() == 0 and not _current(builder.data_dir, copy):
+    _copy(builder.data_dir, copy)
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices('array_record copied')
+    if not _current(builder.data_dir, copy):  # Hosts without a shared disk make their own copy.
+      _copy(builder.data_dir, copy)
+  source = tfds.builder_from_directory(copy)
+  builders.check_splits(source, data_config)
+  info = info_fn(source, data_config)
+  check(
+    info.input_key == 'image',
+    f"data.backend='grain' reads images, and data.name={data_config.name!r} has {info.input_key}: use "
+    "data.backend='tfdata'",
+  )
+  return source, info
+
+
+def _prepare(data_config, resuming: bool):
+  """The dataset prepared as TFDS prepares it, as TFRecord; TensorFlow is imported here only."""
+  try:
+    from vit_jax_lab.data import pipeline
+  except ImportError:
+    raise ConfigError(
+      f'data.name={data_config.name!r} is not prepared yet in data.data_dir={data_config.data_dir!r}, and preparing '
+      'it needs TensorFlow, which is not installed here: prepare it once where it is (a run of this config does, on '
+      'either backend), then copy that data_dir here'
+    ) from None
+  return pipeline.load(data_config, lambda b, d: None, resuming=resuming)[0]
+
+
+def _fingerprint(prepared: str) -> dict:
+  """What a copy is made from: the prepared dataset's info and its record files' names and sizes."""
+  with open(os.path.join(prepared, 'dataset_info.json'), 'rb') as f:
+    digest = hashlib.sha256(f.read()).hexdigest()
+  files = sorted(glob.glob(os.path.join(glob.escape(prepared), '*.tfrecord-*')))
+  return {'dataset_info': digest, 'files': {os.path.basename(p): os.path.getsize(p) for p in files}}
+
+
+def _current(prepared: str, copy: str) -> bool:
+  try:
+    with open(os.path.join(copy, SOURCE)) as f:
+      return json.load(f) == _fingerprint(prepared)
+  except (OSError, ValueError):
+    return False
+
+
+def _copy(prepared: str, copy: str) -> None:
+  """The TFRecord files of `prepared` as ArrayRecord files in `copy` (one record per chunk, for reads by index),
+  with its other files and a dataset_info.json naming the format; written beside and renamed into place, so an
+  interrupted copy is never taken for a whole one."""
+  with open(os.path.join(prepared, 'dataset_info.json')) as f:
+    info = json.load(f)
+  check(
+    info.get('fileFormat', 'tfrecord') == 'tfrecord',
+    f'{prepared} holds {info.get("fileFormat")} files; the grain backend copies TFRecord ones',
+  )
+  print(f'copying {prepared} to ArrayRecord for the grain backend, once', flush=True)
+  partial = f'{copy}.partial-{os.getpid()}'
+  shutil.rmtree(partial, ignore_errors=True)
+  try:
+    _write_copy(prepared, partial, info)
+  except BaseException:
+    shutil.rmtree(partial, ignore_errors=True)
+    raise
+  shutil.rmtree(copy, ignore_errors=True)
+  try:
+    os.replace(partial, copy)
+  except OSError:  # Another process on this disk put a copy in place first.
+    shutil.rmtree(partial, ignore_errors=True)
+    if not _current(prepared, copy):
+      raise
+
+
+def _write_copy(prepared: str, partial: str, info: dict) -> None:
+  with errors.disk_errors(prepared, 'to copy the data to ArrayRecord'):
+    os.makedirs(partial)
+    for path in sorted(glob.glob(os.path.join(glob.escape(prepared), '*'))):
+      name = os.path.basename(path)
+      if '.tfrecord-' in name:
+        writer = array_record_module.ArrayRecordWriter(
+          os.path.join(partial, name.replace('.tfrecord-', '.array_record-')), 'group_size:1'
+        )
+        for record in tfrecords(path):
+          writer.write(record)
+        writer.close()
+      elif os.path.isfile(path) and name != 'dataset_info.json':
+        shutil.copy(path, partial)
+    with open(os.path.join(partial, 'dataset_info.json'), 'w') as f:
+      json.dump(info | {'fileFormat': 'array_record'}, f)
+    with open(os.path.join(partial, SOURCE), 'w') as f:
+      json.dump(_fingerprint(prepared), f)
+
+
+def tfrecords(path: str) -> Iterator[bytes]:
+  """The records of a TFRecord file (framing: length, its CRC, data, its CRC; the CRCs are not checked). A file
+  cut short is a ConfigError naming it."""
+  with open(path, 'rb') as f:
+    while head := f.read(12):
+      length = struct.unpack('<Q', head[:8])[0] if len(head) == 12 else -1
+      data = f.read(length) if length >= 0 else b''
+      if length < 0 or len(data) < length or len(f.read(4)) < 4:
+        raise ConfigError(f'the prepared data file {path} is cut short: delete its dataset folder and run again')
+      yield data
+
+
+def _source(builder, split: str):
+  return builder.as_data_source(split, decoders={'image': tfds.decode.SkipDecoding()})
+
+
+def _read_options(threads: int) -> grain.ReadOptions:
+  """Threads that each make a whole batch, and as many batches read ahead (grain's defaults, 16 threads x 500
+  elements ahead, are sized for examples: 34-38 s to a first batch of batches)."""
+  return grain.ReadOptions(num_threads=threads, prefetch_buffer_size=threads)
+
+
+class _Shard:
+  """One data shard's examples: its slice of the split (tfds.split_for_jax_process, as tf.data's shards are), read
+  by index, each made into its model input by `preprocess`."""
+
+  def __init__(self, builder, split: str, shard: int, count: int, info: LabelInfo, preprocess: Callable):
+    self.source = _source(builder, tfds.split_for_jax_process(split, process_index=shard, process_count=count))
+    self.shard, self.preprocess, self.key, self.shape = shard, preprocess, info.input_key, info.input_shape
+
+  def __len__(self) -> int:
+    return len(self.source)
+
+  def examples(self, indices, seeds) -> dict[str, np.ndarray]:
+    """The examples at `indices`, each preprocessed with a generator seeded by its entry of `seeds`."""
+    inputs, labels = [np.zeros((0, *self.shape), np.uint8)], []
+    for i, seed in zip(indices, seeds):
+      example = self.source[int(i)]
+      inputs.append(self.preprocess(example[self.key], np.random.default_rng(seed))[None])
+      labels.append(example['label'])
+    return {'inputs': np.concatenate(inputs), 'label': np.asarray(labels, np.int32)}
+
+
+@functools.lru_cache(maxsize=8)
+def order(seed: int, shard: int, epoch: int, n: int) -> np.ndarray:
+  """Epoch `epoch`'s permutation of a data shard's n examples."""
+  return np.random.default_rng([seed, shard, epoch]).permutation(n)
+
+
+class TrainBatches:
+  """Local train batch s (this process's shards side by side) as a function of s: see the module docstring."""
+
+  def __init__(self, builder, data_config, info: LabelInfo, seed: int):
+    local, count, self.per_shard = data_lib.shards(data_config, 'batch_size')
+    preprocess = pil_images.preprocess_fn(data_config, info.input_shape, train=True)
+    self.shards = [_Shard(builder, data_config.train_split, s, count, info, preprocess) for s in local]
+    for shard in self.shards:
+      check(
+        len(shard) > 0, f'data shard {shard.shard} of {data_config.train_split} has no examples: use fewer data.shards'
+      )
+    self.seed, self.repeats = seed, data_config.repeated_augment
+
+  def stream(self, shard: '_Shard', positions: np.ndarray) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """(example indices, augmentation seeds) at stream `positions` of `shard`."""
+    n, r = len(shard), self.repeats
+    epoch, within = np.divmod(positions, n * r)
+    j, copy = np.divmod(within, r)  # Example j of the epoch's order, its copy-th copy.
+    indices = [int(order(self.seed, shard.shard, int(e), n)[k]) for e, k in zip(epoch, j)]
+    return indices, [(self.seed, shard.shard, int(e * n + k) * r + int(c)) for e, k, c in zip(epoch, j, copy)]
+
+  def __call__(self, step: int) -> dict[str, np.ndarray]:
+    parts, r = [], self.repeats
+    for shard in self.shards:
+      batch = shard.examples(*self.stream(shard, np.arange(step * self.per_shard, (step + 1) * self.per_shard)))
+      if r > 1:  # Copies of an example apart, as pipeline._spread puts them.
+        batch = {k: v.reshape(-1, r, *v.shape[1:]).swapaxes(0, 1).reshape(v.shape) for k, v in batch.items()}
+      parts.append(batch)
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def train_iterator(
+  builder, data_config, info: LabelInfo, sharding: jax.sharding.Sharding, *, seed: int, start_step: int
+) -> Iterator[Batch]:
+  """Endless global train batches from `start_step` on, as an uninterrupted run has them there."""
+  ds = grain.MapDataset.range(start_step, 2**62).map(TrainBatches(builder, data_config, info, seed))
+  workers = data_config.workers
+  threads = max(1, min(16, (os.cpu_count() or 1) // max(workers, 1)))
+  ds = ds.to_iter_dataset(_read_options(threads))
+  if workers:
+    if not flags.FLAGS.is_parsed():  # grain's workers read absl flags, which this program does not parse.
+      flags.FLAGS.mark_as_parsed()
+    ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=2))
+  return _to_global(ds, sharding)
+
+
+class EvalBatches:
+  """Local eval batch t: examples t * b to (t + 1) * b - 1 of each shard, in order, past its end zeros with mask 0."""
+
+  def __init__(self, builder, data_config, info: LabelInfo):
+    local, count, self.per_shard = data_lib.shards(data_config, 'eval_batch_size')
+    preprocess = pil_images.preprocess_fn(data_config, info.input_shape, train=False)
+    self.shards = [_Shard(builder, data_config.eval_split, s, count, info, preprocess) for s in local]
+    self.shape = info.input_shape
+    splits = [
+      tfds.split_for_jax_process(data_config.eval_split, process_index=s, process_count=count) for s in range(count)
+    ]
+    self.batches = max(-(-builder.info.splits[s].num_examples // self.per_shard) for s in splits)
+
+  def __call__(self, t: int) -> dict[str, np.ndarray]:
+    parts = []
+    for shard in self.shards:
+      indices = range(t * self.per_shard, min((t + 1) * self.per_shard, len(shard)))
+      batch = shard.examples(indices, [0] * len(indices))
+      pad = self.per_shard - len(indices)
+      batch = {
+        'inputs': np.concatenate([batch['inputs'], np.zeros((pad, *self.shape), np.uint8)]),
+        'label': np.concatenate([batch['label'], np.zeros(pad, np.int32)]),
+        'mask': np.concatenate([np.ones(len(indices), np.float32), np.zeros(pad, np.float32)]),
+      }
+      parts.append(batch)
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def eval_batches(builder, data_config, info: LabelInfo, sharding: jax.sharding.Sharding) -> Iterator[Batch]:
+  """The whole eval split once, in order; the last batches are padded with `mask` = 0."""
+  make = EvalBatches(builder, data_config, info)
+  ds = grain.MapDataset.range(make.batches).map(make)
+  return _to_global(ds.to_iter_dataset(_read_options(max(1, min(16, os.cpu_count() or 1)))), sharding)
+
+
+def _to_global(batches, sharding: jax.sharding.Sharding) -> Iterator[Batch]:
+  for local in batches:
+    yield {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}

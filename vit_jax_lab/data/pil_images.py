@@ -1,0 +1,161 @@
+"""Image preprocessing and augmentation in NumPy and PIL, for the grain backend (grain_input.py): the steps and keys
+of images.py and augment.py (tf.data), without TensorFlow. Every random op draws from the NumPy generator it is
+given, which grain_input.py seeds per example, so a batch is a pure function of its step.
+
+The same recipe, other numbers: the two backends draw their crops, flips and RandAugment ops from different
+generators, so they agree in distribution, not per example. Where an op itself differs from the TF one:
+- decoding: PIL's libjpeg and TF's give JPEG pixels up to a few levels apart (IDCT and chroma upsampling);
+  PNG is exact.
+- resizing: PIL's antialiased bilinear filter in 8-bit fixed point against tf.image.resize(antialias=True) in
+  float, both rounded to uint8: at most 1 level apart, on 0.1-3% of pixels (tests/test_grain.py measures it);
+  data.antialias=False samples 2x2 neighbours (half-pixel centres) as TF's plain bilinear does.
+- the inception crop: timm's RandomResizedCrop sampler (10 tries, log-uniform aspect ratio, the whole image if none
+  fits) instead of TF's sample_distorted_bounding_box (100 tries, uniform aspect ratio); same area and ratio range.
+- RandAugment: PIL's own ops (ImageOps, ImageEnhance, Image.transform), which augment.py reimplements; the same ops,
+  magnitudes and fill.
+"""
+
+import io
+import math
+from typing import Callable
+
+import numpy as np
+from PIL import Image, ImageEnhance, ImageOps
+
+from vit_jax_lab.data.info import resized_size
+
+FILL = 128  # Uncovered pixels of geometric ops (augment.FILL).
+
+
+def decode(data: bytes | np.ndarray, channels: int) -> Image.Image:
+  """An image file (JPEG, PNG, ...), or uint8 pixels (H, W, C), as a PIL image of `channels` (1: 'L', 3: 'RGB')."""
+  if isinstance(data, np.ndarray):
+    image = Image.fromarray(data[..., 0] if data.shape[-1] == 1 else data)
+  else:
+    image = Image.open(io.BytesIO(data))
+  return image.convert('L' if channels == 1 else 'RGB')
+
+
+def inception_box(width: int, height: int, rng: np.random.Generator, min_area: float = 0.05) -> tuple[int, ...]:
+  """(left, top, right, bottom) of a random crop of `min_area`-100% of the area and aspect ratio 3/4-4/3 (Szegedy et
+  al. 2015), as timm's RandomResizedCrop draws it; the whole image when 10 tries do not fit."""
+  area = width * height
+  for _ in range(10):
+    target = area * rng.uniform(min_area, 1.0)
+    ratio = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
+    w, h = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))
+    if 0 < w <= width and 0 < h <= height:
+      left, top = int(rng.integers(0, width - w + 1)), int(rng.integers(0, height - h + 1))
+      return left, top, left + w, top + h
+  return 0, 0, width, height
+
+
+def resize(image: Image.Image, size: tuple[int, int], antialias: bool = True, box=None) -> Image.Image:
+  """`image` (or its `box`) resized to `size` (width, height): PIL's bilinear filter, which widens with the
+  scale when shrinking (antialiased, as tf.image.resize(antialias=True)); `antialias=False`: each output pixel
+  from its 2x2 nearest input pixels, as TF's plain bilinear resize."""
+  if antialias:
+    return image.resize(size, Image.Resampling.BILINEAR, box=box, reducing_gap=None)
+  if box is not None:
+    image = image.crop(box)
+  x = np.asarray(image, np.float32).reshape(image.height, image.width, -1)
+  out = _bilinear(x, size[1], size[0])
+  out = np.clip(np.round(out), 0, 255).astype(np.uint8)
+  return Image.fromarray(out[..., 0] if out.shape[-1] == 1 else out)
+
+
+def _bilinear(x: np.ndarray, height: int, width: int) -> np.ndarray:
+  """Bilinear sampling with half-pixel centres, edges clamped: (H, W, C) -> (height, width, C)."""
+
+  def axis(n_in, n_out):
+    src = np.clip((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
+    low = np.floor(src).astype(int)
+    return low, np.minimum(low + 1, n_in - 1), (src - low).astype(np.float32)
+
+  (y0, y1, fy), (x0, x1, fx) = axis(x.shape[0], height), axis(x.shape[1], width)
+  rows = x[y0] * (1 - fy)[:, None, None] + x[y1] * fy[:, None, None]
+  return rows[:, x0] * (1 - fx)[None, :, None] + rows[:, x1] * fx[None, :, None]
+
+
+def random_crop(image: Image.Image, height: int, width: int, rng: np.random.Generator) -> Image.Image:
+  top, left = int(rng.integers(0, image.height - height + 1)), int(rng.integers(0, image.width - width + 1))
+  return image.crop((left, top, left + width, top + height))
+
+
+def central_crop(image: Image.Image, height: int, width: int) -> Image.Image:
+  top, left = (image.height - height) // 2, (image.width - width) // 2
+  return image.crop((left, top, left + width, top + height))
+
+
+def _fill(image: Image.Image):
+  return FILL if image.mode == 'L' else (FILL,) * 3
+
+
+def _affine(image: Image.Image, matrix: tuple[float, ...]) -> Image.Image:
+  """Output pixel (x, y) samples the input at (a x + b y + c, d x + e y + f), bilinearly; outside: FILL."""
+  return image.transform(image.size, Image.Transform.AFFINE, matrix, Image.Resampling.BILINEAR, fillcolor=_fill(image))
+
+
+def _ops(magnitude: float, sign: float) -> dict[str, Callable[[Image.Image], Image.Image]]:
+  """RandAugment's ops at `magnitude`, signed ones with `sign` (+-1): augment.py's mapping (its docstring)."""
+  f = magnitude / 10.0
+  enhance = max(0.0, 1.0 + sign * 0.9 * f)
+  bits = min(8, max(1, 8 - math.floor(4 * f)))
+  threshold = min(256, max(0, round(256 * (1.0 - f))))
+  return {
+    'identity': lambda x: x,
+    'autocontrast': ImageOps.autocontrast,
+    'equalize': ImageOps.equalize,
+    'rotate': lambda x: x.rotate(sign * 30.0 * f, Image.Resampling.BILINEAR, fillcolor=_fill(x)),
+    'solarize': lambda x: ImageOps.solarize(x, threshold),
+    'color': lambda x: ImageEnhance.Color(x).enhance(enhance),
+    'posterize': lambda x: ImageOps.posterize(x, bits),
+    'contrast': lambda x: ImageEnhance.Contrast(x).enhance(enhance),
+    'brightness': lambda x: ImageEnhance.Brightness(x).enhance(enhance),
+    'sharpness': lambda x: ImageEnhance.Sharpness(x).enhance(enhance),
+    'shear_x': lambda x: _affine(x, (1.0, sign * 0.3 * f, 0.0, 0.0, 1.0, 0.0)),
+    'shear_y': lambda x: _affine(x, (1.0, 0.0, 0.0, sign * 0.3 * f, 1.0, 0.0)),
+    'translate_x': lambda x: _affine(x, (1.0, 0.0, -sign * 0.45 * f * x.width, 0.0, 1.0, 0.0)),
+    'translate_y': lambda x: _affine(x, (1.0, 0.0, 0.0, 0.0, 1.0, -sign * 0.45 * f * x.height)),
+  }
+
+
+OPS = tuple(_ops(0.0, 1.0))  # The RandAugment paper's 14, in augment.OPS's order.
+
+
+def randaugment(image: Image.Image, rng: np.random.Generator, layers: int, magnitude: float) -> Image.Image:
+  """`layers` ops in a row, each drawn uniformly from OPS with a random sign (augment.randaugment)."""
+  for _ in range(layers):
+    op, sign = OPS[int(rng.integers(len(OPS)))], (-1.0 if rng.random() < 0.5 else 1.0)
+    image = _ops(magnitude, sign)[op](image)
+  return image
+
+
+def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool) -> Callable:
+  """(image file or uint8 pixels, generator) -> uint8 (height, width, channels), augmented for training as
+  `data_config` asks: images.preprocess_fn's steps in its order. Random erasing and the scaling to
+  data.value_range happen in the jitted step, as on tf.data."""
+  height, width, channels = shape
+  short, antialias, d = data_config.resize_size, data_config.antialias, data_config
+
+  def fn(data, rng: np.random.Generator) -> np.ndarray:
+    image = decode(data, channels)
+    if train and d.inception_crop:
+      image = resize(image, (width, height), antialias, box=inception_box(image.width, image.height, rng))
+    elif short is not None:
+      image = resize(image, resized_size(image.height, image.width, short)[::-1], antialias)
+      image = random_crop(image, height, width, rng) if train else central_crop(image, height, width)
+    elif d.image_size is not None and image.size != (width, height):
+      image = resize(image, (width, height), antialias)
+    if train and d.crop_padding:
+      p = d.crop_padding
+      padded = Image.new(image.mode, (image.width + 2 * p, image.height + 2 * p), 0)
+      padded.paste(image, (p, p))
+      image = random_crop(padded, height, width, rng)
+    if train and d.flip and rng.random() < 0.5:
+      image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    if train and d.randaugment_layers:
+      image = randaugment(image, rng, d.randaugment_layers, float(d.randaugment_magnitude))
+    return np.asarray(image, np.uint8).reshape(height, width, channels)
+
+  return fn
