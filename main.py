@@ -58,7 +58,11 @@ def parse_args(argv: list[str]):
     'model families and their variants (--config.model.variant): python -m vit_jax_lab.tools.models',
     formatter_class=argparse.RawDescriptionHelpFormatter,
   )
-  parser.add_argument('--config', required=True, help='PATH[:ARG], a file defining get_config(arg)')
+  parser.add_argument(
+    '--config',
+    required=True,
+    help='PATH[:ARG], a file defining get_config(arg), or one of configs/ as vit/digits[:ARG]',
+  )
   parser.add_argument('--workdir', required=True, help='checkpoints, metrics.jsonl, config.json, TensorBoard')
   args, rest = parser.parse_known_args(argv)
   config = config_lib.load(args.config)
@@ -94,7 +98,13 @@ def main(argv: list[str]) -> int:
   return 0
 
 
-if __name__ == '__main__':
-  for _sig in STOP_SIGNALS:  # Until train takes over at its start: a signal stops at once, nothing to save yet.
-    signal.signal(_sig, _stop_before_training)
+def cli() -> None:
+  """`python -m main` and the `vit-jax-lab` command (pyproject.toml), which a main.py in the working folder does
+  not shadow."""
+  for sig in STOP_SIGNALS:  # Until train takes over at its start: a signal stops at once, nothing to save yet.
+    signal.signal(sig, _stop_before_training)
   sys.exit(main(sys.argv[1:]))
+
+
+if __name__ == '__main__':
+  cli()

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 import main
-from vit_jax_lab import train
+from conftest import without_packages
+from vit_jax_lab import config as config_lib, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, 'configs/vit/digits.py')
@@ -83,7 +84,14 @@ def test_bad_config_is_one_line_and_exit_2(overrides, message, data_dir, tmp_pat
 
 def test_missing_config_file(capsys):
   assert main.main(['--config', 'configs/vit/nope.py', '--workdir', 'w']) == 2
-  assert "no file 'configs/vit/nope.py'" in capsys.readouterr().err
+  assert "no config file 'configs/vit/nope.py' here or in " in capsys.readouterr().err
+
+
+def test_a_config_resolves_from_any_folder(tmp_path, monkeypatch):
+  """From another folder, the clone's configs/vit/digits.py, and its short form vit/digits."""
+  monkeypatch.chdir(tmp_path)
+  full, short = config_lib.load('configs/vit/digits.py:smoke'), config_lib.load('vit/digits:smoke')
+  assert full.to_dict() == short.to_dict() and full.total_steps == 6
 
 
 def test_real_process_exits_2_without_traceback(tmp_path):
@@ -136,3 +144,38 @@ def test_init_from_a_model_without_load_pretrained_is_one_line(data_dir, tmp_pat
   info, _ = tasks.build(config.task).synthetic_batch('32,20,10', config.data.batch_size)
   with pytest.raises(ConfigError, match='init_from: a text_classifier model cannot start from other weights'):
     train.setup(config, data=(None, info))
+
+
+@pytest.mark.parametrize(
+  'override, message',
+  [
+    ('--config.model.patch_size=3', 'model.patch_size=3 must divide the image size 8x8'),
+    ('--config.data.train_split=training', "data.train_split='training' is not a split of digits"),
+  ],
+)
+def test_data_and_model_mistakes_are_answered_before_tensorflow_loads(override, message, data_dir, tmp_path):
+  """TensorFlow unimportable: the run still reads a prepared dataset's info and checks the model, so the mistake is
+  its one line, and on every CPU (no TensorFlow start-up line can come before it), with nothing written."""
+  workdir = tmp_path / 'run'
+  command = [sys.executable, '-m', 'main', '--config', 'configs/vit/digits.py', '--workdir', str(workdir)]
+  command += [f'--config.data.data_dir={data_dir}', override]
+  done = subprocess.run(
+    command, cwd=ROOT, env=without_packages(tmp_path, ('tensorflow',)), capture_output=True, text=True
+  )
+  assert done.returncode == 2, done.stderr[-1500:]
+  lines = (done.stdout + done.stderr).splitlines()
+  assert len(lines) == 1 and lines[0].startswith(f'error: {message}'), lines
+  assert not workdir.exists()
+
+
+def test_the_command_is_not_shadowed_by_a_main_py_in_the_working_folder(tmp_path):
+  """`vit-jax-lab` (pyproject's script) runs the project's main even where the user's own main.py lies."""
+  (tmp_path / 'main.py').write_text('raise SystemExit("the user\'s main.py ran")\n')
+  script = os.path.join(os.path.dirname(sys.executable), 'vit-jax-lab')
+  done = subprocess.run(
+    [script, '--config', 'vit/digits', '--workdir', str(tmp_path / 'run'), '--config.optim.lr=-1'],
+    cwd=tmp_path,
+    capture_output=True,
+    text=True,
+  )
+  assert (done.returncode, done.stderr.strip()) == (2, 'error: optim.lr=-1.0 must be positive')

@@ -117,13 +117,16 @@ def natural_image(seed=0, height=120, width=160):
 
 
 def test_pil_resize_is_within_a_level_of_tf():
+  """Antialiased: within a level of tf.image.resize; plain bilinear too, but for an image that grows along one axis
+  and shrinks along the other (two 8-bit passes): two levels."""
   x = natural_image()
-  for size in [(56, 40), (224, 224), (97, 61)]:
+  for size in [(56, 40), (224, 224), (97, 61), (200, 100), (100, 200)]:
     for antialias in (True, False):
       ours = np.asarray(pil_images.resize(Image.fromarray(x), size, antialias)).astype(int)
       tf_resized = tf.image.resize(tf.cast(x, tf.float32), size[::-1], antialias=antialias)
       theirs = np.clip(np.round(tf_resized.numpy()), 0, 255).astype(int)
-      assert np.abs(ours - theirs).max() <= 1, (size, antialias)
+      mixed = not antialias and (size[0] >= x.shape[1]) != (size[1] >= x.shape[0])
+      assert np.abs(ours - theirs).max() <= (2 if mixed else 1), (size, antialias)
 
 
 def test_pil_randaugment_ops_match_the_tf_ops():

@@ -190,3 +190,20 @@ def test_sincos_embedding_is_distinct_per_position():
   emb = layers.sincos_2d(4, 6, 32)
   assert emb.shape == (24, 32)
   assert len({tuple(np.round(row, 5)) for row in emb}) == 24
+
+
+def test_the_families_import_by_class_name_and_say_what_a_call_lacks():
+  """The library use docs/models.md shows: `from vit_jax_lab.models import ViT`; a wrong image size and a training
+  call without rngs are errors that say what the model needs."""
+  import vit_jax_lab
+  from vit_jax_lab.models import ViT, ViViT
+
+  assert ViT is vit.ViT and ViViT.__name__ == 'ViViT'
+  assert vit_jax_lab.__version__ not in ('', None)
+  model = ViT(num_classes=3, input_shape=(8, 8, 1), variant='mu/2', dropout=0.1, rngs=nnx.Rngs(0))
+  assert model(jnp.ones((2, 8, 8, 1))).shape == (2, 3)
+  with pytest.raises(ValueError, match=r'this ViT takes images of shape \(8, 8, 1\), got \(16, 16, 1\)'):
+    model(jnp.ones((1, 16, 16, 1)))
+  with pytest.raises(ValueError, match=r'train=True with dropout or stochastic depth needs rngs: call model\(x, '):
+    model(jnp.ones((1, 8, 8, 1)), train=True)
+  assert model(jnp.ones((1, 8, 8, 1)), train=True, rngs=nnx.Rngs(dropout=1)).shape == (1, 3)

@@ -5,10 +5,27 @@ with one line naming it.
 """
 
 import sys
-from importlib import abc, machinery
+from importlib import abc, machinery, metadata
 
-# Commands once started as `python -m vit_jax_lab.NAME` too, now only as `python -m vit_jax_lab.tools.NAME`.
-MOVED_COMMANDS = ('attention_map', 'bench', 'export', 'predict', 'track')
+try:
+  __version__ = metadata.version('vit_jax_lab')
+except metadata.PackageNotFoundError:  # Run from a clone without `pip install -e .`.
+  __version__ = 'unknown'
+
+# Commands once started as `python -m vit_jax_lab.NAME` too (or that a user may try so), now only as
+# `python -m vit_jax_lab.tools.NAME`.
+MOVED_COMMANDS = (
+  'attention_map',
+  'average',
+  'bench',
+  'evaluate',
+  'export',
+  'hub_benchmark',
+  'plot',
+  'predict',
+  'results',
+  'track',
+)
 
 
 class _MovedCommands(abc.MetaPathFinder):

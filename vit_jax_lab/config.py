@@ -86,12 +86,30 @@ def _leaves(node: ml_collections.ConfigDict, prefix: str = '') -> list[tuple[str
   return out
 
 
+# The clone's configs/ folder (installed with `pip install -e .`), where a config path is also looked up.
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs')
+
+
+def resolve(path: str) -> str | None:
+  """The config file `path` names: a file from the working folder, or else from the clone (configs/vit/digits.py)
+  or from its configs/ folder, with or without .py (vit/digits); None if none exists."""
+  root = os.path.dirname(CONFIGS)
+  for candidate in (path, os.path.join(root, path), os.path.join(CONFIGS, path), os.path.join(CONFIGS, path + '.py')):
+    if os.path.isfile(candidate):
+      return candidate
+  return None
+
+
 def load(spec: str) -> ml_collections.ConfigDict:
-  """Loads `path/to/config.py[:arg]` by calling its `get_config(arg)` (or `get_config()`, ml_collections' plain
-  form, when no arg is given). A mistake in the file is one line: its own last frame and the message."""
-  path, _, arg = spec.partition(':')
-  if not os.path.isfile(path):
-    raise ConfigError(f'--config: no file {path!r}; pass a config file such as configs/vit/digits.py')
+  """Loads `path/to/config.py[:arg]` (found by `resolve`) by calling its `get_config(arg)` (or `get_config()`,
+  ml_collections' plain form, when no arg is given). A mistake in the file is one line: its own last frame and the
+  message."""
+  given, _, arg = spec.partition(':')
+  path = resolve(given)
+  if path is None:
+    raise ConfigError(
+      f'--config: no config file {given!r} here or in {CONFIGS}; e.g. --config vit/digits (its configs/vit/digits.py)'
+    )
   module_spec = importlib.util.spec_from_file_location('_experiment_config', path)
   module = importlib.util.module_from_spec(module_spec)
   with _config_file_errors(path):

@@ -216,6 +216,15 @@ ROWS = [
     'tracker ViT-B/16, 128 + 256 px crops (30.12 GMACs)',
   ),
 ]
+GRAIN = ('--config.data.backend=grain',)  # In this process, with threads: their CPU time is counted (workers' is not).
+
+
+def on_grain(row: Row) -> Row:
+  """`row` read by the grain backend (data.backend='grain'), which has no shuffle buffer."""
+  return dataclasses.replace(row, name=f'{row.name}_grain', overrides=(*row.overrides, *GRAIN))
+
+
+ROWS += [on_grain(r) for r in ROWS if r.name in ('imagenet_deit', 'imagenet_augreg', 'finetune_imagenet')]
 BY_NAME = {row.name: row for row in ROWS}
 
 
@@ -387,6 +396,7 @@ def probe(args) -> dict:
 
   s, recipe = setup(args.buffer)
   data = s.config.data
+  grain = data.backend == 'grain'  # No shuffle buffer; its copy of the data is read by index.
   buckets = s.task.buckets(data, s.info)
   split = s.builder.info.splits[data.train_split]
   whole = s.builder.info.splits[data.train_split.split('[')[0]]  # A slice's num_bytes is 0.
@@ -396,13 +406,13 @@ def probe(args) -> dict:
     repeats=data.repeated_augment,
     batch=data.batch_size,
     groups=len(buckets.lengths()) if buckets else 0,
-    buffer=data.shuffle_buffer,
-    cache=bool(data.cache),
-    recipe_buffer=recipe['shuffle_buffer'],
+    buffer=0 if grain else data.shuffle_buffer,
+    cache=bool(data.cache) and not grain,
+    recipe_buffer=0 if grain else recipe['shuffle_buffer'],
     recipe_batch=recipe['batch_size'],
     token_budget=data.token_budget,
   )
-  if 'prepare' in stages:
+  if 'prepare' in stages and not grain:
     out |= host_memory_estimate(s) | decoded_example_bytes(s)
   # A window spans an epoch of the stand-in: a token budget's bucket groups read their examples anew each epoch.
   epoch = out['n'] * out['repeats']
@@ -419,7 +429,8 @@ def probe(args) -> dict:
     if args.buffer is None:
       s, _ = setup(small_buffer(out['n']))
     count = args.batches or out['main']['batches'] + window['warmup']
-    out['small'] = iterate(train, s, warmup=0, batches=count, seconds=0.0) | {'buffer': s.config.data.shuffle_buffer}
+    small = iterate(train, s, warmup=0, batches=count, seconds=0.0)
+    out['small'] = small | {'buffer': 0 if grain else s.config.data.shuffle_buffer}
   return out
 
 
@@ -478,6 +489,8 @@ def derive(row: Row, m: dict) -> dict:
   here, tiny = buffered(m['buffer'], m['n']), buffered(small['buffer'], m['n'])
   d['measured_bytes'] = (main['peak'] - small['peak']) / (here - tiny) if here > tiny else None
   d['example_bytes'] = max((b for b in (d['measured_bytes'], m.get('estimated_example_bytes')) if b), default=None)
+  if m['recipe_buffer'] == 0 and not m['cache']:  # Nothing buffered (grain): the peak is the batches'.
+    d['example_bytes'] = 0.0
   d['real_buffered'] = buffered(m['recipe_buffer'], row.real_examples)
   batch_examples = 0 if m['token_budget'] else m['recipe_batch'] - m['batch']
   d['batch_bytes'] = PREFETCHED * batch_examples * main['out_bytes_per_example']
@@ -614,7 +627,9 @@ def readme(results: dict, tiny: bool) -> str:
       '',
       f'Machine: {machine()}, shared with other users: examples per CPU-second (user + system time of the process',
       "and its children, `getrusage`) are the fair rate. No taskset, TensorFlow's default threads, each row in fresh",
-      f'processes. Measured {stamps}. Stand-ins (made once under `--scratch`):',
+      f'processes. Measured {stamps}. Rows ending in `_grain`: the same recipe read by the grain backend',
+      "(`data.backend='grain'`: an ArrayRecord copy read by index, NumPy/PIL ops, threads in the one process; no",
+      'shuffle buffer). Stand-ins (made once under `--scratch`):',
       '',
       *standins,
       '',

@@ -18,6 +18,7 @@ prepared anew).
 import functools
 import glob
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -47,8 +48,13 @@ def load(data_config, info_fn: Callable[[Any, Any], LabelInfo], *, resuming: boo
   """The dataset's ArrayRecord copy as a TFDS builder (made once, by process 0 first) and what the task knows of
   it. A dataset not yet prepared is prepared as the tf.data backend prepares it, which needs TensorFlow."""
   builder = builders.find(data_config, resuming)
-  if not builder.is_prepared():
-    builder = _prepare(data_config, resuming)
+  check(
+    builder.is_prepared() or importlib.util.find_spec('tensorflow') is not None,
+    f'data.name={data_config.name!r} is not prepared yet in data.data_dir={data_config.data_dir!r}, and preparing '
+    'it needs TensorFlow (TFDS writes its records with it), which is not installed here: prepare it once where it '
+    'is (a run of this config does, on either backend), then copy that data_dir here',
+  )
+  builder = builders.load(data_config, lambda b, d: None, resuming=resuming)[0]
   copy = os.path.join(builder.data_dir, ARRAY_RECORD)
   if jax.process_index() == 0 and not _current(builder.data_dir, copy):
     _copy(builder.data_dir, copy)
@@ -65,19 +71,6 @@ def load(data_config, info_fn: Callable[[Any, Any], LabelInfo], *, resuming: boo
     "data.backend='tfdata'",
   )
   return source, info
-
-
-def _prepare(data_config, resuming: bool):
-  """The dataset prepared as TFDS prepares it, as TFRecord; TensorFlow is imported here only."""
-  try:
-    from vit_jax_lab.data import pipeline
-  except ImportError:
-    raise ConfigError(
-      f'data.name={data_config.name!r} is not prepared yet in data.data_dir={data_config.data_dir!r}, and preparing '
-      'it needs TensorFlow, which is not installed here: prepare it once where it is (a run of this config does, on '
-      'either backend), then copy that data_dir here'
-    ) from None
-  return pipeline.load(data_config, lambda b, d: None, resuming=resuming)[0]
 
 
 def _fingerprint(prepared: str) -> dict:

@@ -15,6 +15,10 @@ from vit_jax_lab import signatures
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.models import base, seq2seq, text_classifier, tracker, vit, vivit
 
+# The families by class name, for use as a library: `from vit_jax_lab.models import ViT`.
+ViT, ViViT, Transformer = vit.ViT, vivit.ViViT, seq2seq.Transformer
+TextClassifier, Tracker = text_classifier.TextClassifier, tracker.Tracker
+
 MODELS: dict[str, type[base.Model]] = {
   'vit': vit.ViT,
   'vivit': vivit.ViViT,

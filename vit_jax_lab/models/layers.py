@@ -256,6 +256,10 @@ class Dropout(nnx.Module):
     """`rate` overrides `self.rate` with a traced value (a scanned layer's own stochastic-depth rate)."""
     if not train or self.rate == 0.0:
       return x
+    if rngs is None:
+      raise ValueError(
+        'train=True with dropout or stochastic depth needs rngs: call model(x, train=True, rngs=nnx.Rngs(dropout=0))'
+      )
     rate = self.rate if rate is None else rate
     shape = (x.shape[0],) + (1,) * (x.ndim - 1) if self.per_example else x.shape
     keep = jax.random.bernoulli(rngs.dropout(), 1.0 - rate, shape)

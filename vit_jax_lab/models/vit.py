@@ -247,6 +247,7 @@ class ViT(base.Model):
     self.options = options = self.ENCODER.of(encoder)
     p, d = dims['patch_size'], dims['width']
     self.grid = (height // p, wide // p)
+    self.input_shape = (height, wide, channels)
     self.num_heads = dims['num_heads']
     self.pool, self.posemb_type, self.posemb_resize = pool, posemb, posemb_resize
     self.distilled, self.posemb_prefix = distilled, posemb_prefix
@@ -311,6 +312,8 @@ class ViT(base.Model):
   def tokens(self, images: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
     """Embedded patches with position embeddings, after the class, distillation and register tokens there are
     (normalised by norm_pre if the model has one)."""
+    if tuple(images.shape[-3:]) != self.input_shape:  # Else a broadcasting error that names no size.
+      raise ValueError(f'this ViT takes images of shape {self.input_shape}, got {tuple(images.shape[-3:])}')
     x = self.embedding(images)
     if self.posemb_type == 'sincos2d':  # A float32 constant would promote bf16 tokens, and every layer after them.
       x = x + layers.sincos_2d(*self.grid, x.shape[-1]).astype(x.dtype)
