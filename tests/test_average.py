@@ -59,7 +59,7 @@ def test_average_mistakes_are_one_line(smoke_config, tmp_path, capsys):
   err = capsys.readouterr().err
   assert err.count('\n') == 1 and 'has 2 checkpoint(s) (steps 1, 2), fewer than --last 3' in err
   assert average.main(['--workdir', run, '--last', '1', '--out', run]) == 2
-  assert 'exists: name a new folder' in capsys.readouterr().err
+  assert 'exists: name a new file or folder' in capsys.readouterr().err
   assert average.main(['--workdir', str(tmp_path / 'nothing')]) == 2
   assert 'has no config.json' in capsys.readouterr().err
   assert sorted(os.listdir(tmp_path)) == ['run']

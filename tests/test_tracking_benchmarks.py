@@ -150,11 +150,11 @@ def test_results_are_written_as_the_got10k_server_and_the_toolkits_read_them(got
     np.testing.assert_allclose(got, expected, atol=1e-3)
     assert (tmp_path / 'val' / 'times' / f'{name}_time.txt').exists()
   # Nothing written is overwritten: neither the folder nor, once it is gone, its zip.
-  with pytest.raises(ConfigError, match='got10k_test exists: name a new folder') as e:
+  with pytest.raises(ConfigError, match='got10k_test exists: name a new file or folder') as e:
     results.run([*spec, '--out', out])
   assert '\n' not in str(e.value)
   shutil.rmtree(out)
-  with pytest.raises(ConfigError, match='got10k_test.zip exists: name a new folder'):
+  with pytest.raises(ConfigError, match='got10k_test.zip exists: name a new file or folder'):
     results.run([*spec, '--split', 'test', '--out', out])
   assert results.run([*spec, '--layout', 'otb', '--out', out]) == ([out], 2)  # The otb layout writes no zip.
 

@@ -162,9 +162,21 @@ def _npz(path: str) -> Iterator[Any]:
 
 
 def write_npz(path: str, flat: dict[str, np.ndarray]) -> None:
+  """`flat` as an .npz at `path`, which must not exist: written beside it and linked into place whole, so a write
+  cut short (a kill, a full disk) leaves nothing that looks complete, and of two writers one wins, the other is
+  refused."""
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path, 'wb') as f:
-    np.savez(f, **flat)
+  partial = f'{path}.partial-{os.getpid()}'
+  try:
+    with open(partial, 'wb') as f:
+      np.savez(f, **flat)
+    try:
+      os.link(partial, path)
+    except FileExistsError:
+      raise ConfigError(f'{path} was written by another process meanwhile; it is kept as that one wrote it') from None
+  finally:
+    if os.path.exists(partial):
+      os.remove(partial)
 
 
 def read_params(path: str) -> dict:

@@ -6,7 +6,10 @@ A leaf of the import graph: every module may raise these; this one imports nothi
 
 import contextlib
 import errno
-from typing import Iterator
+import json
+import os
+import stat
+from typing import Any, Iterator
 
 
 class ConfigError(ValueError):
@@ -85,3 +88,49 @@ def no_space(error: BaseException) -> bool:
       return True
     error = error.__cause__ or error.__context__
   return False
+
+
+# Files handed over (hub and Marian folders, images to predict, prepared datasets) are read within these bounds, so
+# that a wrong or hostile file is one line, not a hang or the host's memory (docs/reliability.md, hostile files).
+JSON_LIMIT = 16 * 2**20  # Bytes of a JSON config, vocabulary or index (opus-mt's vocab.json: 1.7 MB).
+IMAGE_LIMIT = 256 * 2**20  # Bytes of an image file.
+IMAGE_PIXELS = 2**27  # Pixels of an image (134 M, 11,585 squared), read from its header before it is decoded.
+IMAGE_ASPECT = 64  # Longer side over shorter: a 1 x 999,999 strip resized to a 224 shorter side is 50 G pixels.
+
+
+def foreign(text: object, limit: int = 100) -> str:
+  """A string from a file handed over, fit to print: control characters (a terminal's escape sequences) escaped,
+  and cut to `limit` characters."""
+  text = str(text)
+  shown = ''.join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
+  return shown + ('...' if len(text) > limit else '')
+
+
+def regular_file(path: str, what: str, limit: int) -> None:
+  """Refuses, in one line, a `path` that is not a regular file (a FIFO would block a read forever, /dev/zero never
+  end it) or holds more than `limit` bytes."""
+  try:
+    info = os.stat(path)
+  except OSError as e:
+    raise ConfigError(f'{what} {foreign(path)} cannot be read ({e.strerror})') from None
+  check(stat.S_ISREG(info.st_mode), f'{what} {foreign(path)} is not a regular file (a pipe or a device): give a file')
+  check(
+    info.st_size <= limit,
+    f'{what} {foreign(path)} holds {info.st_size:,} bytes, more than such a file can ({limit:,}): is it the right '
+    'file?',
+  )
+
+
+def read_json(path: str, what: str, kind: type = dict) -> Any:
+  """The JSON value of `path`, read within JSON_LIMIT, and of type `kind`; anything else is one line."""
+  regular_file(path, what, JSON_LIMIT)
+  try:
+    with open(path, encoding='utf-8') as f:
+      value = json.load(f)
+  except (ValueError, UnicodeDecodeError) as e:
+    raise ConfigError(f'{what} {foreign(path)} is not JSON ({foreign(e, 80)})') from None
+  check(
+    isinstance(value, kind),
+    f'{what} {foreign(path)} holds a JSON {type(value).__name__}, not {"an object" if kind is dict else kind.__name__}',
+  )
+  return value

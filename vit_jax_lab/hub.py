@@ -19,6 +19,7 @@ import ml_dtypes
 import numpy as np
 import safetensors
 
+from vit_jax_lab import errors
 from vit_jax_lab.errors import ConfigError
 
 CONFIG = 'config.json'
@@ -150,8 +151,12 @@ def _weight_files(path: str) -> list[str]:
   """The safetensors files of a folder: the index's shards, or model.safetensors (or the only .safetensors)."""
   names = sorted(os.listdir(path))
   if INDEX in names:
-    with open(os.path.join(path, INDEX)) as f:
-      shards = sorted(set(json.load(f)['weight_map'].values()))
+    weight_map = errors.read_json(os.path.join(path, INDEX), 'init_from: the index').get('weight_map')
+    errors.check(
+      isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values()),
+      f'init_from={errors.foreign(path)}: {INDEX} has no weight_map of tensor names to shard files',
+    )
+    shards = sorted(set(weight_map.values()))
     missing = [s for s in shards if s not in names]
     if missing:
       raise ConfigError(f'init_from={path!r}: {INDEX} names shards the folder lacks: {", ".join(missing)}')
@@ -182,16 +187,14 @@ def read(path: str) -> HubWeights:
   refuse_pickled(path)
   if not os.path.isdir(path):
     raise ConfigError(f'init_from={path!r} is not a folder with config.json and model.safetensors')
-  if not os.path.isfile(os.path.join(path, CONFIG)):
+  if not os.path.lexists(os.path.join(path, CONFIG)):  # Anything else there is refused as it is read.
     raise ConfigError(
       f'init_from={path!r} has no {CONFIG}: a hub folder holds config.json and model.safetensors (or its shards)'
     )
   files = _weight_files(path)
-  try:
-    with open(os.path.join(path, CONFIG)) as f:
-      config = json.load(f)
-  except (OSError, ValueError) as e:
-    raise ConfigError(f'init_from={path!r}: {CONFIG} is not readable JSON ({e})') from None
+  for file in files:
+    errors.regular_file(file, 'init_from: the weights', 2**44)  # A pipe or device would block or never end.
+  config = errors.read_json(os.path.join(path, CONFIG), 'init_from: the config')
   names = {}
   for file in files:
     try:

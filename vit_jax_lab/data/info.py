@@ -6,13 +6,13 @@ that may have no TensorFlow at all.
 """
 
 import dataclasses
-import json
 import os
 from typing import Protocol
 
 import numpy as np
 import sentencepiece as spm
 
+from vit_jax_lab import errors
 from vit_jax_lab.errors import ConfigError, check
 from vit_jax_lab.tokens import BOS, EOS, PAD, UNK, foreign_ids
 
@@ -206,13 +206,15 @@ class MarianVocab:
     names = {'eos_token': '</s>', 'unk_token': '<unk>', 'pad_token': '<pad>'}
     config_file = os.path.join(path, 'tokenizer_config.json')
     if os.path.isfile(config_file):
-      with open(config_file) as f:
-        config = json.load(f)
+      config = errors.read_json(config_file, 'the tokenizer config')
       if config.get('separate_vocabs'):
         raise ConfigError(f'{path!r}: separate source and target vocabularies (separate_vocabs) are not read')
       names |= {k: config[k] for k in names if isinstance(config.get(k), str)}
-    with open(os.path.join(path, 'vocab.json')) as f:
-      self.marian = json.load(f)  # piece -> Marian id.
+    self.marian = errors.read_json(os.path.join(path, 'vocab.json'), 'the vocabulary')  # piece -> Marian id.
+    check(
+      all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**31 for i in self.marian.values()),
+      f'{errors.foreign(path)!r}: vocab.json must map each piece to a non-negative integer id',
+    )
     absent = [n for n in names.values() if n not in self.marian]
     if absent:
       raise ConfigError(f'{path!r}: vocab.json lacks the special tokens {", ".join(absent)}')

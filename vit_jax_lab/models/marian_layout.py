@@ -7,13 +7,12 @@ layers.sincos_1d), embeddings scaled by sqrt(d_model), one embedding table for s
 by tokens.foreign_ids: the embedding rows and the bias are gathered so that each of our ids means its token.
 """
 
-import json
 import os
 from typing import Any
 
 import numpy as np
 
-from vit_jax_lab import hub, tokens
+from vit_jax_lab import errors, hub, tokens
 from vit_jax_lab.errors import ConfigError
 
 # Marian's activation_function -> our model.activation.
@@ -66,8 +65,7 @@ def special_ids(weights: hub.HubWeights) -> tuple[int, int, int, int]:
   file = os.path.join(weights.path, VOCAB)
   if not os.path.isfile(file):
     raise _refuse(weights, f'a Marian folder holds {VOCAB} beside config.json; this one has none')
-  with open(file) as f:
-    unk = json.load(f).get('<unk>', 1)
+  unk = errors.read_json(file, 'init_from: the vocabulary').get('<unk>', 1)
   return config['vocab_size'], config['pad_token_id'], config['eos_token_id'], unk
 
 

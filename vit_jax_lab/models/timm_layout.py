@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from vit_jax_lab import errors
 from vit_jax_lab.errors import ConfigError
 
 TIMM_OPTIONS = dict(gelu_approximate=False, layernorm_epsilon=1e-6)
@@ -158,8 +159,8 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
   num_heads = args.get('num_heads') or HEADS.get(size.group(1) if size else '')
   if num_heads is None:
     raise ConfigError(
-      f'init_from: the number of heads of timm architecture {architecture!r} is unknown (config.json has no '
-      'model_args.num_heads): set it in config.json'
+      f'init_from: the number of heads of timm architecture {errors.foreign(architecture)!r} is unknown (config.json '
+      'has no model_args.num_heads): set it in config.json'
     )
   height, wide = (config.get('pretrained_cfg') or {}).get('input_size', [3, 224, 224])[1:]
   pool = 'map' if 'attn_pool.latent' in names else 'tok' if 'cls_token' in names else 'gap'
@@ -191,7 +192,7 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
 
 def notes(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> list[str]:
   """What the load notes first: the architecture read."""
-  return [f'timm {config.get("architecture", "ViT")} read from its safetensors']
+  return [f'timm {errors.foreign(config.get("architecture", "ViT"))} read from its safetensors']
 
 
 def from_release(flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -78,7 +78,7 @@ def load_model(s: train.Setup, workdir: str | None) -> nnx.Module:
 
 def check_new(path: str) -> None:
   """A command's --out must not exist: what is already saved there is never overwritten."""
-  check(not os.path.exists(path), f'--out {path} exists: name a new folder (nothing is overwritten)')
+  check(not os.path.lexists(path), f'--out {path} exists: name a new file or folder (nothing is overwritten)')
 
 
 def class_names(builder, num_classes: int) -> list[str]:

@@ -697,6 +697,7 @@ def main(argv: list[str]) -> int:
     print(f'wrote a {args.layout} folder ({kind}) to {args.out}')
     return 0
   if args.format == 'npz':
+    common.check_new(args.out)
     if args.config is not None or overrides or args.workdir is None:
       raise ConfigError('--format npz exports a run: give --workdir and --out only')
     flat = export(args.workdir, args.out)

@@ -46,7 +46,7 @@ import numpy as np
 import tensorflow as tf
 from flax import nnx
 
-from vit_jax_lab import config as config_lib, console, decode, hub, models, parallel, tasks, tokens, train
+from vit_jax_lab import config as config_lib, console, decode, errors, hub, models, parallel, tasks, tokens, train
 from vit_jax_lab.data import device, images
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.data.info import MarianVocab
@@ -180,10 +180,17 @@ def _read(item: Item, channels: int) -> Any:
 
   def data(path: str) -> bytes:
     try:
+      errors.regular_file(path, 'the image', errors.IMAGE_LIMIT)  # A pipe would block, /dev/zero never end.
       with open(path, 'rb') as f:
-        return f.read()
+        raw = f.read()
     except OSError as e:
       raise Unreadable(f'{path}: {e.strerror}') from None
+    except ConfigError as e:
+      raise Unreadable(str(e)) from None
+    why = folder.size_problem(raw)
+    if why is not None:
+      raise Unreadable(f'{errors.foreign(path)}: {why}')
+    return raw
 
   if item.form == 'text':
     return item.name
@@ -486,8 +493,7 @@ def preprocessing_of(path: str, config: dict, layout: str) -> Preprocessing:
     return Preprocessing(resize, (height, width), method, 1 / 255, tuple(mean), tuple(std))
   file = os.path.join(path, 'preprocessor_config.json')
   check(os.path.isfile(file), f'--pretrained {path} has no preprocessor_config.json: its preprocessing is unknown')
-  with open(file) as f:
-    p = json.load(f)
+  p = errors.read_json(file, '--pretrained: the preprocessing')
   size = p.get('size') if p.get('do_resize', True) else None
   resize = size['shortest_edge'] if isinstance(size, dict) and 'shortest_edge' in size else size and _pair(size)
   crop = _pair(p['crop_size']) if p.get('do_center_crop') and p.get('crop_size') else None
@@ -650,9 +656,15 @@ def load_marian(path: str, weights: hub.HubWeights) -> MarianPredictor:
   model = models.build(model_config, nnx.Rngs(0), vocab_size=size, input_vocab_size=size, input_shape=None, max_len=1)
   generation = {}
   if os.path.isfile(os.path.join(path, 'generation_config.json')):
-    with open(os.path.join(path, 'generation_config.json')) as f:
-      generation = json.load(f)
-  max_length = generation.get('max_length', weights.config.get('max_length', 512)) - 1  # Less the decoder start.
+    generation = errors.read_json(os.path.join(path, 'generation_config.json'), '--pretrained: the generation config')
+  max_length = generation.get('max_length', weights.config.get('max_length', 512))
+  positions = weights.config.get('max_position_embeddings', 512)
+  check(
+    isinstance(max_length, int) and isinstance(positions, int) and 1 < max_length <= max(positions, 2),
+    f'--pretrained {errors.foreign(path)}: max_length={errors.foreign(max_length, 20)} must be an integer from 2 to '
+    f"the model's max_position_embeddings={errors.foreign(positions, 20)}",
+  )
+  max_length -= 1  # Less the decoder start.
   beams = generation.get('num_beams', 1)
   greedy = [f"greedy decoding, not the folder's beam search of num_beams={beams}"] if beams > 1 else []
   params = _with_weights(model, weights, path, greedy)
@@ -747,7 +759,7 @@ def main(argv: list[str]) -> int:
   )
   parser.add_argument('--top_k', type=int, default=5, help='labels printed per input (classification)')
   parser.add_argument('--lines', help='a UTF-8 text file: one input per line (seq2seq models reading text)')
-  parser.add_argument('--out', help='write JSON lines to this file (default: stdout)')
+  parser.add_argument('--out', help='write JSON lines to this new file (default: stdout)')
   parser.add_argument('--batch_size', type=int, help='inputs per compiled batch (default: 64; videos 8)')
   args, rest = parser.parse_known_args(argv)
   inputs = rest[rest.index('--') + 1 :] if '--' in rest else []
@@ -763,6 +775,8 @@ def main(argv: list[str]) -> int:
   check(args.top_k >= 1, f'--top_k={args.top_k} must be a positive integer')
   check(args.batch_size is None or args.batch_size >= 1, f'--batch_size={args.batch_size} must be positive')
   check(inputs or args.lines, 'no inputs: give image or video files, folders of them, text (seq2seq), or --lines FILE')
+  if args.out is not None:  # Never a file of the user's (nor one of the inputs) overwritten.
+    common.check_new(args.out)
   parallel.enable_compilation_cache()
   start = time.perf_counter()
   if args.pretrained is not None:

@@ -3,6 +3,7 @@ preparing and loading any dataset by its data.* keys, without TensorFlow unless 
 
 import contextlib
 import errno
+import glob
 import importlib
 import io
 import os
@@ -106,6 +107,7 @@ def find(data_config, resuming: bool = False):
   if is_builtin(name):
     register(name)
     return tfds.builder(name, data_dir=data_dir)
+  check_features(data_dir, name)
   try:
     builder = tfds.builder(name, data_dir=data_dir)
   except tfds.core.registered.DatasetNotFoundError:
@@ -203,3 +205,31 @@ def _writable(fn: Callable[[], Any]) -> Callable[[], Any]:
       raise
 
   return call
+
+
+FEATURE_CLASSES = 'tensorflow_datasets.core.features.'  # The module TFDS's own feature classes live in.
+
+
+def check_features(data_dir: str | None, name: str) -> None:
+  """Refuses a prepared dataset whose features.json names a class outside TFDS's own features: TFDS imports the
+  module it names to read the dataset, so a data_dir handed over could otherwise run code (a `payload.py` beside the
+  working folder, or any installed module). Every features.json under the dataset's folder is read (as JSON)."""
+  root = os.path.join(os.path.expanduser(data_dir or os.path.join('~', 'tensorflow_datasets')), name.split('/')[0])
+  for path in glob.glob(os.path.join(glob.escape(root), '**', 'features.json'), recursive=True):
+    names = _class_names(errors.read_json(path, "the prepared dataset's features"))
+    foreign = [n for n in names if not (isinstance(n, str) and n.startswith(FEATURE_CLASSES))]
+    check(
+      not foreign,
+      f'{errors.foreign(path)} names the feature class {errors.foreign(foreign[0] if foreign else "", 80)!r}, which '
+      f'TFDS would import to read the data: only its own ({FEATURE_CLASSES}*) are read; rebuild the dataset',
+    )
+
+
+def _class_names(node: Any) -> list[Any]:
+  """Every pythonClassName value in a features.json tree."""
+  if isinstance(node, dict):
+    own = [node['pythonClassName']] if 'pythonClassName' in node else []
+    return own + [n for key, value in node.items() if key != 'pythonClassName' for n in _class_names(value)]
+  if isinstance(node, list):
+    return [n for value in node for n in _class_names(value)]
+  return []

@@ -31,12 +31,14 @@ import io
 import os
 import re
 import shutil
+import warnings
 from typing import Iterator, NamedTuple
 
 import numpy as np
 import tensorflow_datasets as tfds
 from PIL import Image, ImageOps
 
+from vit_jax_lab import errors
 from vit_jax_lab.errors import ConfigError, check
 
 PREFIX = 'folder:'  # data.name = PREFIX + the folder's path.
@@ -305,8 +307,28 @@ def upright(data: bytes) -> bytes:
       out = io.BytesIO()
       (turned if turned.mode in ('L', 'RGB') else turned.convert('RGB')).save(out, 'JPEG', quality=95)
       return out.getvalue()
-  except (OSError, SyntaxError, ValueError):  # Damaged: left to the decode check, which reports it.
+  except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):  # Left to the checks, which report it.
     return data
+
+
+def size_problem(data: bytes) -> str | None:
+  """Why an image file is refused before it is decoded, from its header: more pixels than errors.IMAGE_PIXELS (a
+  decompression bomb: a small file of a huge canvas), or one side over errors.IMAGE_ASPECT times the other (a strip
+  that resizing blows up); None otherwise, or when PIL cannot read the header (the decode check says why)."""
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore', Image.DecompressionBombWarning)
+      with Image.open(io.BytesIO(data)) as image:
+        width, height = image.size
+  except Image.DecompressionBombError:
+    return f'more than {errors.IMAGE_PIXELS:,} pixels'
+  except Exception:  # Not an image PIL reads: the decode check says why.
+    return None
+  if width * height > errors.IMAGE_PIXELS:
+    return f'{width}x{height} pixels, more than {errors.IMAGE_PIXELS:,}'
+  if max(width, height) > errors.IMAGE_ASPECT * max(min(width, height), 1):
+    return f'{width}x{height} pixels, one side over {errors.IMAGE_ASPECT} times the other'
+  return None
 
 
 @dataclasses.dataclass(eq=False)
@@ -373,8 +395,14 @@ class Folder(tfds.core.GeneratorBasedBuilder):
 
   def _image(self, item: Item) -> tuple[bytes | None, str | None]:
     path = os.path.join(self.layout.root, item.path)
+    if os.path.getsize(path) > errors.IMAGE_LIMIT:
+      return None, f'{path}: over {errors.IMAGE_LIMIT:,} bytes'
     with open(path, 'rb') as f:
-      data = upright(f.read())
+      data = f.read()
+    why = size_problem(data)
+    if why is not None:
+      return None, f'{path}: {why}'
+    data = upright(data)
     why = _images().decode_problem(data)[1]
     return (data, None) if why is None else (None, f'{path}: {why}')
 

@@ -1,0 +1,154 @@
+"""Files handed over that are wrong or hostile: no code runs, reads are bounded, nothing of the user's is
+overwritten, and each is one line (docs/reliability.md, hostile files)."""
+
+import io
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import ROOT
+from vit_jax_lab import checkpoints, errors, hub
+from vit_jax_lab.data import info as data_info
+from vit_jax_lab.data.builders import folder
+from vit_jax_lab.errors import ConfigError
+from vit_jax_lab.tools import predict
+
+
+def test_a_prepared_dataset_naming_a_module_of_its_own_runs_no_code(data_dir, tmp_path):
+  """features.json's pythonClassName would make TFDS import `payload` (on sys.path: the working folder)."""
+  prepared = tmp_path / 'tfds' / 'evil' / '1.0.0'
+  shutil.copytree(os.path.join(data_dir, 'digits', '1.0.0'), prepared, ignore=shutil.ignore_patterns('array_record*'))
+  for path in prepared.iterdir():
+    path.rename(prepared / path.name.replace('digits-', 'evil-'))
+  info = json.loads((prepared / 'dataset_info.json').read_text()) | {'name': 'evil', 'moduleName': 'payload'}
+  (prepared / 'dataset_info.json').write_text(json.dumps(info))
+  features = (prepared / 'features.json').read_text()
+  (prepared / 'features.json').write_text(
+    features.replace('tensorflow_datasets.core.features.class_label_feature', 'payload')
+  )
+  marker = tmp_path / 'MARKER'
+  (tmp_path / 'payload.py').write_text(f'open({str(marker)!r}, "w").write("ran")\n')
+  command = [sys.executable, '-m', 'main', '--config', os.path.join(ROOT, 'configs/vit/digits.py')]
+  command += ['--workdir', str(tmp_path / 'run'), '--config.data.name=evil', f'--config.data.data_dir={tmp_path}/tfds']
+  done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 2 and not marker.exists()
+  assert done.stderr.strip().splitlines() == [
+    f"error: {prepared}/features.json names the feature class 'payload.ClassLabel', which TFDS would import to read "
+    'the data: only its own (tensorflow_datasets.core.features.*) are read; rebuild the dataset'
+  ]
+
+
+def hub_folder(tmp_path, config) -> str:
+  folder_path = tmp_path / 'hub'
+  folder_path.mkdir()
+  (folder_path / 'model.safetensors').write_bytes(struct.pack('<Q', 2) + b'{}')
+  if isinstance(config, bytes):
+    (folder_path / 'config.json').write_bytes(config)
+  elif config is not None:
+    (folder_path / 'config.json').write_text(json.dumps(config))
+  return str(folder_path)
+
+
+@pytest.mark.parametrize(
+  'config, message',
+  [
+    ([1, 2], 'holds a JSON list, not an object'),
+    (b'{"architecture": ', 'is not JSON'),
+    (b'\xff\xfe', 'is not JSON'),
+  ],
+)
+def test_a_hub_config_of_the_wrong_kind_is_one_line(tmp_path, config, message):
+  with pytest.raises(ConfigError, match=f'init_from: the config .*config.json {message}'):
+    hub.read(hub_folder(tmp_path, config))
+
+
+def test_a_huge_or_endless_hub_config_is_refused_before_it_is_read(tmp_path):
+  path = hub_folder(tmp_path, None)
+  with open(os.path.join(path, 'config.json'), 'wb') as f:
+    f.truncate(5 * 2**30)  # 5 GB of nothing, on disk as a sparse file.
+  with pytest.raises(ConfigError, match='holds 5,368,709,120 bytes, more than such a file can'):
+    hub.read(path)
+  os.remove(os.path.join(path, 'config.json'))
+  os.mkfifo(os.path.join(path, 'config.json'))  # Opened, it would block until a writer comes: never.
+  with pytest.raises(ConfigError, match='is not a regular file \\(a pipe or a device\\)'):
+    hub.read(path)
+
+
+def png_header(width: int, height: int) -> bytes:
+  """A PNG whose header declares width x height (its pixel data cut off): what a decompression bomb shows before
+  it is decoded."""
+
+  def chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))
+
+  ihdr = struct.pack('>IIBBBBB', width, height, 8, 0, 0, 0, 0)
+  return b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', ihdr) + chunk(b'IDAT', zlib.compress(b'\0' * 64)) + chunk(b'IEND', b'')
+
+
+@pytest.mark.parametrize(
+  'make, message',
+  [
+    (lambda: png_header(20_000, 20_000), 'more than 134,217,728'),
+    (lambda: png_header(999_999, 1), 'one side over 64 times the other'),
+  ],
+)
+def test_images_too_large_to_decode_are_refused_from_their_header(tmp_path, make, message):
+  path = tmp_path / 'image.png'
+  path.write_bytes(make())
+  assert message in folder.size_problem(path.read_bytes())
+  with pytest.raises(predict.Unreadable, match=message):
+    predict._read(predict.Item(str(path), 'image', (str(path),)), 3)
+
+
+def test_an_image_that_is_a_device_or_a_pipe_is_not_read(tmp_path):
+  (tmp_path / 'zero.png').symlink_to('/dev/zero')
+  os.mkfifo(tmp_path / 'fifo.png')
+  for name in ('zero.png', 'fifo.png'):
+    path = str(tmp_path / name)
+    with pytest.raises(predict.Unreadable, match='is not a regular file'):
+      predict._read(predict.Item(path, 'image', (path,)), 3)
+  photo = io.BytesIO()
+  Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(photo, 'PNG')
+  assert folder.size_problem(photo.getvalue()) is None
+
+
+def test_foreign_strings_print_escaped_and_cut():
+  assert errors.foreign('vit_base\x1b]0;owned\x07\x1b[2J') == 'vit_base\\x1b]0;owned\\x07\\x1b[2J'
+  assert errors.foreign('x' * 10_000_000) == 'x' * 100 + '...'
+
+
+def test_an_export_never_overwrites_and_leaves_nothing_partial(tmp_path):
+  out = tmp_path / 'vit.npz'
+  checkpoints.write_npz(str(out), {'a': np.ones(3)})
+  with pytest.raises(ConfigError, match='was written by another process meanwhile'):
+    checkpoints.write_npz(str(out), {'a': np.zeros(3)})
+  np.testing.assert_array_equal(np.load(out)['a'], np.ones(3))
+  assert os.listdir(tmp_path) == ['vit.npz']
+
+
+def test_predict_out_never_overwrites_a_file_nor_an_input(tmp_path, capsys):
+  image = tmp_path / 'photo.png'
+  Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
+  before = image.read_bytes()
+  assert predict.main(['--workdir', str(tmp_path / 'run'), str(image), '--out', str(image)]) == 2
+  assert f'--out {image} exists: name a new file or folder' in capsys.readouterr().err
+  assert image.read_bytes() == before
+
+
+def test_a_marian_vocabulary_of_the_wrong_kind_is_one_line(tmp_path):
+  for name in data_info.MarianVocab.FILES:
+    (tmp_path / name).write_text('{}')
+  (tmp_path / 'vocab.json').write_text(json.dumps({'</s>': 0, '<unk>': 'one', '<pad>': 2}))
+  with pytest.raises(ConfigError, match='vocab.json must map each piece to a non-negative integer id'):
+    data_info.MarianVocab(str(tmp_path))
+  (tmp_path / 'vocab.json').write_text('[1, 2]')
+  with pytest.raises(ConfigError, match='the vocabulary .*vocab.json holds a JSON list, not an object'):
+    data_info.MarianVocab(str(tmp_path))
