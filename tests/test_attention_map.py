@@ -42,3 +42,19 @@ def test_command_draws_a_trained_digits_model(smoke_config, tmp_path, capsys):
   assert '--out' in capsys.readouterr().err
   assert attention_map.main(['--workdir', workdir, '--layer', '5', '--out', out]) == 2
   assert attention_map.main(['--workdir', workdir, '--example', '360', '--out', out]) == 2
+  # Its own image reads as predict reads it: turned upright by EXIF, and one line for what it cannot read.
+  photo = tmp_path / 'sideways.jpg'
+  pixels = np.zeros((8, 16, 3), np.uint8)
+  pixels[:, :8] = 255  # Bright on the left, as stored; EXIF orientation 6 turns it 90 degrees clockwise.
+  exif = Image.Exif()
+  exif[0x0112] = 6
+  Image.fromarray(pixels).save(photo, exif=exif.tobytes(), quality=95)
+  assert attention_map.main(['--workdir', workdir, '--image', str(photo), '--out', out]) == 0
+  webp, cut = tmp_path / 'a.webp', tmp_path / 'cut.jpg'
+  Image.fromarray(pixels).save(webp)
+  cut.write_bytes(photo.read_bytes()[:300])
+  capsys.readouterr()
+  assert attention_map.main(['--workdir', workdir, '--image', str(webp), '--out', str(tmp_path / 'b.png')]) == 2
+  assert capsys.readouterr().err.strip() == f'error: --image {webp}: not a JPEG or PNG file'
+  assert attention_map.main(['--workdir', workdir, '--image', str(cut), '--out', str(tmp_path / 'c.png')]) == 2
+  assert capsys.readouterr().err.strip().startswith(f'error: --image {cut}: a damaged image')

@@ -105,7 +105,7 @@ def test_images_too_large_to_decode_are_refused_from_their_header(tmp_path, make
   path.write_bytes(make())
   assert message in folder.size_problem(path.read_bytes())
   with pytest.raises(predict.Unreadable, match=message):
-    predict._read(predict.Item(str(path), 'image', (str(path),)), 3)
+    predict.read_input(predict.Item(str(path), 'image', (str(path),)), 3)
 
 
 def test_an_image_that_is_a_device_or_a_pipe_is_not_read(tmp_path):
@@ -114,7 +114,7 @@ def test_an_image_that_is_a_device_or_a_pipe_is_not_read(tmp_path):
   for name in ('zero.png', 'fifo.png'):
     path = str(tmp_path / name)
     with pytest.raises(predict.Unreadable, match='is not a regular file'):
-      predict._read(predict.Item(path, 'image', (path,)), 3)
+      predict.read_input(predict.Item(path, 'image', (path,)), 3)
   photo = io.BytesIO()
   Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(photo, 'PNG')
   assert folder.size_problem(photo.getvalue()) is None

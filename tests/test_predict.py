@@ -126,6 +126,9 @@ def test_unreadable_files_are_one_line_each_and_the_rest_is_predicted(digits_run
   lines = [json.loads(line) for line in captured.out.splitlines()]
   assert [line['input'] for line in lines] == [str(folder / 'a_text.png'), str(folder / 'b_cut.png'), good]
   assert 'error' in lines[0] and 'error' in lines[1] and len(lines[2]['top_k']) == 5
+  Image.open(good).save(folder / 'd.webp')  # Another format: left out of a folder, and said so.
+  assert predict.main(['--workdir', digits_run[0], str(folder)]) == 2
+  assert f'{folder}: 1 images not JPEG or PNG left out, e.g. {folder}/d.webp' in capsys.readouterr().err
 
 
 @pytest.mark.slow

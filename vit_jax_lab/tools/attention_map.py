@@ -20,9 +20,9 @@ import tensorflow as tf
 from matplotlib.figure import Figure
 
 from vit_jax_lab import console, models, train
-from vit_jax_lab.data import device
+from vit_jax_lab.data import device, images
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.tools import common
+from vit_jax_lab.tools import common, predict
 
 
 def rollout(maps: list[np.ndarray]) -> np.ndarray:
@@ -139,7 +139,11 @@ def _input(s, args) -> tuple[np.ndarray, np.ndarray, int | None]:
   if args.image:
     if not os.path.exists(args.image):
       raise ConfigError(f'--image {args.image} does not exist')
-    raw = tf.io.decode_image(tf.io.read_file(args.image), channels=s.info.input_shape[-1], expand_animations=False)
+    try:  # As predict reads it: JPEG or PNG, turned upright as its EXIF says, checked before it is decoded.
+      data = predict.read_input(predict.Item(args.image, 'image', (args.image,)), s.info.input_shape[-1])
+    except predict.Unreadable as e:
+      raise ConfigError(f'--image {e}') from None
+    raw = predict.fit(images.decode(tf.constant(data), s.info.input_shape[-1]), s.config.data, s.info.input_shape)[0]
     label = None
   else:
     split = s.builder.info.splits[s.config.data.eval_split].num_examples

@@ -64,6 +64,9 @@ JPEG_PNG = images.JPEG_PNG
 _WORKERS = min(8, os.cpu_count() or 1)  # Threads reading and preprocessing inputs (TF works outside the GIL).
 
 
+OTHER_IMAGES = ('.webp', '.gif', '.bmp', '.tif', '.tiff', '.heic', '.avif')  # Left out of folders, with a note.
+
+
 @dataclasses.dataclass(frozen=True)
 class Item:
   """One input: what the output calls it (a path or the text), its form and its files."""
@@ -75,6 +78,22 @@ class Item:
 
 class Unreadable(Exception):
   """An input that exists but cannot be read: reported in one line, the other inputs go on."""
+
+
+def fit(raw: tf.Tensor, data_config, input_shape: tuple[int, ...]) -> tuple[tf.Tensor, tf.Tensor]:
+  """(an image or frames, whether resized): of another size than the run's data, when its config resizes nothing
+  (no data.image_size or resize_size; its preprocessing then takes the dataset's size only), squashed to that size
+  first."""
+  if data_config.image_size is not None or data_config.resize_size is not None:
+    return raw, tf.constant(False)
+  height, width = input_shape[-3:-1]
+  same = (tf.shape(raw)[-3] == height) & (tf.shape(raw)[-2] == width)
+
+  def resized():
+    x = tf.image.resize(tf.cast(raw, tf.float32), (height, width), antialias=data_config.antialias)
+    return tf.cast(tf.clip_by_value(tf.round(x), 0, 255), tf.uint8)
+
+  return tf.cond(same, lambda: raw, resized), ~same
 
 
 # --- The inputs ---------------------------------------------------------------------------------------------------
@@ -154,7 +173,10 @@ def _folder_items(kind: str, given: str) -> list[Item]:
       images or not videos,
       f'{given} holds videos, and this model reads images: give a folder of JPEG or PNG files',
     )
-    check(images, f'{given} holds no JPEG or PNG images')
+    others = [f for _, files, _ in walked for f in files if f.lower().endswith(OTHER_IMAGES)]
+    check(images, f'{given} holds no JPEG or PNG images' + (f' ({len(others)} of other formats)' if others else ''))
+    if others:  # Training reads JPEG and PNG only, and so does prediction: said, not silently passed over.
+      console.say(f'{given}: {len(others)} images not JPEG or PNG left out, e.g. {errors.foreign(others[0])}')
     return [Item(path, 'image', (path,)) for path in images]
   frames_here = [f for f in walked[0][1] if _has(f, 'image')]
   if frames_here:
@@ -175,7 +197,7 @@ def _av(path: str):
   return av
 
 
-def _read(item: Item, channels: int) -> Any:
+def read_input(item: Item, channels: int) -> Any:
   """The raw input: a file's bytes, a video's uint8 frames (T, H, W, C), or the text. Raises Unreadable."""
 
   def data(path: str) -> bytes:
@@ -268,7 +290,7 @@ class Predictor:
       """The run's evaluation pipeline on one raw input; and whether it was adapted (resized, cut)."""
       changed = tf.constant(False)
       if self.kind != 'text':
-        raw, changed = self._fit(raw)
+        raw, changed = fit(raw, self.config.data, self.s.info.input_shape)
       example = prepare(tf.data.Dataset.from_tensors({info.input_key: raw} | dummy)).get_single_element()
       if self.kind == 'text':
         changed = tf.shape(example['inputs'])[0] > info.input_shape[0]
@@ -295,21 +317,6 @@ class Predictor:
   def device(self) -> jax.Device:
     return self.s.mesh.devices.flat[0]
 
-  def _fit(self, raw):
-    """Images (frames) of another size than the run's data, when its config resizes nothing (no data.image_size
-    or resize_size; its preprocessing then takes the dataset's size only): squashed to that size first."""
-    data = self.config.data
-    if data.image_size is not None or data.resize_size is not None:
-      return raw, tf.constant(False)
-    height, width = self.s.info.input_shape[-3:-1]
-    same = (tf.shape(raw)[-3] == height) & (tf.shape(raw)[-2] == width)
-
-    def resized():
-      x = tf.image.resize(tf.cast(raw, tf.float32), (height, width), antialias=data.antialias)
-      return tf.cast(tf.clip_by_value(tf.round(x), 0, 255), tf.uint8)
-
-    return tf.cond(same, lambda: raw, resized), ~same
-
   def _compile(self) -> Callable:
     s, config = self.s, self.config
 
@@ -327,7 +334,7 @@ class Predictor:
 
     def prepared(item):
       try:
-        features, changed = self.model_input(_read(item, channels))
+        features, changed = self.model_input(read_input(item, channels))
       except Unreadable as e:  # A reason found past reading (a clip too short) names the input here.
         return (e if str(e).startswith(item.name) else Unreadable(f'{item.name}: {e}')), False
       except tf.errors.OpError as e:
