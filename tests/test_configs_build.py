@@ -29,6 +29,7 @@ ARGS = {
   'configs/tracking/got10k.py': (None, 'otb100', 'uav123', 'lasot,smoke'),
   'configs/vit/digits.py': (None, 'smoke'),
   'configs/vit/finetune.py': (None, 'cifar100,L/16,500', 'imagenet2012,H/14,paper'),
+  'configs/vit/folder.py': ('{imagenet}',),  # A folder of photos: the stand-in's, filled in by `small`.
   'configs/vit/imagenet_augreg.py': (
     'Ti/16',
     'S/32,none',
@@ -113,6 +114,9 @@ def stand_ins(tmp_path_factory, request) -> StandIns:
 def small(spec: str, stand_ins: StandIns):
   """The config of `spec` on its stand-in data, with a tiny model, batches of one example per device (times
   accum_steps and repeated_augment), one step, and an eval split of at most one batch; its input settings unchanged."""
+  path, _, arg = spec.partition(':')
+  if arg.startswith('{'):  # A stand-in's folder as the argument.
+    spec = f'{path}:{stand_ins.get(arg.strip("{}"))}'
   config = load_config(spec, None)
   model, data = config.model, config.data
   for key, value in TINY_MODEL.items():
@@ -133,6 +137,8 @@ def small(spec: str, stand_ins: StandIns):
     kind, data.eval_split = FOLDERS[data.name]
     data.name, data.data_dir = f'folder:{stand_ins.get(kind)}', stand_ins.prepared
     data.source = data.target = None  # A folder of text pairs names its features source and target.
+  elif data.name.startswith('folder:'):
+    data.data_dir = stand_ins.prepared
   elif data.name.startswith('tracking_benchmarks/'):
     data.data_dir = stand_ins.get(data.name.partition('/')[2])
   else:

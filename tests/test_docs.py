@@ -9,6 +9,8 @@ import shlex
 
 import pytest
 
+from vit_jax_lab import config as config_lib
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, 'README.md')
 DOCS = sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md')))
@@ -103,7 +105,7 @@ def command_problems(command: str) -> list[str]:
     spec = words[i + 1] if word == '--config' and i + 1 < len(words) else word.partition('=')[2]
     if (word == '--config' or word.startswith('--config=')) and spec:
       config = spec.partition(':')[0]
-      if not os.path.isfile(os.path.join(ROOT, config)):
+      if config_lib.resolve(config) is None:  # A path from the clone, or one of configs/ as vit/digits.
         problems.append(f'--config {spec}: no file {config}')
   return problems
 

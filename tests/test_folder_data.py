@@ -14,7 +14,7 @@ import tensorflow_datasets as tfds
 from PIL import Image
 
 from conftest import load_config, local_address, start_processes
-from vit_jax_lab import tasks, train
+from vit_jax_lab import config as config_lib, tasks, train
 from vit_jax_lab.data import info as data_info, labels, pipeline, text
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.errors import ConfigError
@@ -393,3 +393,24 @@ def test_two_processes_prepare_once_and_read_the_same(tmp_path):
   assert loaded[0] == loaded[1] and len(loaded[0]) == 2
   assert 'loaded folder:' in loaded[0][1] and loaded[0][1].split()[2:] == ['9', '9', '9']
   assert [out.count('preparing') + out.count('generating') for out in outputs] == [2, 0]
+
+
+def test_the_folder_recipe_sizes_its_run_from_the_folder(tmp_path):
+  """configs/vit/folder.py:PATH: 100 epochs of the images it trains on (the 80% not held out), at least 200 steps;
+  a train/ + val/ folder evaluates on val; anything but a folder is one line."""
+  root = tmp_path / 'photos'
+  for c in range(2):
+    (root / f'class_{c}').mkdir(parents=True)
+    for i in range(60):
+      Image.fromarray(np.full((4, 4, 3), 40 * c, np.uint8)).save(root / f'class_{c}' / f'{i}.png')
+  config = config_lib.load(f'configs/vit/folder.py:{root}')
+  kept = sum(not folder.held_out(f'class_{c}/{i}.png') for c in range(2) for i in range(60))
+  assert 80 < kept < 120 and config.total_steps == -(-100 * kept // 32)
+  assert (config.data.name, config.data.eval_split) == (f'folder:{root}', 'test')
+  (tmp_path / 'split' / 'train' / 'a').mkdir(parents=True)
+  (tmp_path / 'split' / 'val').mkdir()
+  Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / 'split' / 'train' / 'a' / '0.png')
+  small = config_lib.load(f'configs/vit/folder.py:{tmp_path / "split"}')
+  assert (small.total_steps, small.data.eval_split) == (200, 'val')
+  with pytest.raises(ConfigError, match='configs/vit/folder.py takes the folder of your photos'):
+    config_lib.load('configs/vit/folder.py:/no/such/folder')
