@@ -194,15 +194,19 @@ def test_default_shots_a_small_folder_cannot_fill_are_left_out_with_a_note(tmp_p
   argv = ['--config', config, f'--config.data.name=folder:{tmp_path / "photos"}', f'--config.data.data_dir={data_dir}']
   assert fewshot_tool.main([*argv, '--config.data.image_size=8', '--draws', '2']) == 0  # Shots 1, 5, 10, 25.
   out = capsys.readouterr().out
-  assert '10, 25-shot left out: its class 0 has 7 examples in train' in out
+  assert "10, 25-shot left out: its class 'bright' has 7 examples in train" in out  # Named as its folder.
   assert '| 1-shot | 5-shot |' in out and '10-shot' not in out.split('note:')[0]
   assert fewshot_tool.main([*argv, '--config.data.image_size=8', '--shots', '1,10']) == 2  # Chosen: refused.
-  assert 'class 0 of folder:' in capsys.readouterr().err
+  err = capsys.readouterr().err
+  assert "class 'bright' of folder:" in err and 'lower the shots (eval.fewshot.shots, --shots)' in err
+  assert 'max_train' not in err  # All 14 training photos were read: a larger max_train would not help.
 
 
 def test_batch_size_option_is_checked_and_listed_in_help(capsys):
   assert fewshot_tool.main(['--config', 'configs/vit/digits.py:smoke', '--batch-size', '3']) == 2
-  assert 'error: --batch-size 3: must be a positive multiple of the 8 devices' in capsys.readouterr().err
+  assert 'error: --batch_size 3: must be a positive multiple of the 8 devices' in capsys.readouterr().err
+  assert fewshot_tool.main(['--config', 'configs/vit/digits.py:smoke', '--batch_size', '3']) == 2  # As elsewhere.
+  assert 'error: --batch_size 3: must be a positive multiple of the 8 devices' in capsys.readouterr().err
   with pytest.raises(SystemExit):
     fewshot_tool.main(['--help'])
-  assert '--batch-size' in capsys.readouterr().out
+  assert '--batch_size' in capsys.readouterr().out

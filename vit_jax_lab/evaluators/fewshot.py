@@ -172,16 +172,20 @@ class Evaluator:
     train_labels = _labels(builder, train_split, info)
     counts = np.bincount(train_labels, minlength=info.num_classes)
     fewest = int(np.argmin(counts))
+    label = builder.info.features['label']
+    names = getattr(label, 'names', None) or []
+    called = f'class {names[fewest]!r}' if len(names) == info.num_classes else f'class {fewest}'
     shots = tuple(k for k in f.shots if k <= counts[fewest]) if self.fit_shots else tuple(f.shots)
+    capped = counts.sum() >= f.max_train  # Only then would more training examples help.
     check(
       shots and counts[fewest] >= max(shots),
-      f'eval.fewshot: class {fewest} of {name} has {counts[fewest]} examples in {train_split}, fewer than '
-      f'{max(f.shots) if self.fit_shots else max(shots)} shots: lower eval.fewshot.shots or raise '
-      'eval.fewshot.max_train',
+      f'eval.fewshot: {called} of {name} has {counts[fewest]} examples in {train_split}, fewer than '
+      f'{max(f.shots) if self.fit_shots else max(shots)} shots: lower the shots (eval.fewshot.shots, --shots)'
+      + (' or raise eval.fewshot.max_train' if capped else ''),
     )
     if shots != tuple(f.shots):
       self.notes.append(
-        f'{name}: {", ".join(str(k) for k in f.shots if k not in shots)}-shot left out: its class {fewest} has '
+        f'{name}: {", ".join(str(k) for k in f.shots if k not in shots)}-shot left out: its {called} has '
         f'{counts[fewest]} examples in {train_split}'
       )
     draws = [draw(train_labels, info.num_classes, shots, i, self.config.seed) for i in range(f.draws)]

@@ -93,7 +93,7 @@ def prediction(model, model_input: np.ndarray, names: list[str]) -> str:
 @console.command
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(
-    prog='python -m vit_jax_lab.tools.attention_map', description=__doc__.splitlines()[0]
+    prog='python -m vit_jax_lab.tools.attention_map', description=__doc__.split('\n\n')[0]
   )
   parser.add_argument('--workdir', help='a run: its config.json and newest checkpoint')
   parser.add_argument('--config', help='a config file (with --config.init_from=...) instead of --workdir')

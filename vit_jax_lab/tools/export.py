@@ -674,7 +674,7 @@ def export_hub(workdir: str, out: str, layout: str) -> dict:
 
 @console.command
 def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.export', description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.export', description=__doc__.split('\n\n')[0])
   parser.add_argument(
     '--format', choices=('npz', 'saved_model', 'safetensors'), default='npz', help='npz: the release layout'
   )

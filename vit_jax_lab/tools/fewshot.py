@@ -8,7 +8,7 @@ Defaults come from the config (`eval.fewshot`; a run's datasets, else its own da
 it reproduces the few-shot numbers the run logged at its end: the same parameters (the average, with
 ema_decay), seed and draws. `--config` evaluates the weights `--config.init_from` names (a release .npz or a run),
 or, without it, the config's model at its random initialisation. No training happens here, so any batch fits: the
-run's data.eval_batch_size, rounded to this machine's devices (--batch-size sets another).
+run's data.eval_batch_size, rounded to this machine's devices (--batch_size sets another).
 
 On the data the model was trained on (the default without eval.fewshot.datasets), a trained model's features are
 already grouped by class, so every draw's probe tends to classify the test images as the model's head does: the
@@ -52,14 +52,15 @@ def evaluate(
 
 def _config(argv: list[str]) -> tuple[ml_collections.ConfigDict, str | None, bool]:
   """(config, workdir, whether to fit the shots to the data: the user gave none)."""
-  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.fewshot', description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.fewshot', description=__doc__.split('\n\n')[0])
   parser.add_argument('--workdir', help='a run: its config.json and newest checkpoint')
   parser.add_argument('--config', help='a config file (with --config.init_from=...) instead of --workdir')
   parser.add_argument('--dataset', help='comma-separated TFDS names; default: eval.fewshot.datasets, else data.name')
   parser.add_argument('--shots', help='comma-separated k, e.g. 1,5,10,25; default: eval.fewshot.shots')
   parser.add_argument('--draws', type=int, help='random draws per k; default: eval.fewshot.draws')
   parser.add_argument(
-    '--batch-size',
+    '--batch_size',
+    '--batch-size',  # The spelling it had before the other tools' --batch_size.
     type=int,
     help='examples per forward pass; default: data.eval_batch_size rounded down to a multiple of the device count',
   )
@@ -70,7 +71,7 @@ def _config(argv: list[str]) -> tuple[ml_collections.ConfigDict, str | None, boo
   devices = jax.device_count()
   if args.batch_size is not None:
     if args.batch_size < 1 or args.batch_size % devices:
-      raise ConfigError(f'--batch-size {args.batch_size}: must be a positive multiple of the {devices} devices')
+      raise ConfigError(f'--batch_size {args.batch_size}: must be a positive multiple of the {devices} devices')
     batch = args.batch_size
   else:
     batch = max(devices, config.data.eval_batch_size // devices * devices)

@@ -70,7 +70,7 @@ def names(workdirs: list[str]) -> list[str]:
 
 @console.command
 def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.plot', description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.plot', description=__doc__.split('\n\n')[0])
   parser.add_argument('workdirs', nargs='+', help="runs' folders (their --workdir), each with its metrics.jsonl")
   parser.add_argument('--metrics', help='comma-separated, e.g. train/loss,eval/accuracy; default: all')
   parser.add_argument('--out', help='the PNG to write; default: curves.png in the first run')
