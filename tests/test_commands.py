@@ -7,6 +7,7 @@ import sys
 import pytest
 
 import vit_jax_lab
+from conftest import without_packages
 from vit_jax_lab import tasks
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tasks.base import Task
@@ -31,6 +32,25 @@ def test_an_old_command_form_names_the_new_one(name):
   )
   assert result.returncode == 2 and result.stdout == ''
   assert result.stderr == f'error: python -m vit_jax_lab.{name} is now python -m vit_jax_lab.tools.{name}\n'
+
+
+TOOLS = sorted(
+  os.path.splitext(name)[0]
+  for name in os.listdir(os.path.join(ROOT, 'vit_jax_lab', 'tools'))
+  if name.endswith('.py') and name not in ('__init__.py', 'common.py')
+)
+
+
+def test_every_tools_help_answers_without_tensorflow(tmp_path):
+  """TensorFlow unimportable: each command's --help still answers (TensorFlow loads only when data is read), so
+  it costs no 5 s of TensorFlow and prints none of its start-up lines, on any CPU."""
+  env = without_packages(tmp_path, ('tensorflow',))
+  for name in TOOLS:
+    done = subprocess.run(
+      [sys.executable, '-m', f'vit_jax_lab.tools.{name}', '--help'], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert (done.returncode, done.stderr) == (0, ''), (name, done.stderr[-800:])
+    assert done.stdout.startswith('usage: '), name
 
 
 def test_an_old_command_module_does_not_import():

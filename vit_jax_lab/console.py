@@ -8,6 +8,7 @@ import ast
 import contextlib
 import functools
 import glob
+import importlib
 import importlib.abc
 import importlib.util
 import io
@@ -20,7 +21,7 @@ import textwrap
 import threading
 import traceback
 import warnings
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from absl import logging as absl_logging
 
@@ -184,6 +185,25 @@ class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
 
     spec.loader.exec_module = exec_module
     return spec
+
+
+class _Deferred:
+  """A module's stand-in that imports it at the first use of one of its attributes."""
+
+  def __init__(self, name: str):
+    self._name, self._module = name, None
+
+  def __getattr__(self, attr: str):
+    if self._module is None:
+      self._module = importlib.import_module(self._name)
+    return getattr(self._module, attr)
+
+
+def lazy(name: str) -> Any:
+  """The module `name`, imported at the first use of one of its attributes: the commands' TensorFlow and the modules
+  that load it (5.4 s, `python -X importtime`), which their --help and argument mistakes need not wait for. The one
+  place a command imports something late."""
+  return sys.modules.get(name) or _Deferred(name)
 
 
 def quiet_libraries() -> None:

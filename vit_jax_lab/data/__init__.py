@@ -20,6 +20,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # TensorFlow's C++ start-up 
 
 
 BACKENDS = ('tfdata', 'grain')
+JPEG_PNG = (b'\xff\xd8', b'\x89PNG')  # The starts of the image files read (JPEG and PNG).
 GRAIN_UNSUPPORTED = ('color_augment', 'color_drop', 'token_budget')  # Set (truthy): refused on grain.
 
 

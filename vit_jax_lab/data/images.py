@@ -8,9 +8,8 @@ from typing import Callable
 import tensorflow as tf
 
 from vit_jax_lab import console
-from vit_jax_lab.data import augment
+from vit_jax_lab.data import JPEG_PNG, augment
 
-JPEG_PNG = (b'\xff\xd8', b'\x89PNG')  # The starts of the image files TensorFlow's decode_image reads here.
 JPEG_MARGIN = 16  # Pixels decoded around a JPEG crop: its pixels then equal a whole decode's (8 was enough, measured).
 
 

@@ -16,13 +16,17 @@ import sys
 
 import jax
 import numpy as np
-import tensorflow as tf
 from matplotlib.figure import Figure
 
 from vit_jax_lab import console, models, train
-from vit_jax_lab.data import device, images
+from vit_jax_lab.data import device
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tools import common, predict
+
+# Loaded at their first use (console.lazy): they import TensorFlow, which --help and a mistake in the arguments
+# need not wait for.
+tf = console.lazy('tensorflow')
+images = console.lazy('vit_jax_lab.data.images')
 
 
 def rollout(maps: list[np.ndarray]) -> np.ndarray:

@@ -22,6 +22,8 @@ scored by their mean logits), then the model, lowered to StableHLO by jax2tf (na
 inputs resized to it.
 """
 
+from __future__ import annotations
+
 import argparse
 import contextlib
 import copy
@@ -39,19 +41,22 @@ import ml_collections
 import numpy as np
 import safetensors.numpy
 import sentencepiece as spm
-import tensorflow as tf
 from flax import nnx
 from jax._src.export import _export
-from jax.experimental import jax2tf
 from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import func, stablehlo
-from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
 
 from vit_jax_lab import checkpoints, console, models, tasks, tokens, train
 from vit_jax_lab.data import device, info
 from vit_jax_lab.errors import ConfigError, check
 from vit_jax_lab.models import layers, marian_layout, release, timm_layout, transformers_layout, vivit
 from vit_jax_lab.tools import common
+
+# Loaded at their first use (console.lazy): they import TensorFlow, which --help and a mistake in the arguments
+# need not wait for.
+tf = console.lazy('tensorflow')
+jax2tf = console.lazy('jax.experimental.jax2tf')
+tf_stablehlo = console.lazy('tensorflow.compiler.mlir.stablehlo.stablehlo')
 
 PLATFORMS = ('cpu', 'cuda', 'tpu')
 

@@ -24,10 +24,13 @@ import ml_collections
 import numpy as np
 
 from vit_jax_lab import console, tasks, train
-from vit_jax_lab.data import pipeline
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.evaluators import fewshot
 from vit_jax_lab.tools import common
+
+# Loaded at their first use (console.lazy): they import TensorFlow, which --help and a mistake in the arguments
+# need not wait for.
+pipeline = console.lazy('vit_jax_lab.data.pipeline')
+fewshot = console.lazy('vit_jax_lab.evaluators.fewshot')
 
 
 def run(argv: list[str]) -> dict[str, dict[int, np.ndarray]]:

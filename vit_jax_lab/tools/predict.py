@@ -29,6 +29,8 @@ python -m vit_jax_lab.tools.predict --pretrained opus-mt-en-de/ 'the cat sits on
 The model is compiled once, for batches of --batch_size (the last one padded).
 """
 
+from __future__ import annotations
+
 import argparse
 import collections
 import concurrent.futures
@@ -43,16 +45,32 @@ from typing import Any, Callable, Iterator, Sequence, TextIO
 
 import jax
 import numpy as np
-import tensorflow as tf
 from flax import nnx
 
-from vit_jax_lab import config as config_lib, console, decode, errors, hub, models, parallel, tasks, tokens, train
-from vit_jax_lab.data import device, images
+from vit_jax_lab import (
+  config as config_lib,
+  console,
+  data as data_lib,
+  decode,
+  errors,
+  hub,
+  models,
+  parallel,
+  tasks,
+  tokens,
+  train,
+)
+from vit_jax_lab.data import device
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.data.info import MarianVocab
 from vit_jax_lab.errors import ConfigError, check
 from vit_jax_lab.models import marian_layout, seq2seq, transformers_layout, vit, vivit
 from vit_jax_lab.tools import common
+
+# Loaded at their first use (console.lazy): they import TensorFlow, which --help and a mistake in the arguments
+# need not wait for.
+tf = console.lazy('tensorflow')
+images = console.lazy('vit_jax_lab.data.images')
 
 try:
   import av
@@ -60,7 +78,7 @@ except ImportError:  # PyAV is optional: only video files need it.
   av = None
 
 DEFAULT_BATCH = {'image': 64, 'video': 8, 'text': 64}  # Inputs per compiled batch (videos: x their views).
-JPEG_PNG = images.JPEG_PNG
+JPEG_PNG = data_lib.JPEG_PNG
 _WORKERS = min(8, os.cpu_count() or 1)  # Threads reading and preprocessing inputs (TF works outside the GIL).
 
 

@@ -25,10 +25,13 @@ import jax
 import numpy as np
 
 from vit_jax_lab import console, tasks, train
-from vit_jax_lab.data import tracking as data_tracking
 from vit_jax_lab.errors import check
 from vit_jax_lab.tasks import tracking
 from vit_jax_lab.tools import common
+
+# Loaded at their first use (console.lazy): they import TensorFlow, which --help and a mistake in the arguments
+# need not wait for.
+data_tracking = console.lazy('vit_jax_lab.data.tracking')
 
 LAYOUTS = ('got10k', 'otb')
 

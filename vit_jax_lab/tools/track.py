@@ -25,11 +25,14 @@ from matplotlib.patches import Patch, Rectangle
 from PIL import Image
 
 from vit_jax_lab import boxes, console, tasks, train
-from vit_jax_lab.data import videos
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.errors import ConfigError, check
 from vit_jax_lab.tasks import tracking
 from vit_jax_lab.tools import common
+
+# Loaded at their first use (console.lazy): they import TensorFlow, which --help and a mistake in the arguments
+# need not wait for.
+videos = console.lazy('vit_jax_lab.data.videos')
 
 SHOWN = 8  # Frames in the PNG, evenly spaced from the first to the last.
 PREDICTED, TRUE = 'lime', 'red'  # Box colours.
