@@ -163,10 +163,16 @@ class Evaluator:
       raise ConfigError(
         'eval.fewshot.datasets: ' + message.replace('data.eval_split', 'eval.fewshot.test_split')
       ) from None
+    channels = input_shape is not None and tuple(info.input_shape[:-1]) == tuple(input_shape[:-1])
     check(
       input_shape is None or tuple(info.input_shape) == tuple(input_shape),
       f'eval.fewshot.datasets: {name} gives inputs of shape {info.input_shape} (preprocessed as data.* says), but '
-      f'the model takes {tuple(input_shape or ())}: set data.image_size, or evaluate data of that shape',
+      f'the model takes {tuple(input_shape or ())}: '
+      + (
+        f'its images have {info.input_shape[-1]} channels, the model {input_shape[-1]}: evaluate data of as many'
+        if channels
+        else 'set data.image_size, or evaluate data of that shape'
+      ),
     )
     train_split = first_examples(builder, f.train_split, f.max_train)
     train_labels = _labels(builder, train_split, info)

@@ -681,12 +681,19 @@ def export_hub(workdir: str, out: str, layout: str) -> dict:
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.export', description=__doc__.split('\n\n')[0])
   parser.add_argument(
-    '--format', choices=('npz', 'saved_model', 'safetensors'), default='npz', help='npz: the release layout'
+    '--format',
+    choices=('npz', 'saved_model', 'safetensors'),
+    default='npz',
+    help="npz: the parameters in the family's release layout (vision_transformer's for a vit); saved_model: a "
+    'TensorFlow SavedModel serving images or clips to class scores; safetensors: a timm or transformers folder '
+    '(--layout)',
   )
   parser.add_argument('--layout', choices=tuple(WRITERS), help='safetensors: the hub layout written')
   parser.add_argument('--workdir', help='a run: its config.json and newest checkpoint (its parameter average)')
   parser.add_argument('--config', help='saved_model: a config file with --config.init_from=x.npz, not --workdir')
-  parser.add_argument('--out', required=True, help='the .npz file, or the SavedModel folder (must not exist)')
+  parser.add_argument(
+    '--out', required=True, help='the .npz file, the SavedModel or safetensors folder (must not exist)'
+  )
   parser.add_argument(
     '--platforms', default=','.join(PLATFORMS), help=f'saved_model: where it runs, of {", ".join(PLATFORMS)}'
   )

@@ -1,5 +1,5 @@
-"""Peak host memory and time of loading a large hub folder into a sharded ViT (issue 42's rule: a host holds the
-file's pages plus about one tensor, never a copy of the whole model).
+"""Peak host memory and time of loading a large hub folder into a sharded ViT (the loader's promise: a host holds
+the file's pages plus about one tensor, never a copy of the whole model).
 
     python -m vit_jax_lab.tools.hub_benchmark write --size g/14 --out /tmp/vit_g14   # a random timm folder, by numpy
     python -m vit_jax_lab.tools.hub_benchmark measure /tmp/vit_g14
@@ -145,7 +145,9 @@ def measure(path: str, fsdp_min_size: int = 2**14) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser = argparse.ArgumentParser(
+    prog='python -m vit_jax_lab.tools.hub_benchmark', description=__doc__.split('\n\n')[0]
+  )
   commands = parser.add_subparsers(dest='command', required=True)
   w = commands.add_parser('write', help='write a random timm ViT folder')
   w.add_argument('--size', default='L/16', choices=['Ti/16', 'B/16', 'L/16', 'g/14'])
