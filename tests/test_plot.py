@@ -31,9 +31,15 @@ def runs(tmp_path):
 
 def test_each_metric_a_panel_each_run_a_line(runs, capsys):
   a, b = runs
-  assert plot.main([a, b]) == 0
-  assert capsys.readouterr().out.strip() == f'wrote {a}/curves.png: 3 metrics of 2 runs'  # Into the first run.
-  assert np.asarray(Image.open(f'{a}/curves.png')).std() > 0
+  assert plot.main([a]) == 0
+  assert capsys.readouterr().out.strip() == f'wrote {a}/curves.png: 3 metrics of 1 run'
+  alone = open(f'{a}/curves.png', 'rb').read()
+  assert plot.main([a, b]) == 0  # Beside the first run's own curves.png, which stays.
+  assert capsys.readouterr().out.strip() == f'wrote {a}/curves_with_b.png: 3 metrics of 2 runs'
+  assert np.asarray(Image.open(f'{a}/curves_with_b.png')).std() > 0 and open(f'{a}/curves.png', 'rb').read() == alone
+  assert plot.main([a, '--out', f'{b}/mine']) == 0  # No extension: written as .png, and said so.
+  assert capsys.readouterr().out.strip() == f'wrote {b}/mine.png: 3 metrics of 1 run'
+  assert plot.main([a, '--out', f'{b}/mine.pdf']) == 2
   fig = plot.figure({'a': plot.read(a), 'b': plot.read(b)}, ['train/loss', 'eval/accuracy'])
   shown = [ax for ax in fig.axes if ax.get_visible()]
   assert [ax.get_title() for ax in shown] == ['train/loss', 'eval/accuracy']

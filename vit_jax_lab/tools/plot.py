@@ -5,12 +5,14 @@ python -m vit_jax_lab.tools.plot runs/vit_digits                                
 python -m vit_jax_lab.tools.plot runs/a runs/b --metrics train/loss,eval/accuracy --out compare.png
 
 --metrics defaults to every metric the runs logged but train/steps_per_sec and eval/examples. Each run is named by
-its folder. --out defaults to curves.png in the first run's folder.
+its folder. --out defaults to curves.png in the run's folder, and for several runs to curves_with_<the others>.png in
+the first's.
 """
 
 import argparse
 import json
 import os
+import re
 import sys
 
 from matplotlib.figure import Figure
@@ -73,7 +75,9 @@ def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.plot', description=__doc__.split('\n\n')[0])
   parser.add_argument('workdirs', nargs='+', help="runs' folders (their --workdir), each with its metrics.jsonl")
   parser.add_argument('--metrics', help='comma-separated, e.g. train/loss,eval/accuracy; default: all')
-  parser.add_argument('--out', help='the PNG to write; default: curves.png in the first run')
+  parser.add_argument(
+    '--out', help='the PNG to write; default: curves.png in the run (several: curves_with_OTHERS.png in the first)'
+  )
   args = parser.parse_args(argv)
   runs = dict(zip(names(args.workdirs), map(read, args.workdirs)))
   logged = list(dict.fromkeys(k for curves in runs.values() for k in curves))
@@ -84,7 +88,13 @@ def main(argv: list[str]) -> int:
     unknown = [m for m in metrics if m not in logged]
     check(not unknown, f'--metrics: {", ".join(unknown)} not logged by these runs; they logged {", ".join(logged)}')
   check(metrics, f'{", ".join(args.workdirs)}: nothing to plot yet (no metrics logged)')
-  out = args.out or os.path.join(args.workdirs[0], 'curves.png')
+  # Several runs: a file of their own beside the first run's curves.png, which it would otherwise replace.
+  others = '_'.join(re.sub(r'[^\w.-]+', '-', name) for name in list(runs)[1:])
+  out = args.out or os.path.join(args.workdirs[0], f'curves_with_{others}.png' if others else 'curves.png')
+  if not os.path.splitext(out)[1]:
+    out += '.png'  # What matplotlib would write; said as written.
+  check(out.lower().endswith('.png'), f'--out {out}: write a .png file')
+  check(not os.path.isdir(out), f'--out {out} is a folder: name the .png file to write')
   figure(runs, metrics).savefig(out, dpi=100)
   print(f'wrote {out}: {len(metrics)} metrics of {len(runs)} run{"s" if len(runs) > 1 else ""}')
   return 0
