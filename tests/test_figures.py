@@ -41,12 +41,16 @@ def test_track_figure_says_what_its_rows_colours_and_scales_mean(tmp_path):
   assert got['suptitle'] == ['sequence 2 of test: success AUC 0.500']
   boxes = [p for ax in fig.axes[:6] for p in ax.patches]
   assert len(boxes) == 11  # Predicted and true boxes, but no true box where the target is absent.
+  assert [p.get_linestyle() for p in fig.axes[0].patches] == ['-', '--']  # The true box dashed, drawn on top.
   image = np.asarray(Image.open(path))
   assert image.shape[2] in (3, 4) and image.std() > 0
   # A user's video has no true boxes: no such legend entry; a GIF holds every frame.
   fig = track.draw(str(tmp_path / 'clip.gif'), frames, predicted, None, crops, cls, reg, 'clip.mp4')
   assert texts(fig)['legend'] == ['predicted box']
   assert Image.open(tmp_path / 'clip.gif').n_frames == 6
+  # Every frame of the animation on one colour scale: the highest share over all frames.
+  scale = [im.get_clim() for ax in fig.axes for im in ax.images if im.get_cmap().name == 'inferno']
+  assert scale == [(0.0, float(reg.max())), (0.0, float(cls.max()))]
 
 
 def test_attention_figure_titles_each_panel_and_gives_each_a_colour_bar(tmp_path):

@@ -110,22 +110,26 @@ def run(
   return predicted, np.asarray(logits[0]), crops_01, np.asarray(cls), np.asarray(reg)
 
 
-def figure(frames, predicted, truth, crops, cls, reg, shown: list[int], title: str) -> Figure:
-  """Columns `shown` of the frames: the frame with its boxes, the regression token's attention over its search
-  crop, the class token's; a legend for the boxes, a colour bar per attention row."""
+def figure(frames, predicted, truth, crops, cls, reg, shown: list[int], title: str, scaled=None) -> Figure:
+  """Columns `shown` of the frames: the frame with its boxes (the true one dashed, over the predicted one), the
+  regression token's attention over its search crop, the class token's; a legend for the boxes, a colour bar per
+  attention row, whose scale runs to the highest share over the frames `scaled` (default: `shown`), so the frames
+  of an animation share it."""
   fig = Figure(figsize=(1.9 * len(shown) + 1.6, 6.4), layout='constrained')
   axes = fig.subplots(3, len(shown), squeeze=False)
   rows = ((reg, "regression token's\nattention"), (cls, "class token's\nattention"))
   for i, t in enumerate(shown):
     ax = axes[0, i]
     ax.imshow(_shown(frames[t]), cmap='gray', vmin=0, vmax=255)
-    for box, colour in ((None if truth is None else truth[t], TRUE), (predicted[t], PREDICTED)):
+    for box, colour, style in ((predicted[t], PREDICTED, '-'), (None if truth is None else truth[t], TRUE, '--')):
       if box is not None and np.isfinite(box).all():  # A frame without the target has no true box.
         x1, y1, x2, y2 = boxes.to_corners(tuple(box))
-        ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor=colour, linewidth=1.5))
+        ax.add_patch(
+          Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor=colour, linewidth=1.5, linestyle=style)
+        )
     ax.set_title(f'frame {t}')
   for row, (maps, label) in enumerate(rows, start=1):
-    top = float(max(maps[t].max() for t in shown))
+    top = float(max(maps[t].max() for t in (shown if scaled is None else scaled)))
     for i, t in enumerate(shown):
       ax, size = axes[row, i], crops.shape[1]
       ax.imshow(_shown(255 * crops[t]), cmap='gray', vmin=0, vmax=255)
@@ -146,8 +150,8 @@ def figure(frames, predicted, truth, crops, cls, reg, shown: list[int], title: s
     ax.set_yticks([])
   handles = [Patch(fill=False, edgecolor=PREDICTED, label='predicted box')]
   if truth is not None:
-    handles.append(Patch(fill=False, edgecolor=TRUE, label='true box'))
-  fig.legend(handles=handles, loc='outside upper right', ncols=len(handles))
+    handles.append(Patch(fill=False, edgecolor=TRUE, linestyle='--', label='true box'))
+  fig.legend(handles=handles, loc='outside lower center', ncols=len(handles))  # Below: the title keeps the top.
   fig.suptitle(title)
   return fig
 
@@ -167,7 +171,8 @@ def draw(path: str, frames, predicted, truth, crops, cls, reg, title: str) -> Fi
   """A PNG of SHOWN columns (returns its figure), or (a .gif path) every frame's column as an animation (returns
   the last frame's)."""
   if path.lower().endswith('.gif'):
-    figures = [figure(frames, predicted, truth, crops, cls, reg, [t], title) for t in range(len(frames))]
+    every = list(range(len(frames)))
+    figures = [figure(frames, predicted, truth, crops, cls, reg, [t], title, scaled=every) for t in every]
     images = [_pixels(f) for f in figures]
     images[0].save(path, save_all=True, append_images=images[1:], duration=120, loop=0)
     return figures[-1]
