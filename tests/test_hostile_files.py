@@ -5,6 +5,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 from PIL import Image
 
 from conftest import ROOT
-from vit_jax_lab import checkpoints, errors, hub
+from vit_jax_lab import checkpoints, config as config_lib, errors, hub, workdir as workdir_lib
 from vit_jax_lab.data import info as data_info
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.errors import ConfigError
@@ -152,3 +153,20 @@ def test_a_marian_vocabulary_of_the_wrong_kind_is_one_line(tmp_path):
   (tmp_path / 'vocab.json').write_text('[1, 2]')
   with pytest.raises(ConfigError, match='the vocabulary .*vocab.json holds a JSON list, not an object'):
     data_info.MarianVocab(str(tmp_path))
+
+
+def test_a_lock_file_not_written_by_a_run_is_taken_over_with_a_note(tmp_path):
+  (tmp_path / 'lock').write_bytes(b'\x00\xffgarbage')
+  with workdir_lib.lock(str(tmp_path)) as notes:
+    assert notes == [f'took over {tmp_path}/lock, which named no host and process (it was not written by a run)']
+    assert (tmp_path / 'lock').read_text() == f'{socket.gethostname()} {os.getpid()}'
+  assert not (tmp_path / 'lock').exists()
+
+
+def test_a_config_without_model_or_task_is_one_line(tmp_path):
+  (tmp_path / 'bare.py').write_text(
+    'from vit_jax_lab import config as config_lib\n\n\ndef get_config():\n  return config_lib.base_config()\n'
+  )
+  config = config_lib.load(str(tmp_path / 'bare.py'))
+  with pytest.raises(ConfigError, match=r'the config sets no model: its get_config sets c.model = models.config\('):
+    config_lib.validate(config)

@@ -207,6 +207,11 @@ def _parse(text: str, field_type: type) -> Any:
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Checks the values that need no devices and no data (the rest is checked where they are known)."""
+  for part, example in (('model', "models.config('vit', variant='S/16')"), ('task', "tasks.config('classification')")):
+    check(
+      'name' in config[part],
+      f'the config sets no {part}: its get_config sets c.{part} = {example}, as configs/vit/digits.py does',
+    )
   for key, value in _leaves(config):
     check(not isinstance(value, float) or math.isfinite(value), f'{key}={value} is not a finite number')
   for key in resume_changes(config):

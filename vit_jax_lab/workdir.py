@@ -120,9 +120,12 @@ def _acquire(path: str) -> list[str]:
     os.link(temporary, path)
     return []
   except FileExistsError:
-    with open(path) as f:
-      holder = f.read().split()
-    host, pid = (holder[0], int(holder[1])) if len(holder) == 2 and holder[1].isdigit() else ('?', 0)
+    with open(path, errors='replace') as f:
+      holder = f.read(4096).split()
+    if not (len(holder) == 2 and holder[1].isdigit()):  # Never one of ours (it is written whole): taken over.
+      os.replace(temporary, path)
+      return [f'took over {path}, which named no host and process (it was not written by a run)']
+    host, pid = holder[0], int(holder[1])
     if host != socket.gethostname() or hosts.alive(pid):
       raise ConfigError(
         f'--workdir {os.path.dirname(path)} is in use by process {pid} on {host}: wait for it or use another '
