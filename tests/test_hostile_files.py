@@ -20,7 +20,7 @@ from vit_jax_lab import checkpoints, config as config_lib, errors, hub, workdir 
 from vit_jax_lab.data import info as data_info
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.tools import predict
+from vit_jax_lab.tools import hub_benchmark, predict
 
 
 def test_a_prepared_dataset_naming_a_module_of_its_own_runs_no_code(data_dir, tmp_path):
@@ -170,3 +170,36 @@ def test_a_config_without_model_or_task_is_one_line(tmp_path):
   config = config_lib.load(str(tmp_path / 'bare.py'))
   with pytest.raises(ConfigError, match=r'the config sets no model: its get_config sets c.model = models.config\('):
     config_lib.validate(config)
+
+
+@pytest.fixture(scope='module')
+def timm_folder(tmp_path_factory) -> str:
+  """A random timm ViT-Ti/16 folder, as timm writes one."""
+  path = str(tmp_path_factory.mktemp('timm') / 'vit_ti16')
+  hub_benchmark.write(path, 'Ti/16')
+  return path
+
+
+@pytest.mark.parametrize(
+  'change, message',
+  [
+    (
+      {'model_args': [1, 2]},
+      'its config.json holds a value of a type or range it cannot be read with \\(AttributeError',
+    ),
+    ({'label_names': 5}, 'its config.json holds a value of a type or range it cannot be read with \\(TypeError'),
+    ({'pretrained_cfg': {'input_size': 'big'}}, 'its config.json holds a value of a type or range it cannot be read'),
+    ({'pretrained_cfg': {'std': [0, 0, 0]}}, "the folder's preprocessing has mean .* and std \\(0, 0, 0\\): they must"),
+  ],
+)
+def test_a_hub_config_value_of_the_wrong_type_is_one_line(timm_folder, tmp_path, change, message):
+  folder_path = str(tmp_path / 'changed')
+  shutil.copytree(timm_folder, folder_path)
+  with open(os.path.join(folder_path, 'config.json')) as f:
+    config = json.load(f)
+  for key, value in change.items():
+    config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
+  with open(os.path.join(folder_path, 'config.json'), 'w') as f:
+    json.dump(config, f)
+  with pytest.raises(ConfigError, match=message):
+    predict.load_hub(folder_path, 5)

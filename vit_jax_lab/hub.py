@@ -9,6 +9,7 @@ the model's business (its `load_pretrained` takes a `HubWeights`).
 """
 
 import collections.abc
+import contextlib
 import dataclasses
 import json
 import os
@@ -139,6 +140,21 @@ class HubWeights:
   config: dict[str, Any]
   tensors: Tensors
   layout: str
+
+
+@contextlib.contextmanager
+def config_values(path: str, option: str = 'init_from') -> Iterator[None]:
+  """A folder's config.json values of a type or range its reader cannot take (a list for an object, a string for a
+  size) as one ConfigError naming the folder: the files are the user's, not our code's mistake."""
+  try:
+    yield
+  except ConfigError:
+    raise
+  except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError) as e:
+    raise ConfigError(
+      f'{option}={errors.foreign(path)}: its config.json holds a value of a type or range it cannot be read with '
+      f'({type(e).__name__}: {errors.foreign(e, 120)})'
+    ) from None
 
 
 def refuse_pickled(path: str) -> None:

@@ -5,6 +5,7 @@ works on `(graphdef, TrainState)`: the NNX model is split once, and the compiled
 inside, so the step is a pure function of (state, batch) with its buffers donated.
 """
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -166,7 +167,9 @@ def setup(
     _io().pipeline.bucket_rows(config.data, buckets.lengths(), shards * config.accum_steps)  # A budget too small.
   family = models.get(config.model.name)
   if config.init_from is not None and hub.is_folder(config.init_from) and family.offers('pretrained_config'):
-    for note in family.pretrained_config(config.model, hub.read(config.init_from)):  # The folder's shape.
+    with hub.config_values(config.init_from):
+      notes = family.pretrained_config(config.model, hub.read(config.init_from))  # The folder's shape.
+    for note in notes:
       log(f'init_from {config.init_from}: {note}')
   tx = optim.optimizer(config, family.NO_DECAY)
   abstract_model = nnx.eval_shape(lambda: build_model(config, task, info, _keys(0)[0]))
@@ -297,7 +300,8 @@ def init_state(s: Setup) -> TrainState:
   model = nnx.merge(s.graphdef, s.abstract_state.params)
   # The initial parameters stay on the devices: a loader keeps those it does not replace (a new head) as they are,
   # and copies to the host only one it reads (one tensor), so no host holds the whole initial model.
-  loaded, notes = model.load_pretrained(source, state.params.to_pure_dict())
+  with hub.config_values(path) if hub.is_folder(path) else contextlib.nullcontext():
+    loaded, notes = model.load_pretrained(source, state.params.to_pure_dict())
   log(f'init_from {path}' + ''.join(f'\n  {note}' for note in notes))
   params = state.params  # Each parameter placed in its sharded layout, shard by shard (no whole-model host copy).
   params.replace_by_pure_dict(hub.place(loaded, s.state_shardings.params.to_pure_dict()))

@@ -493,6 +493,14 @@ class Preprocessing:
   std: tuple[float, ...]
   offset: float = 0.0  # Subtracted after the scale: VivitImageProcessor's `offset` (value * scale - 1).
 
+  def __post_init__(self):
+    values = (*self.mean, *self.std, self.scale)
+    check(
+      all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values) and min(self.std) > 0,
+      f"--pretrained: the folder's preprocessing has mean {errors.foreign(self.mean, 60)} and std "
+      f'{errors.foreign(self.std, 60)}: they must be numbers, the std positive',
+    )
+
 
 def _pair(value: Any) -> tuple[int, int]:
   if isinstance(value, dict):
@@ -725,6 +733,11 @@ def _folder_predictor(path: str, weights: hub.HubWeights, top_k: int, kind: str)
 def load_hub(path: str, top_k: int) -> Predictor:
   """A hub folder as it is: an image classifier (the ViT), a transformers video classifier (ViViT, VideoMAE: the
   ViViT), or a Marian translation folder."""
+  with hub.config_values(path, '--pretrained'):
+    return _load_hub(path, top_k)
+
+
+def _load_hub(path: str, top_k: int) -> Predictor:
   weights = hub.read(path)
   if weights.layout in seq2seq.Transformer.PRETRAINED:
     return load_marian(path, weights)
