@@ -62,3 +62,16 @@ def test_chosen_metrics_and_mistakes(runs, tmp_path, capsys):
   assert 'error: --metrics: eval/bleu not logged by these runs; they logged train/loss' in capsys.readouterr().err
   assert plot.main([str(tmp_path)]) == 2
   assert 'has no metrics.jsonl' in capsys.readouterr().err
+
+
+def test_metrics_that_are_not_numbers_and_bad_outs_are_one_line(runs, tmp_path, capsys):
+  a, _ = runs
+  bad = tmp_path / 'bad'
+  bad.mkdir()
+  (bad / 'metrics.jsonl').write_text('{"step": 1, "train/loss": "high"}\n')
+  assert plot.main([str(bad)]) == 2
+  assert f'{bad}/metrics.jsonl:1 is not a metrics line of numbers' in capsys.readouterr().err
+  (bad / 'metrics.jsonl').write_text('{"step": 1, "train/loss": null}\n')
+  assert plot.main([str(bad)]) == 2
+  assert plot.main([a, '--out', str(tmp_path / 'missing' / 'x.png')]) == 2
+  assert 'its folder does not exist' in capsys.readouterr().err

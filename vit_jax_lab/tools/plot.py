@@ -17,7 +17,7 @@ import sys
 
 from matplotlib.figure import Figure
 
-from vit_jax_lab import console
+from vit_jax_lab import console, errors
 from vit_jax_lab.errors import ConfigError, check
 
 SKIPPED = ('train/steps_per_sec', 'eval/examples', 'eval/sequences')  # Not curves of learning.
@@ -26,19 +26,22 @@ SKIPPED = ('train/steps_per_sec', 'eval/examples', 'eval/sequences')  # Not curv
 def read(workdir: str) -> dict[str, tuple[list[int], list[float]]]:
   """metric -> (steps, values) of the run in `workdir`, in the order it logged them."""
   path = os.path.join(workdir, 'metrics.jsonl')
-  check(os.path.exists(path), f'{workdir} has no metrics.jsonl: give the folder of a run (its --workdir)')
+  check(os.path.isfile(path), f'{workdir} has no metrics.jsonl file: give the folder of a run (its --workdir)')
   curves: dict[str, tuple[list[int], list[float]]] = {}
-  with open(path) as f:
+  with open(path, errors='replace') as f:
     for number, line in enumerate(f, 1):
       try:
         row = json.loads(line)
         step = int(row.pop('step'))
-      except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-        raise ConfigError(f'{path}:{number} is not a metrics line ({line.strip()[:60]!r})') from None
-      for key, value in row.items():
-        steps, values = curves.setdefault(key, ([], []))
+        values = {key: float(value) for key, value in row.items()}
+      except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        raise ConfigError(
+          f'{path}:{number} is not a metrics line of numbers ({errors.foreign(line.strip(), 60)!r})'
+        ) from None
+      for key, value in values.items():
+        steps, logged = curves.setdefault(key, ([], []))
         steps.append(step)
-        values.append(float(value))
+        logged.append(value)
   return curves
 
 
@@ -95,7 +98,11 @@ def main(argv: list[str]) -> int:
     out += '.png'  # What matplotlib would write; said as written.
   check(out.lower().endswith('.png'), f'--out {out}: write a .png file')
   check(not os.path.isdir(out), f'--out {out} is a folder: name the .png file to write')
-  figure(runs, metrics).savefig(out, dpi=100)
+  check(os.path.isdir(os.path.dirname(os.path.abspath(out))), f'--out {out}: its folder does not exist (make it first)')
+  try:
+    figure(runs, metrics).savefig(out, dpi=100)
+  except OSError as e:
+    raise ConfigError(f'--out {out}: cannot write it ({e.strerror})') from None
   print(f'wrote {out}: {len(metrics)} metrics of {len(runs)} run{"s" if len(runs) > 1 else ""}')
   return 0
 
