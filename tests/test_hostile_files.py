@@ -203,3 +203,10 @@ def test_a_hub_config_value_of_the_wrong_type_is_one_line(timm_folder, tmp_path,
     json.dump(config, f)
   with pytest.raises(ConfigError, match=message):
     predict.load_hub(folder_path, 5)
+
+
+@pytest.mark.parametrize('text', ['[1, 2]', '{}', '{"model": 3, "task": {"name": "classification"}}'])
+def test_a_run_config_json_of_the_wrong_shape_is_one_line(tmp_path, text):
+  (tmp_path / 'config.json').write_text(text)
+  with pytest.raises(ConfigError, match="config.json is not a run's config \\(it names no model.name and task.name\\)"):
+    workdir_lib.load_run(str(tmp_path))

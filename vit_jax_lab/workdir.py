@@ -219,9 +219,17 @@ def load_run(workdir: str) -> ml_collections.ConfigDict:
 
 def from_resolved(resolved: dict[str, Any]) -> ml_collections.ConfigDict:
   """A run's `config.json` back into a locked config; keys added to the code since take their defaults."""
+  names = [
+    resolved.get(part, {}).get('name') if isinstance(resolved, dict) and isinstance(resolved.get(part), dict) else None
+    for part in ('model', 'task')
+  ]
+  check(
+    all(isinstance(n, str) for n in names),
+    "config.json is not a run's config (it names no model.name and task.name): restore it from a copy",
+  )
   config = config_lib.base_config()
-  config.model = models.config(resolved['model']['name'])
-  config.task = tasks.config(resolved['task']['name'])
+  config.model = models.config(names[0])
+  config.task = tasks.config(names[1])
   _update(config, resolved, '')
   config.lock()
   return config
@@ -232,6 +240,7 @@ def _update(node: ml_collections.ConfigDict, values: dict[str, Any], prefix: str
     if key not in node:
       raise ConfigError(f'config.json has key {prefix}{key}, which this code does not know')
     if isinstance(node[key], ml_collections.ConfigDict):
+      check(isinstance(value, dict), f'config.json has {prefix}{key} = {str(value)[:40]}, not a group of keys')
       _update(node[key], value, f'{prefix}{key}.')
     else:
       node[key] = tuple(value) if isinstance(node[key], tuple) else value
