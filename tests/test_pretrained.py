@@ -81,6 +81,30 @@ def test_timm_folder_gives_timms_logits_and_features(row):
   assert any('the source has none' in n for n in notes) == (not has_head)
 
 
+@pytest.mark.parametrize(
+  'row, message',
+  [
+    ('vit_avg', "pools with global_pool='avg' beside a class token"),  # Then fc_norm: 1.05 off when read as 'tok'.
+    ('vit_avg_norm', "pools with global_pool='avg' beside a class token"),  # fc_norm=False: 1.39 off as 'tok'.
+  ],
+)
+def test_timm_folders_computing_what_our_vit_does_not_are_refused(row, message):
+  """Made by timm (make_references.py): read as our ViT they would load and give other logits; they are refused."""
+  with pytest.raises(ConfigError, match=message):
+    folder_model(row)
+
+
+def test_timm_options_read_what_timm_builds_into_an_architecture():
+  """SigLIP 2's towers use the tanh GELU by their definition, not their config.json; a folder without a position
+  table is refused, not read as fixed sincos positions."""
+  assert timm_layout.timm_options({'architecture': 'vit_so400m_patch16_siglip_384'})['gelu_approximate'] is True
+  assert timm_layout.timm_options({'architecture': 'vit_base_patch16_siglip_224'})['gelu_approximate'] is False
+  weights = hub.read(os.path.join(DATA, 'vit'))
+  tensors = {k: v for k, v in weights.tensors.items() if k != 'pos_embed'}
+  with pytest.raises(ConfigError, match="has no absolute position table \\(pos_embed='none', or rotary"):
+    timm_layout.vit_options(weights.config, tensors)
+
+
 @pytest.mark.parametrize('row', ['vit', 'dinov2_reg4'])
 def test_another_image_size_resamples_bicubic_as_timm(row):
   """timm's own model at the larger size, loading the same state dict (its checkpoint_filter_fn resamples)."""

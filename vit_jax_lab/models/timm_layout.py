@@ -137,12 +137,32 @@ def _packed(tensors: Any, block: int) -> bool:
   return fc1 in tensors and fc2 in tensors and _shape(tensors, fc1)[0] == 2 * _shape(tensors, fc2)[1]
 
 
+# timm 1.0.31's architectures built with act_layer='gelu_tanh' in their own definitions (SigLIP 2's image towers),
+# which their config.json does not repeat.
+TANH_GELU = (
+  'vit_base_patch32_siglip_256',
+  'vit_large_patch16_siglip_512',
+  'vit_so400m_patch16_siglip_256',
+  'vit_so400m_patch16_siglip_384',
+  'vit_so400m_patch16_siglip_512',
+  'vit_giantopt_patch16_siglip_256',
+  'vit_giantopt_patch16_siglip_384',
+  'vit_base_patch32_siglip_gap_256',
+  'vit_large_patch16_siglip_gap_512',
+  'vit_so400m_patch16_siglip_gap_256',
+  'vit_so400m_patch16_siglip_gap_384',
+  'vit_so400m_patch16_siglip_gap_512',
+  'vit_giantopt_patch16_siglip_gap_256',
+  'vit_giantopt_patch16_siglip_gap_384',
+)
+
+
 def timm_options(config: dict[str, Any]) -> dict[str, Any]:
   """The encoder options timm computes the folder's architecture with: GELU form, LayerNorm epsilon, activation."""
   architecture, args = config.get('architecture', ''), config.get('model_args') or {}
   quick = 'quickgelu' in architecture or args.get('act_layer') == 'quick_gelu'
   epsilon = 1e-5 if '_clip_' in architecture else TIMM_OPTIONS['layernorm_epsilon']  # CLIP: nn.LayerNorm's default.
-  approximate = args.get('act_layer') == 'gelu_tanh'  # As tools.export writes a tanh-GELU run.
+  approximate = args.get('act_layer') == 'gelu_tanh' or architecture.split('.')[0] in TANH_GELU
   return TIMM_OPTIONS | dict(
     gelu_approximate=approximate, layernorm_epsilon=epsilon, activation='quick_gelu' if quick else 'gelu'
   )
@@ -163,6 +183,7 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
       'has no model_args.num_heads): set it in config.json'
     )
   height, wide = (config.get('pretrained_cfg') or {}).get('input_size', [3, 224, 224])[1:]
+  _refuse_unread(config, names)
   pool = 'map' if 'attn_pool.latent' in names else 'tok' if 'cls_token' in names else 'gap'
   reg_tokens = _shape(tensors, 'reg_token')[1] if 'reg_token' in names else 0
   prefix = int('cls_token' in names) + int('dist_token' in names) + reg_tokens
@@ -188,6 +209,28 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
     mlp='swiglu' if _packed(tensors, 0) else 'plain',
   )
   return options | timm_options(config)
+
+
+def _refuse_unread(config: dict[str, Any], names: set[str]) -> None:
+  """What the folder computes that our ViT does not, each one line naming it (rather than a model that loads and
+  computes something else): timm's mean pooling beside a class token, fc_norm after the pooling, max pooling, and
+  no absolute position table (pos_embed='none', rotary embeddings)."""
+  args = config.get('model_args') or {}
+  pool = args.get('global_pool', config.get('global_pool', 'token'))
+  where = f'init_from: timm {errors.foreign(config.get("architecture", "ViT"))}'
+  if pool in ('avg', 'max', 'avgmax') and 'cls_token' in names:
+    raise ConfigError(
+      f'{where} pools with global_pool={pool!r} beside a class token (the class token left out of the pool), which '
+      "our ViT does not compute: pool='gap' has no class token"
+    )
+  if pool not in ('token', 'avg', 'map', '', None) or 'fc_norm.weight' in names:
+    what = 'a LayerNorm after the pooling (fc_norm)' if 'fc_norm.weight' in names else f'global_pool={pool!r}'
+    raise ConfigError(f'{where} has {what}, which our ViT does not compute')
+  if 'pos_embed' not in names:
+    raise ConfigError(
+      f'{where} has no absolute position table (pos_embed={args.get("pos_embed", "none")!r}, or rotary position '
+      'embeddings), which our ViT does not compute'
+    )
 
 
 def notes(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> list[str]:

@@ -40,6 +40,16 @@ SMALL = dict(embed_dim=32, depth=2, num_heads=4, mlp_ratio=2.0)
 ROWS = {
   'vit': ('vit_tiny_patch16_224.augreg_in21k_ft_in1k', dict(img_size=32, patch_size=8, num_classes=10)),
   'deit': ('deit_tiny_patch16_224.fb_in1k', dict(img_size=32, patch_size=8, num_classes=10)),
+  # Mean pooling over the patch tokens (the class token kept but left out of the mean), with timm's fc_norm after
+  # it (its default for 'avg') or with the final norm before it (fc_norm=False).
+  'vit_avg': (
+    'vit_tiny_patch16_224.augreg_in21k_ft_in1k',
+    dict(img_size=32, patch_size=8, num_classes=10, global_pool='avg'),
+  ),
+  'vit_avg_norm': (
+    'vit_tiny_patch16_224.augreg_in21k_ft_in1k',
+    dict(img_size=32, patch_size=8, num_classes=10, global_pool='avg', fc_norm=False),
+  ),
   'deit_distilled': ('deit_tiny_distilled_patch16_224.fb_in1k', dict(img_size=32, patch_size=8, num_classes=10)),
   'mae': ('vit_base_patch16_224.mae', dict(img_size=32, patch_size=8, num_classes=0)),
   'dinov2': ('vit_small_patch14_dinov2.lvd142m', dict(img_size=42, patch_size=14, num_classes=0)),
