@@ -914,3 +914,13 @@ def test_a_tracker_config_takes_the_folders_backbone_shape():
   with pytest.raises(ConfigError) as e:
     tracker.Tracker(32, 64, 3, variant='mu/8', mlp='geglu', rngs=nnx.Rngs(0))
   assert "model.mlp='geglu' is not one of 'plain', 'swiglu'" in one_line(e)
+
+
+def test_a_transformers_classifier_of_another_width_is_refused_not_dropped():
+  """Dinov2ForImageClassification's linear probe reads [class token, patch mean]: twice the width. Dropped, predict
+  --pretrained printed uniform probabilities and exited 0."""
+  weights = hub.read(os.path.join(DATA, 'hf_dinov2'))
+  width = weights.tensors['embeddings.cls_token'].shape[-1]
+  tensors = dict(weights.tensors) | {'classifier.weight': np.zeros((10, 2 * width), np.float32)}
+  with pytest.raises(ConfigError, match=f'its classifier reads {2 * width} features of a {width}-wide model'):
+    transformers_layout.vit_options(weights.config, tensors)

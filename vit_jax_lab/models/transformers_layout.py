@@ -280,6 +280,11 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
       f'MLP is {"SwiGLU (mlp.weights_in)" if swiglu else "plain (mlp.fc1)"}'
     )
   head = next((n for n in ('classifier.weight', 'visual_projection.weight') if n in names), None)
+  if head == 'classifier.weight' and shape(head)[1] != width:  # Never dropped into a head of uniform probabilities.
+    raise ConfigError(
+      f'init_from: its classifier reads {shape(head)[1]} features of a {width}-wide model (e.g. '
+      "Dinov2ForImageClassification's class token beside the patch tokens' mean), which our ViT does not compute"
+    )
   layerscale = 'encoder.layer.0.layer_scale1.lambda1' in names
   return dict(
     num_classes=shape(head)[0] if head else 0,
