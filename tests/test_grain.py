@@ -197,3 +197,19 @@ def test_a_run_without_tensorflow_trains_evaluates_and_resumes(digits_dir, tmp_p
     for r in tf.data.TFRecordDataset(os.path.join(workdir, 'tensorboard', e))
   ]
   assert 6 in steps and 4 in steps
+
+
+@pytest.mark.slow
+def test_an_interrupted_grain_run_resumed_equals_the_uninterrupted_one(digits_dir, tmp_path, monkeypatch):
+  """Killed between checkpoints (after step 5 logged, checkpoint 3), resumed: the same metrics and parameters."""
+  from test_train import crash_after_logging, final_params, read_metrics
+
+  config = grain_config(digits_dir, data__flip=True, data__inception_crop=True, data__image_size=8)
+  whole, resumed = str(tmp_path / 'whole'), str(tmp_path / 'resumed')
+  train.train_and_evaluate(config, whole)
+  crash_after_logging(config, resumed, 5, monkeypatch)
+  train.train_and_evaluate(config, resumed)
+  assert read_metrics(resumed) == read_metrics(whole)
+  (step_a, params_a, _), (step_b, params_b, _) = final_params(config, whole), final_params(config, resumed)
+  assert step_a == step_b == 6
+  jax.tree.map(np.testing.assert_array_equal, params_a, params_b)
