@@ -210,3 +210,12 @@ def test_a_run_config_json_of_the_wrong_shape_is_one_line(tmp_path, text):
   (tmp_path / 'config.json').write_text(text)
   with pytest.raises(ConfigError, match="config.json is not a run's config \\(it names no model.name and task.name\\)"):
     workdir_lib.load_run(str(tmp_path))
+
+
+@pytest.mark.parametrize('content', [b'', b'not a model', bytes(range(256)) * 4])
+def test_a_sentencepiece_file_that_is_not_one_is_one_line(tmp_path, content):
+  for name in data_info.MarianVocab.FILES:
+    (tmp_path / name).write_bytes(content)
+  (tmp_path / 'vocab.json').write_text(json.dumps({'</s>': 0, '<unk>': 1, '<pad>': 2}))
+  with pytest.raises(ConfigError, match='source.spm is not a SentencePiece model'):
+    data_info.MarianVocab(str(tmp_path), 'source')

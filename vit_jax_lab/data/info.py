@@ -133,6 +133,15 @@ def _token_info(builder, data_config) -> LabelInfo:
   )
 
 
+def sentencepiece_model(path: str) -> spm.SentencePieceProcessor:
+  """The SentencePiece model file at `path`; one that is not one (empty, text, garbage) is one line."""
+  errors.regular_file(path, 'the SentencePiece model', errors.JSON_LIMIT)
+  try:
+    return spm.SentencePieceProcessor(model_file=path)
+  except (RuntimeError, OSError) as e:
+    raise ConfigError(f'{errors.foreign(path)} is not a SentencePiece model ({errors.foreign(e, 80)})') from None
+
+
 class Vocab(Protocol):
   """A vocabulary: WordVocab, MarianVocab, or text.SentencePieceVocab."""
 
@@ -219,7 +228,7 @@ class MarianVocab:
     if absent:
       raise ConfigError(f'{path!r}: vocab.json lacks the special tokens {", ".join(absent)}')
     self.path, self.side = path, side
-    self._sp = spm.SentencePieceProcessor(model_file=os.path.join(path, f'{side}.spm'))
+    self._sp = sentencepiece_model(os.path.join(path, f'{side}.spm'))
     pad, eos, unk = (self.marian[names[k]] for k in ('pad_token', 'eos_token', 'unk_token'))
     rows = foreign_ids(len(self.marian), pad, eos, unk)
     self.size = len(rows)

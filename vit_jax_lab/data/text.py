@@ -17,7 +17,15 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vit_jax_lab.data import pipeline
-from vit_jax_lab.data.info import SPECIALS, MarianVocab, TextInfo, WordVocab, is_marian_folder, until_eos
+from vit_jax_lab.data.info import (
+  SPECIALS,
+  MarianVocab,
+  TextInfo,
+  WordVocab,
+  is_marian_folder,
+  sentencepiece_model,
+  until_eos,
+)
 from vit_jax_lab.errors import check
 from vit_jax_lab.tokens import BOS, EOS, PAD, UNK
 
@@ -27,7 +35,7 @@ class SentencePieceVocab:
 
   def __init__(self, path: str):
     self.path = path
-    self._sp = spm.SentencePieceProcessor(model_file=path)
+    self._sp = sentencepiece_model(path)
     self.size = self._sp.get_piece_size()
 
   def encode(self, text: str) -> list[int]:
