@@ -180,16 +180,16 @@ class Progress:
 HEADLINE = ('eval/accuracy', 'eval/cider_d', 'eval/bleu', 'eval/exact_match', 'eval/auc', 'eval/ao', 'eval/loss')
 
 
-def best_eval(metrics_path: str) -> str:
+def best_eval(metrics_path: str, prefer: str | None = None) -> str:
   """'best eval/accuracy 0.9322 at step 500' of the evaluations in a run's metrics.jsonl (the steps before a resume
   included); '' without one."""
   if not os.path.exists(metrics_path):
     return ''
   with open(metrics_path) as f:
-    evals = [m for m in map(json.loads, f) if any(k in m for k in HEADLINE)]
+    evals = [m for m in map(json.loads, f) if any(k in m for k in (prefer, *HEADLINE))]
   if not evals:
     return ''
-  key = next(k for k in HEADLINE if any(k in m for m in evals))
+  key = next(k for k in (prefer, *HEADLINE) if k is not None and any(k in m for m in evals))
   scored = [m for m in evals if key in m]
   best = (min if key == 'eval/loss' else max)(scored, key=lambda m: m[key])
   return f'best {key} {best[key]:.4f} at step {best["step"]}'

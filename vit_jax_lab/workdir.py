@@ -23,7 +23,7 @@ from vit_jax_lab.errors import ConfigError, check
 
 # Keys a resumed run may change: cadence, length, where data lives and how many processes read it, how devices are
 # laid out and how a batch is split into micro-batches (none changes results), and the few-shot evaluation, which
-# only reads the model. Entries ending in '.' cover a group.
+# only reads the model, and the metric the last line ranks by. Entries ending in '.' cover a group.
 RESUMABLE_CHANGES = (
   'total_steps',
   'log_every',
@@ -37,6 +37,7 @@ RESUMABLE_CHANGES = (
   'distributed.',
   'resume_changes',
   'eval.fewshot.',
+  'task.headline',
 )
 
 

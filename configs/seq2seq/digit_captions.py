@@ -27,7 +27,7 @@ def get_config(arg: str | None = None):
     prenorm=True,
     activation='gelu',
   )
-  c.task = tasks.config('seq2seq', label_smoothing=0.0, eval_decode='greedy')
+  c.task = tasks.config('seq2seq', label_smoothing=0.0, eval_decode='greedy', headline='cider_d')
   c.data.name = 'digit_scenes'
   c.data.vocab = 'words'
   c.data.max_target_length = 4  # Up to 3 words + EOS.

@@ -31,7 +31,12 @@ def get_config(arg: str | None = None):
     activation='relu',
   )
   c.task = tasks.config(
-    'seq2seq', label_smoothing=0.0, eval_decode='beam' if 'beam' in flags else 'greedy', beam_size=4, alpha=0.6
+    'seq2seq',
+    label_smoothing=0.0,
+    eval_decode='beam' if 'beam' in flags else 'greedy',
+    beam_size=4,
+    alpha=0.6,
+    headline='exact_match',  # SCAN's measure: a command's actions right or wrong.
   )
   c.data.name = f'scan/{split}'
   c.data.vocab = 'words'

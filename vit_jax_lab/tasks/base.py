@@ -90,6 +90,9 @@ class Task(Protocol):
   # (`generate`; tools.predict prints it, tools.bench --decode times it), 'boxes' (one per frame, tracked online by
   # tasks.tracking.track: tools.track, tools.results); None: the commands run none.
   predicts: ClassVar[str | None] = None
+  # The eval metric a run's last line ranks its evaluations by (reporting.best_eval); None: the first of
+  # reporting.HEADLINE the run logged.
+  headline: str | None = None
 
   def logits(self, model: nnx.Module, batch: Batch) -> jax.Array:
     """(batch, classes) float32 evaluation logits, what a 'classes' prediction and a served model score by."""

@@ -80,6 +80,8 @@ class Seq2Seq(Task):
   tokenized_bleu: the Moses language code of the targets (e.g. 'de'): evaluation also reports
     `bleu_tokenized`, the Transformer paper's BLEU (tensor2tensor's get_ende_bleu.sh: Moses tokenisation,
     compound splitting, multi-bleu.perl without smoothing), to compare with papers; None: only sacreBLEU.
+  headline: the evaluation metric a run's last line ranks its evaluations by: 'bleu' (translation), 'exact_match'
+    (SCAN-like tasks, where an output is right or wrong) or 'cider_d' (captions).
   """
 
   predicts = 'text'
@@ -96,6 +98,7 @@ class Seq2Seq(Task):
     scheduled_sampling: float = 0.0,
     scheduled_sampling_steps: int = 1,
     tokenized_bleu: str | None = None,
+    headline: str = 'bleu',
   ):
     if not 0.0 <= label_smoothing < 1.0:
       raise ConfigError(f'task.label_smoothing={label_smoothing} must be in [0, 1)')
@@ -118,7 +121,9 @@ class Seq2Seq(Task):
     self.label_smoothing, self.eval_decode, self.beam_size, self.alpha = label_smoothing, eval_decode, beam_size, alpha
     self.length_penalty, self.max_decode_length = length_penalty, max_decode_length
     self.scheduled_sampling, self.scheduled_sampling_steps = scheduled_sampling, scheduled_sampling_steps
-    self.tokenized_bleu = tokenized_bleu
+    if headline not in ('bleu', 'exact_match', 'cider_d'):
+      raise ConfigError(f"task.headline={headline!r} is not one of 'bleu', 'exact_match', 'cider_d'")
+    self.tokenized_bleu, self.headline = tokenized_bleu, f'eval/{headline}'
 
   # --- Data --------------------------------------------------------------------------------------------------
 
