@@ -3,6 +3,7 @@ probabilities (tests/data/pretrained/predict/, made by make_references.py with t
 and `tools.export --format safetensors --layout timm|transformers` writes a folder that loads back exactly and gives
 the library our logits (a ViT; a ViViT as transformers' ViViT or VideoMAE)."""
 
+import io
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from flax import nnx
+from PIL import Image
 
 from conftest import load_config
 from vit_jax_lab import checkpoints, hub, train
@@ -470,3 +472,15 @@ if __name__ == '__main__':  # The folders make_references.py's `export DIR` mode
       ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None, image_size=None)),
       f'{sys.argv[1]}/{name}',
     )
+
+
+def test_predict_pretrained_decodes_jpegs_as_pil_does():
+  """The libraries' pipelines decode with PIL: --pretrained's JPEG pixels are PIL's (TF's default IDCT: 4 levels)."""
+  rng = np.random.default_rng(0)
+  x = np.cumsum(np.cumsum(rng.normal(size=(60, 80, 3)), 0), 1)
+  x = ((x - x.min()) / (x.max() - x.min()) * 255).astype(np.uint8)
+  for subsampling in (0, 2):
+    data = io.BytesIO()
+    Image.fromarray(x).save(data, 'JPEG', quality=85, subsampling=subsampling)
+    ours = predict.library_decode(tf.constant(data.getvalue()), 3).numpy()
+    np.testing.assert_array_equal(ours, np.asarray(Image.open(io.BytesIO(data.getvalue())).convert('RGB')))

@@ -60,7 +60,8 @@ def test_the_last_line_ranks_by_the_tasks_headline(tmp_path):
   """SCAN's runs rank by exact match (task.headline), not the BLEU the same evaluations log."""
   path = tmp_path / 'metrics.jsonl'
   path.write_text(
-    '{"step": 100, "eval/bleu": 0.9, "eval/exact_match": 0.5}\n{"step": 200, "eval/bleu": 0.8, "eval/exact_match": 0.7}\n'
+    '{"step": 100, "eval/bleu": 0.9, "eval/exact_match": 0.5}\n'
+    '{"step": 200, "eval/bleu": 0.8, "eval/exact_match": 0.7}\n'
   )
   assert reporting.best_eval(str(path)) == 'best eval/bleu 0.9000 at step 100'
   assert reporting.best_eval(str(path), 'eval/exact_match') == 'best eval/exact_match 0.7000 at step 200'

@@ -581,6 +581,16 @@ def sampled_frames(frames: int, num_frames: int) -> np.ndarray:
   return np.arange(num_frames) * frames // num_frames
 
 
+def library_decode(raw: tf.Tensor, channels: int) -> tf.Tensor:
+  """uint8 pixels of an image file as timm's and transformers' pipelines get them from PIL: a JPEG by the accurate
+  integer IDCT, which equals PIL's decode (TensorFlow's default differs by up to 4 levels); others as decode_image."""
+  return tf.cond(
+    tf.io.is_jpeg(raw),
+    lambda: tf.io.decode_jpeg(raw, channels=channels, dct_method='INTEGER_ACCURATE'),
+    lambda: tf.io.decode_image(raw, channels=channels, expand_animations=False),
+  )
+
+
 @dataclasses.dataclass
 class HubPredictor(Predictor):
   """A timm or transformers classifier folder as its library runs it: its model, labels and preprocessing. A video
@@ -594,8 +604,7 @@ class HubPredictor(Predictor):
     self.classify = True
 
     def image_input(raw):
-      image = tf.io.decode_image(raw, channels=self.channels, expand_animations=False)
-      x, changed = _preprocess(self.preprocessing, image)
+      x, changed = _preprocess(self.preprocessing, library_decode(raw, self.channels))
       return {'images': x}, changed
 
     def clip_input(frames):
