@@ -484,3 +484,13 @@ def test_predict_pretrained_decodes_jpegs_as_pil_does():
     Image.fromarray(x).save(data, 'JPEG', quality=85, subsampling=subsampling)
     ours = predict.library_decode(tf.constant(data.getvalue()), 3).numpy()
     np.testing.assert_array_equal(ours, np.asarray(Image.open(io.BytesIO(data.getvalue())).convert('RGB')))
+
+
+def test_predict_pretrained_crops_a_timm_folder_as_torchvision_rounds():
+  """torchvision's center_crop (timm's eval pipeline) rounds the offset half to even: 7 rows of room leave 4 above
+  (round(3.5) = 4); transformers' image processors leave 3 (floor)."""
+  image = tf.constant(np.arange(12 * 4, dtype=np.float32).reshape(12, 4, 1) % 256)
+  timm_like = predict.Preprocessing(None, (5, 4), 'bilinear', 1.0, (0.0,), (1.0,), crop_round=True)
+  hf_like = predict.Preprocessing(None, (5, 4), 'bilinear', 1.0, (0.0,), (1.0,))
+  assert float(predict._preprocess(timm_like, image)[0][0, 0, 0]) == 4 * 4  # Row 4 first.
+  assert float(predict._preprocess(hf_like, image)[0][0, 0, 0]) == 3 * 4  # Row 3 first.

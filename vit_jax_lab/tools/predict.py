@@ -492,6 +492,8 @@ class Preprocessing:
   mean: tuple[float, ...]
   std: tuple[float, ...]
   offset: float = 0.0  # Subtracted after the scale: VivitImageProcessor's `offset` (value * scale - 1).
+  # The crop's offset rounded half to even, as torchvision's center_crop (timm) rounds it; else down (transformers).
+  crop_round: bool = False
 
   def __post_init__(self):
     values = (*self.mean, *self.std, self.scale)
@@ -523,7 +525,7 @@ def preprocessing_of(path: str, config: dict, layout: str) -> Preprocessing:
     method = cfg.get('interpolation', 'bilinear')
     check(method in ('bicubic', 'bilinear', 'nearest'), f'--pretrained {path}: interpolation={method!r} is not read')
     mean, std = cfg.get('mean', _TIMM_MEAN), cfg.get('std', _TIMM_STD)
-    return Preprocessing(resize, (height, width), method, 1 / 255, tuple(mean), tuple(std))
+    return Preprocessing(resize, (height, width), method, 1 / 255, tuple(mean), tuple(std), crop_round=True)
   file = os.path.join(path, 'preprocessor_config.json')
   check(os.path.isfile(file), f'--pretrained {path} has no preprocessor_config.json: its preprocessing is unknown')
   p = errors.read_json(file, '--pretrained: the preprocessing')
@@ -561,8 +563,20 @@ def _preprocess(p: Preprocessing, image: tf.Tensor) -> tuple[tf.Tensor, tf.Tenso
   x = tf.cond(same, lambda: x, resized)
   changed = ~same
   if p.crop is not None:
-    changed |= tf.reduce_any(tf.shape(x)[-3:-1] != p.crop)
-    x = tf.image.resize_with_crop_or_pad(x, *p.crop)
+    here = tf.shape(x)[-3:-1]
+    changed |= tf.reduce_any(here != p.crop)
+    if p.crop_round:  # An image at least the crop's size: the offset rounded half to even (tf.round's too).
+      top, left = (
+        tf.cast(tf.round(tf.cast(n - c, tf.float32) / 2), tf.int32) for n, c in zip(tf.unstack(here), p.crop)
+      )
+      fits = tf.reduce_all(here >= p.crop)
+      x = tf.cond(
+        fits,
+        lambda: x[..., top : top + p.crop[0], left : left + p.crop[1], :],
+        lambda: tf.image.resize_with_crop_or_pad(x, *p.crop),
+      )
+    else:
+      x = tf.image.resize_with_crop_or_pad(x, *p.crop)
   return (x * p.scale - p.offset - tf.constant(p.mean)) / tf.constant(p.std), changed
 
 
