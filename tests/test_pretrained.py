@@ -243,13 +243,17 @@ def test_misshaped_and_unexpected_tensors_are_named(tmp_path):
   path = os.path.join(folder, 'model.safetensors')
   tensors = safetensors.numpy.load_file(path)
   tensors['blocks.1.mlp.fc2.bias'] = np.zeros(31, np.float32)
-  tensors['fc_norm.weight'] = np.ones(32, np.float32)  # MAE fine-tuning's norm after average pooling: not read.
+  tensors['extra.weight'] = np.ones(32, np.float32)
   safetensors.numpy.save_file(tensors, path)
   with pytest.raises(ConfigError) as e:
     folder_model_from(folder)
   message = one_line(e)
-  assert 'unexpected: fc_norm.weight' in message
+  assert 'unexpected: extra.weight' in message
   assert 'mis-shaped: Transformer/encoderblock_1/MlpBlock_3/Dense_1/bias (from blocks.1.mlp.fc2) (31,)' in message
+  tensors['fc_norm.weight'] = np.ones(32, np.float32)  # MAE fine-tuning's norm after average pooling: refused.
+  safetensors.numpy.save_file(tensors, path)
+  with pytest.raises(ConfigError, match='has a LayerNorm after the pooling \\(fc_norm\\), which our ViT does not'):
+    folder_model_from(folder)
 
 
 def folder_model_from(folder, **overrides):

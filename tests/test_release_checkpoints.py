@@ -89,6 +89,11 @@ def test_missing_unexpected_and_misshaped_keys_are_named():
   assert 'unexpected: extra/kernel' in message
   assert 'mis-shaped: Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel (64, 99) (model: (64, 128))' in message
   assert '\n' not in message
+  flat |= {f'extra_{i}/kernel': np.zeros(3, np.float32) for i in range(200)}  # A folder of another model's names.
+  with pytest.raises(ConfigError) as e:
+    model.load_pretrained(flat, params)
+  assert 'unexpected: extra/kernel, extra_0/kernel, extra_1/kernel, extra_10/kernel and 197 more' in str(e.value)
+  assert len(str(e.value)) < 500
 
 
 def test_fine_tuning_adaptations():

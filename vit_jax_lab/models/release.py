@@ -276,7 +276,7 @@ def from_release(
     raise ConfigError(
       'init_from does not fit the model: '
       + '; '.join(
-        f'{what}: {", ".join(keys)}'
+        f'{what}: {", ".join(keys[:4])}' + (f' and {len(keys) - 4} more' if len(keys) > 4 else '')
         for what, keys in (('missing', missing), ('unexpected', unexpected), ('mis-shaped', misshaped))
         if keys
       )
