@@ -172,6 +172,7 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
   """The ViT constructor keys of the folder's model (its config.json and tensor shapes), with `input_shape`
   (height, width, channels) and `num_classes` (0: a backbone released without a head)."""
   names = set(tensors)
+  _refuse_unread(config, names)  # Before anything else is asked of a folder we cannot compute.
   width, channels, patch, _ = _shape(tensors, 'patch_embed.proj.weight')
   args = config.get('model_args') or {}
   architecture = config.get('architecture', '?')
@@ -183,7 +184,6 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
       'has no model_args.num_heads): set it in config.json'
     )
   height, wide = (config.get('pretrained_cfg') or {}).get('input_size', [3, 224, 224])[1:]
-  _refuse_unread(config, names)
   pool = 'map' if 'attn_pool.latent' in names else 'tok' if 'cls_token' in names else 'gap'
   reg_tokens = _shape(tensors, 'reg_token')[1] if 'reg_token' in names else 0
   prefix = int('cls_token' in names) + int('dist_token' in names) + reg_tokens
