@@ -131,3 +131,20 @@ def without_packages(tmp_path, names=ABSENT_ON_ACCELERATOR_MACHINES) -> dict:
     '  None if name.split(".")[0] in NAMES else _find_spec(name, package))\n'
   )
   return dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]), JAX_NUM_CPU_DEVICES='1')
+
+
+@pytest.fixture
+def mount(tmp_path):
+  """mount(options) -> a fresh tmpfs folder (mounting needs root, which this project's machines and CI have)."""
+  mounted = []
+
+  def make(options: str) -> str:
+    path = str(tmp_path / f'mount{len(mounted)}')
+    os.makedirs(path)
+    subprocess.run(['mount', '-t', 'tmpfs', '-o', options, 'tmpfs', path], check=True)
+    mounted.append(path)
+    return path
+
+  yield make
+  for path in mounted:
+    subprocess.run(['umount', '--lazy', path], check=True)

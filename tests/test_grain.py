@@ -213,3 +213,12 @@ def test_an_interrupted_grain_run_resumed_equals_the_uninterrupted_one(digits_di
   (step_a, params_a, _), (step_b, params_b, _) = final_params(config, whole), final_params(config, resumed)
   assert step_a == step_b == 6
   jax.tree.map(np.testing.assert_array_equal, params_a, params_b)
+
+
+def test_a_read_only_prepared_dataset_is_one_line(mount):
+  """A shared, read-only dataset folder: the ArrayRecord copy cannot go beside it, which is said in one line."""
+  data_dir = mount('size=8m')
+  build_builtin('digits', data_dir)
+  subprocess.run(['mount', '-o', 'remount,ro', data_dir], check=True)
+  with pytest.raises(ConfigError, match='the grain backend copies .* to ArrayRecord once, beside it, and cannot write'):
+    grain_input.load(grain_config(data_dir).data, data_info.label_info)

@@ -44,23 +44,6 @@ def one_line(result, status: int) -> str:
   return lines[0]
 
 
-@pytest.fixture
-def mount(tmp_path):
-  """mount(options) -> a fresh tmpfs folder (mounting needs root, which this project's machines and CI have)."""
-  mounted = []
-
-  def make(options: str) -> str:
-    path = str(tmp_path / f'mount{len(mounted)}')
-    os.makedirs(path)
-    subprocess.run(['mount', '-t', 'tmpfs', '-o', options, 'tmpfs', path], check=True)
-    mounted.append(path)
-    return path
-
-  yield make
-  for path in mounted:
-    subprocess.run(['umount', '--lazy', path], check=True)
-
-
 # 1. A rejected init_from blocks the corrected command.
 
 

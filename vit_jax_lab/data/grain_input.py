@@ -15,6 +15,7 @@ run on this backend copies the prepared TFRecord files, record for record, into 
 prepared anew).
 """
 
+import errno
 import functools
 import glob
 import hashlib
@@ -118,7 +119,15 @@ def _copy(prepared: str, copy: str) -> None:
 
 def _write_copy(prepared: str, partial: str, info: dict) -> None:
   with errors.disk_errors(prepared, 'to copy the data to ArrayRecord'):
-    os.makedirs(partial)
+    try:
+      os.makedirs(partial)
+    except OSError as e:  # Read-only or not ours (a shared dataset folder).
+      if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+        raise
+      raise ConfigError(
+        f'the grain backend copies {prepared} to ArrayRecord once, beside it, and cannot write there '
+        f'({e.strerror}): prepare or copy the dataset into a data.data_dir you can write, once'
+      ) from None
     for path in sorted(glob.glob(os.path.join(glob.escape(prepared), '*'))):
       name = os.path.basename(path)
       if '.tfrecord-' in name:
