@@ -67,6 +67,7 @@ def parse_args(argv: list[str]):
   args, rest = parser.parse_known_args(argv)
   config = config_lib.load(args.config)
   config_lib.apply_overrides(config, rest)
+  config_lib.check_parts(config)
   config_lib.validate(config)  # Before TensorFlow is imported: a mistake costs a second, not five.
   return config, args.workdir
 

@@ -41,6 +41,7 @@ TOOLS = sorted(
 )
 
 
+@pytest.mark.slow
 def test_every_tools_help_answers_without_tensorflow(tmp_path):
   """TensorFlow unimportable: each command's --help still answers (TensorFlow loads only when data is read), so
   it costs no 5 s of TensorFlow and prints none of its start-up lines, on any CPU."""

@@ -102,7 +102,11 @@ def test_bad_config_values_are_one_line_errors(key, value, message):
     (dict(datasets=('nope',)), "eval.fewshot.datasets: data.name='nope' is not a TFDS dataset"),
     (dict(train_split='validation'), "eval.fewshot.datasets: eval.fewshot.train_split='validation' is not a split"),
     (dict(test_split='tset'), "eval.fewshot.datasets: eval.fewshot.test_split='tset' is not a split"),
-    (dict(max_train=100), 'examples in train[0:100], fewer than 25 shots: lower eval.fewshot.shots or raise'),
+    (
+      dict(max_train=100),
+      'examples in train[0:100], fewer than 25 shots: lower the shots (eval.fewshot.shots, --shots) or raise '
+      'eval.fewshot.max_train',
+    ),
   ],
 )
 def test_dataset_mistakes_stop_the_run_before_it_writes(smoke_config, tmp_path, overrides, message):

@@ -364,7 +364,7 @@ import sys
 import jax
 jax.distributed.initialize(sys.argv[1], num_processes=2, process_id=int(sys.argv[2]))
 from vit_jax_lab import config as config_lib
-from vit_jax_lab.data import labels, pipeline
+from vit_jax_lab.data import info as data_info, pipeline
 config = config_lib.load('configs/vit/digits.py')
 config.data.data_dir, config.data.image_size = sys.argv[3], 8
 for name in (f'folder:{sys.argv[4]}', 'digits'):

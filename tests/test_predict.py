@@ -137,9 +137,9 @@ def test_config_with_init_from_loads_the_weights_as_training_does(digits_run, di
   _, files, features = digit_files
   npz = str(tmp_path / 'vit.npz')
   export.export(workdir, npz)
-  for source in (workdir, npz):
+  for i, source in enumerate((workdir, npz)):
     overrides = [f'--config.init_from={source}', f'--config.data.data_dir={data_dir}']
-    out = str(tmp_path / 'out.jsonl')
+    out = str(tmp_path / f'out{i}.jsonl')  # A new file each time: predict overwrites none.
     assert predict.main(['--config', SMOKE, *overrides, *files[:3], '--top_k', '10', '--out', out]) == 0
     s = train.setup(load_config('configs/vit/digits.py:smoke', data_dir, init_from=source), jax.devices()[:1])
     expected = probabilities(s, train.init_state(s).eval_params(), features)

@@ -72,7 +72,7 @@ VIDEO_ROWS = ('hf_vivit', 'hf_videomae')  # make_references.py's predict_video_r
 
 
 def _video_probabilities(folder, video, tmp_path):
-  out = str(tmp_path / 'out.jsonl')
+  out = str(tmp_path / f'out{len(list(tmp_path.glob("out*.jsonl")))}.jsonl')  # A new file: predict overwrites none.
   assert (
     predict.main(['--pretrained', folder, os.path.join(DATA, 'predict', video), '--top_k', '10', '--out', out]) == 0
   )

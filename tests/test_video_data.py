@@ -106,16 +106,16 @@ def test_label_is_not_recoverable_from_any_single_frame(splits):
 
 @pytest.mark.slow
 def test_load_reads_video_shapes(moving_digits_dir):
-  _, info = pipeline.load(make_config(moving_digits_dir, num_frames=4).data, label_data.dataset_info)
+  _, info = pipeline.load(make_config(moving_digits_dir, num_frames=4).data, info_lib.label_info)
   assert (info.input_key, info.input_shape, info.num_classes) == ('video', (4, 20, 20, 1), 4)
   assert (info.num_train, info.num_eval) == (5748, 1440)
-  assert pipeline.load(make_config(moving_digits_dir, image_size=16).data, label_data.dataset_info)[1].input_shape == (
+  assert pipeline.load(make_config(moving_digits_dir, image_size=16).data, info_lib.label_info)[1].input_shape == (
     8,
     16,
     16,
     1,
   )
-  assert pipeline.load(make_config(moving_digits_dir, resize_size=10).data, label_data.dataset_info)[1].input_shape == (
+  assert pipeline.load(make_config(moving_digits_dir, resize_size=10).data, info_lib.label_info)[1].input_shape == (
     8,
     10,
     10,
@@ -150,9 +150,9 @@ def test_frames_of_varying_size_need_image_size(tmp_path):
     download_config=tfds.download.DownloadConfig(try_download_gcs=False)
   )
   with pytest.raises(ConfigError, match=r"'varying_videos' has frames of varying size .*: set data.image_size"):
-    pipeline.load(config.data, label_data.dataset_info)
+    pipeline.load(config.data, info_lib.label_info)
   config.data.image_size = 4
-  builder, info = pipeline.load(config.data, label_data.dataset_info)
+  builder, info = pipeline.load(config.data, info_lib.label_info)
   assert info.input_shape == (8, 4, 4, 1)
   fn = label_data.preprocess_fn(config.data, info, train=True)
   for example in tfds.as_numpy(builder.as_dataset(split='train')):
@@ -162,7 +162,7 @@ def test_frames_of_varying_size_need_image_size(tmp_path):
 @pytest.mark.slow
 def test_train_clip_is_a_strided_window_of_the_video(moving_digits_dir, splits):
   config = make_config(moving_digits_dir, num_frames=4, frame_stride=2)
-  _, info = pipeline.load(config.data, label_data.dataset_info)
+  _, info = pipeline.load(config.data, info_lib.label_info)
   fn = label_data.preprocess_fn(config.data, info, train=True)
   raw = splits['test']['video'][0]
   starts = []
@@ -347,7 +347,7 @@ def test_mixup_mixes_whole_clips():
 def test_whole_split_eval_counts_every_video_once(moving_digits_dir, splits):
   """1,440 test videos in global batches of 200 (8 devices): each video once, in order, then padding."""
   config = make_config(moving_digits_dir, num_frames=9, eval_batch_size=200, eval_clips=1, eval_crops=3)
-  builder, info = pipeline.load(config.data, label_data.dataset_info)
+  builder, info = pipeline.load(config.data, info_lib.label_info)
   task = Classification()
   sharding = jax.sharding.NamedSharding(parallel.make_mesh(config.mesh), parallel.BATCH)
   model, w = linear_model(9 * 20 * 20)

@@ -205,13 +205,17 @@ def _parse(text: str, field_type: type) -> Any:
   return value
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
-  """Checks the values that need no devices and no data (the rest is checked where they are known)."""
+def check_parts(config: ml_collections.ConfigDict) -> None:
+  """A run's config names its model and task (base_config leaves them for get_config to set)."""
   for part, example in (('model', "models.config('vit', variant='S/16')"), ('task', "tasks.config('classification')")):
     check(
       'name' in config[part],
       f'the config sets no {part}: its get_config sets c.{part} = {example}, as configs/vit/digits.py does',
     )
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Checks the values that need no devices and no data (the rest is checked where they are known)."""
   for key, value in _leaves(config):
     check(not isinstance(value, float) or math.isfinite(value), f'{key}={value} is not a finite number')
   for key in resume_changes(config):
@@ -263,8 +267,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   data.validate(config.data)
   grain = config.data.backend == 'grain'
   check(
-    not grain or config.task.name == 'classification',
-    f"data.backend='grain' makes image classification batches, and task.name={config.task.name!r}: use "
+    not grain or config.task.get('name') == 'classification',
+    f"data.backend='grain' makes image classification batches, and task.name={config.task.get('name')!r}: use "
     "data.backend='tfdata'",
   )
   check(

@@ -162,16 +162,23 @@ class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
   """Finds `tensorflow` as Python would and loads it with file descriptor 2 held: its start-up lines are dropped,
   any other line it printed is written out after. Wherever a command first imports it, and only if it does."""
 
+  finding = False  # While it asks the other finders for the real spec.
+
   def find_spec(self, name, path, target=None):
-    if name != 'tensorflow':
+    if name != 'tensorflow' or self.finding:
       return None
-    sys.meta_path.remove(self)  # Once: the real spec, found without this finder.
-    spec = importlib.util.find_spec(name)
+    self.finding = True  # A spec may be asked for without an import (TFDS asks whether TensorFlow is installed).
+    try:
+      spec = importlib.util.find_spec(name)
+    finally:
+      self.finding = False
     if spec is None or spec.loader is None:
       return spec
     load = spec.loader.exec_module
 
     def exec_module(module):
+      if self in sys.meta_path:  # Loaded once: the finder's work is done.
+        sys.meta_path.remove(self)
       held: dict = {}
       try:
         with held_stderr() as held:

@@ -98,7 +98,7 @@ IMAGE_PIXELS = 2**27  # Pixels of an image (134 M, 11,585 squared), read from it
 IMAGE_ASPECT = 64  # Longer side over shorter: a 1 x 999,999 strip resized to a 224 shorter side is 50 G pixels.
 
 
-def foreign(text: object, limit: int = 100) -> str:
+def foreign(text: object, limit: int = 300) -> str:
   """A string from a file handed over, fit to print: control characters (a terminal's escape sequences) escaped,
   and cut to `limit` characters."""
   text = str(text)
