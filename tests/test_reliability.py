@@ -363,17 +363,37 @@ def test_tensorflows_start_up_lines_are_dropped_wherever_it_is_first_imported(tm
   assert verbose.stderr.splitlines() == lines  # VIT_JAX_LAB_VERBOSE=1 keeps them.
 
 
+# main.main with the command line after '--', then whether TensorFlow was imported, on stdout: the tests below
+# check that the mistake was found after it loaded, which is when its start-up lines could leak.
+MAIN_THEN_SAY_IF_TF = (
+  'import sys\nimport main\ncode = main.main(sys.argv[sys.argv.index("--") + 1:])\n'
+  'print("tensorflow loaded:", "tensorflow" in sys.modules)\nsys.exit(code)'
+)
+
+
 @pytest.mark.slow
-def test_a_model_mistake_found_after_tensorflow_loads_is_one_line_with_onednn_on(data_dir, tmp_path):
+@pytest.mark.parametrize(
+  'fresh, override, message',
+  [
+    # The dataset is generated first (TFDS writes it with TensorFlow), then the model is checked.
+    (True, '--config.model.patch_size=3', 'model.patch_size=3 must divide the image size 8x8'),
+    # The few-shot evaluator reads its datasets with tf.data: checked after TensorFlow loads.
+    (False, "--config.eval.fewshot.datasets=('nope',)", "eval.fewshot.datasets: data.name='nope' is not a TFDS"),
+  ],
+)
+def test_a_mistake_found_after_tensorflow_loads_is_one_line_with_onednn_on(
+  data_dir, tmp_path, fresh, override, message
+):
+  """TF_ENABLE_ONEDNN_OPTS=1 makes TensorFlow print its start-up lines on CPUs that have the instructions (not on
+  every CPU: where it prints none, this passes trivially; the import-hook test above forces them)."""
+  data = str(tmp_path / 'fresh') if fresh else data_dir
+  argv = command(str(tmp_path / 'run'), data, override)[3:]  # After `python -m main`.
   result = subprocess.run(
-    command(str(tmp_path / 'run'), data_dir, '--config.model.patch_size=3'),
+    [sys.executable, '-c', MAIN_THEN_SAY_IF_TF, '--', *argv],
     cwd=ROOT, env=environment() | {'TF_ENABLE_ONEDNN_OPTS': '1'}, capture_output=True, text=True,
   )  # fmt: skip
-  assert result.returncode == 2 and result.stdout == ''
-  assert (
-    result.stderr
-    == 'error: model.patch_size=3 must divide the image size 8x8: change model.patch_size or data.image_size\n'
-  )
+  assert result.returncode == 2 and result.stdout.splitlines()[-1] == 'tensorflow loaded: True', result.stdout
+  assert result.stderr.splitlines() == [result.stderr.splitlines()[0]] and result.stderr.startswith(f'error: {message}')
 
 
 def test_an_abandoned_checkpoint_read_collected_late_prints_nothing():
