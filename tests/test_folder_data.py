@@ -407,9 +407,9 @@ def test_the_folder_recipe_sizes_its_run_from_the_folder(tmp_path):
   kept = sum(not folder.held_out(f'class_{c}/{i}.png') for c in range(2) for i in range(60))
   assert 80 < kept < 120 and config.total_steps == -(-100 * kept // 32)
   assert (config.data.name, config.data.eval_split) == (f'folder:{root}', 'test')
-  (tmp_path / 'split' / 'train' / 'a').mkdir(parents=True)
-  (tmp_path / 'split' / 'val').mkdir()
-  Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / 'split' / 'train' / 'a' / '0.png')
+  for split in ('train', 'val'):
+    (tmp_path / 'split' / split / 'a').mkdir(parents=True)
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / 'split' / split / 'a' / '0.png')
   small = config_lib.load(f'configs/vit/folder.py:{tmp_path / "split"}')
   assert (small.total_steps, small.data.eval_split) == (200, 'val')
   with pytest.raises(ConfigError, match='configs/vit/folder.py takes the folder of your photos'):

@@ -17,27 +17,15 @@ MIN_STEPS = 200
 BATCH = 32
 
 
-def training_images(root: str) -> int:
-  """Images the run trains on: those under train/ if there is one, else the 80% not held out."""
-  split = os.path.join(root, 'train')
-  top = split if os.path.isdir(split) else root
-  count = 0
-  for where, _, names in os.walk(top):
-    for name in names:
-      relative = os.path.relpath(os.path.join(where, name), root).replace(os.sep, '/')
-      if name.lower().endswith(folder.IMAGE_EXTENSIONS) and (top == split or not folder.held_out(relative)):
-        count += 1
-  return count
-
-
 def get_config(arg: str | None = None):
   if not arg or not os.path.isdir(arg):
     raise config_lib.ConfigError(
       f'configs/vit/folder.py takes the folder of your photos, e.g. --config vit/folder:/path/to/photos; got {arg!r}'
     )
-  images = training_images(arg)
-  if images == 0:
-    raise config_lib.ConfigError(f'{arg} holds no JPEG or PNG images in class folders (see docs/data.md)')
+  layout = folder.scan(f'folder:{arg}')  # Its splits as the run will read them (a bad layout: one line here).
+  if layout.kind != 'images':
+    raise config_lib.ConfigError(f'{arg} holds {layout.kind}; configs/vit/folder.py trains on photos')
+  images = len(layout.splits['train'])
   c = config_lib.base_config()
   c.model = models.config('vit', variant='mu/8', pool='gap', posemb='sincos2d', dropout=0.1)
   c.task = tasks.config('classification', label_smoothing=0.1)
@@ -46,8 +34,7 @@ def get_config(arg: str | None = None):
   c.data.inception_crop = True
   c.data.flip = True
   c.data.cache = True
-  has = {name for name in ('test', 'val') if os.path.isdir(os.path.join(arg, name))}
-  c.data.eval_split = 'val' if has == {'val'} else 'test'  # train/ + val/ only: evaluate on val.
+  c.data.eval_split = 'test' if 'test' in layout.splits else 'val'  # train/ + val/ only: evaluate on val.
   c.data.batch_size = BATCH
   c.data.eval_batch_size = 64
   c.total_steps = max(MIN_STEPS, -(-EPOCHS * images // BATCH))
