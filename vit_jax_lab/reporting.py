@@ -1,19 +1,21 @@
 """What a run tells its user: metrics.jsonl, TensorBoard, the console line, the parameter overview."""
 
 import collections
+import contextlib
 import glob
 import json
 import os
 import socket
-import struct
 import time
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import jax
 import jax.monitoring
 import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
+
+from vit_jax_lab import tfrecord
 
 
 class JsonlWriter:
@@ -70,23 +72,15 @@ class EventWriter:
     self.records.close()
 
 
-def event_records(path: str) -> Iterator[bytes]:
-  """The records of a TensorBoard event file (TFRecord framing: length, its CRC, data, its CRC); a record cut short
-  by a crash ends it."""
-  with open(path, 'rb') as f:
-    while len(head := f.read(12)) == 12:
-      (length,) = struct.unpack('<Q', head[:8])
-      data = f.read(length)
-      if len(data) < length or len(f.read(4)) < 4:
-        return
-      yield data
-
-
 def truncate_events(directory: str, step: int) -> None:
   """Drops the TensorBoard events past `step` from the event files in `directory` (TensorBoard would show the
   steps logged after the last checkpoint twice once the resumed run logs them again)."""
   for path in glob.glob(os.path.join(glob.escape(directory), 'events.out.tfevents.*')):
-    kept = [r for r in event_records(path) if event_pb2.Event.FromString(r).step <= step]
+    kept = []
+    with contextlib.suppress(tfrecord.CutShort):  # A record cut short by a crash ends the file.
+      for record in tfrecord.records(path):  # Those before the cut are kept.
+        if event_pb2.Event.FromString(record).step <= step:
+          kept.append(record)
     with open(path + '.tmp', 'wb') as f:
       records = RecordWriter(f)
       for record in kept:

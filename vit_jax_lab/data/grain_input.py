@@ -23,7 +23,6 @@ import importlib.util
 import json
 import os
 import shutil
-import struct
 from typing import Any, Callable, Iterator
 
 import grain
@@ -34,7 +33,7 @@ from absl import flags
 from array_record.python import array_record_module
 from jax.experimental import multihost_utils
 
-from vit_jax_lab import data as data_lib, errors
+from vit_jax_lab import data as data_lib, errors, tfrecord
 from vit_jax_lab.data import builders, pil_images
 from vit_jax_lab.data.info import LabelInfo
 from vit_jax_lab.errors import ConfigError, check
@@ -134,27 +133,21 @@ def _write_copy(prepared: str, partial: str, info: dict) -> None:
         writer = array_record_module.ArrayRecordWriter(
           os.path.join(partial, name.replace('.tfrecord-', '.array_record-')), 'group_size:1'
         )
-        for record in tfrecords(path):
-          writer.write(record)
-        writer.close()
+        try:
+          for record in tfrecord.records(path):
+            writer.write(record)
+        except tfrecord.CutShort:
+          raise ConfigError(
+            f'the prepared data file {path} is cut short: delete its dataset folder and run again'
+          ) from None
+        finally:
+          writer.close()
       elif os.path.isfile(path) and name != 'dataset_info.json':
         shutil.copy(path, partial)
     with open(os.path.join(partial, 'dataset_info.json'), 'w') as f:
       json.dump(info | {'fileFormat': 'array_record'}, f)
     with open(os.path.join(partial, SOURCE), 'w') as f:
       json.dump(_fingerprint(prepared), f)
-
-
-def tfrecords(path: str) -> Iterator[bytes]:
-  """The records of a TFRecord file (framing: length, its CRC, data, its CRC; the CRCs are not checked). A file
-  cut short is a ConfigError naming it."""
-  with open(path, 'rb') as f:
-    while head := f.read(12):
-      length = struct.unpack('<Q', head[:8])[0] if len(head) == 12 else -1
-      data = f.read(length) if length >= 0 else b''
-      if length < 0 or len(data) < length or len(f.read(4)) < 4:
-        raise ConfigError(f'the prepared data file {path} is cut short: delete its dataset folder and run again')
-      yield data
 
 
 def _source(builder, split: str):
