@@ -261,6 +261,11 @@ def validate(d: ml_collections.ConfigDict) -> None:
     checks(d)
 
 
+def global_batch(local: dict, sharding: jax.sharding.Sharding) -> dict[str, jax.Array]:
+  """This process's rows of a batch (NumPy, keyed) as global arrays laid out by `sharding`."""
+  return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}
+
+
 def shards(data_config, batch_key: str) -> tuple[list[int], int, int]:
   """(this process's shard ids, number of shards, examples per shard in a `data.<batch_key>` batch)."""
   global_batch = data_config[batch_key]

@@ -48,13 +48,14 @@ def load(data_config, info_fn: Callable[[Any, Any], LabelInfo], *, resuming: boo
   """The dataset's ArrayRecord copy as a TFDS builder (made once, by process 0 first) and what the task knows of
   it. A dataset not yet prepared is prepared as the tf.data backend prepares it, which needs TensorFlow."""
   builder = builders.find(data_config, resuming)
-  check(
-    builder.is_prepared() or importlib.util.find_spec('tensorflow') is not None,
-    f'data.name={data_config.name!r} is not prepared yet in data.data_dir={data_config.data_dir!r}, and preparing '
-    'it needs TensorFlow (TFDS writes its records with it), which is not installed here: prepare it once where it '
-    'is (a run of this config does, on either backend), then copy that data_dir here',
-  )
-  builder = builders.load(data_config, lambda b, d: None, resuming=resuming)[0]
+  if not builder.is_prepared():  # Prepared as the tf.data backend prepares it (and found again, prepared).
+    check(
+      importlib.util.find_spec('tensorflow') is not None,
+      f'data.name={data_config.name!r} is not prepared yet in data.data_dir={data_config.data_dir!r}, and preparing '
+      'it needs TensorFlow (TFDS writes its records with it), which is not installed here: prepare it once where it '
+      'is (a run of this config does, on either backend), then copy that data_dir here',
+    )
+    builder = builders.load(data_config, lambda b, d: None, resuming=resuming)[0]
   copy = os.path.join(builder.data_dir, ARRAY_RECORD)
   if jax.process_index() == 0 and not _current(builder.data_dir, copy):
     _copy(builder.data_dir, copy)
@@ -270,4 +271,4 @@ def eval_batches(builder, data_config, info: LabelInfo, sharding: jax.sharding.S
 
 def _to_global(batches, sharding: jax.sharding.Sharding) -> Iterator[Batch]:
   for local in batches:
-    yield {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}
+    yield data_lib.global_batch(local, sharding)

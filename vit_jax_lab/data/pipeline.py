@@ -160,7 +160,7 @@ def _count(ds: tf.data.Dataset, builder) -> int:
 def _to_global(ds: tf.data.Dataset, sharding: jax.sharding.Sharding, builder) -> Iterator[Batch]:
   with _readable(builder):
     for local in ds.as_numpy_iterator():
-      yield {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}
+      yield data_lib.global_batch(local, sharding)
 
 
 def _example_seed(seed: int, shard: int, index: tf.Tensor) -> tf.Tensor:
