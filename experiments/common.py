@@ -6,6 +6,7 @@ import json
 import os
 import queue
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -130,6 +131,12 @@ def step_seconds(workdir: str) -> float:
   with open(os.path.join(workdir, 'metrics.jsonl')) as f:
     rates = [m['train/steps_per_sec'] for m in map(json.loads, f) if 'train/steps_per_sec' in m]
   return 1.0 / float(np.median(rates[1:] or rates))
+
+
+def mean_spread(values: Sequence[float], places: int = 2) -> str:
+  """'97.22 ± 0.39': the mean and standard deviation of runs over seeds; the mean alone for one run."""
+  mean = f'{statistics.mean(values):.{places}f}'
+  return f'{mean} ± {statistics.stdev(values):.{places}f}' if len(values) > 1 else mean
 
 
 def write_table(script: str, lines: list[str], marker: str = 'table', echo: bool = True) -> None:

@@ -46,10 +46,9 @@ def main() -> None:
     for i, (name, overrides) in enumerate(ROWS.items()):
       results = [run(overrides, seed, os.path.join(tmp, f'{i}_{seed}')) for seed in seeds]
       accuracies = [100 * a for a, _ in results]
-      spread = f' ± {statistics.stdev(accuracies):.2f}' if len(accuracies) > 1 else ''
       each = ', '.join(f'{a:.2f}' for a in accuracies)
       rows.append(
-        f'| {name} | {statistics.mean(accuracies):.2f}{spread} | {each} | '
+        f'| {name} | {common.mean_spread(accuracies)} | {each} | '
         f'{1000 * statistics.median(t for _, t in results):.1f} |'
       )
       print(rows[-1], flush=True)

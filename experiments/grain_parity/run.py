@@ -12,13 +12,12 @@ if not __package__:
 
 import os
 import resource
-import statistics
 import sys
 import tempfile
 import time
 
 from experiments import common
-from experiments.deit_digits.run import ALL, BATCH, RANDAUGMENT
+from experiments.deit_digits.run import ALL, BATCH, RANDAUGMENT, run
 from vit_jax_lab import config as config_lib, parallel
 
 ROWS = {
@@ -58,17 +57,9 @@ def main() -> None:
     for i, (name, overrides) in enumerate(ROWS.items()):
       cells = []
       for backend in BACKENDS:
-        accuracies = [
-          100
-          * common.train(
-            'configs/vit/digits.py',
-            os.path.join(tmp, f'{i}_{backend}_{seed}'),
-            {'seed': seed, 'data.batch_size': BATCH, 'data.backend': backend, **overrides},
-          )['eval/accuracy']
-          for seed in seeds
-        ]
-        spread = f' ± {statistics.stdev(accuracies):.2f}' if len(accuracies) > 1 else ''
-        cells.append(f'{statistics.mean(accuracies):.2f}{spread} ({", ".join(f"{a:.2f}" for a in accuracies)})')
+        workdirs = (os.path.join(tmp, f'{i}_{backend}_{seed}') for seed in seeds)
+        accuracies = [100 * run(overrides | {'data.backend': backend}, seed, w)[0] for seed, w in zip(seeds, workdirs)]
+        cells.append(f'{common.mean_spread(accuracies)} ({", ".join(f"{a:.2f}" for a in accuracies)})')
       rates = [f'{input_rate(overrides, backend):,.0f}' for backend in BACKENDS]
       lines.append(f'| {name} | {cells[0]} | {cells[1]} | {rates[0]} | {rates[1]} |')
       print(lines[-1], flush=True)

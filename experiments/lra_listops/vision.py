@@ -39,7 +39,7 @@ def main() -> None:
     '|---|---:|---|---:|',
   ]
   for name, accuracies, step in rows:
-    spread = f'{statistics.mean(accuracies):.2f} ± {statistics.stdev(accuracies):.2f}'
+    spread = common.mean_spread(accuracies)
     lines.append(f'| {name} | {spread} | {" / ".join(f"{a:.2f}" for a in accuracies)} | {step:.1f} |')
   common.write_table(__file__, lines, marker='vision')
 
