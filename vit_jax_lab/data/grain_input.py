@@ -172,12 +172,14 @@ class _Shard:
   def __len__(self) -> int:
     return len(self.source)
 
-  def examples(self, indices, seeds) -> dict[str, np.ndarray]:
-    """The examples at `indices`, each preprocessed with a generator seeded by its entry of `seeds`."""
+  def examples(self, indices, seeds=None) -> dict[str, np.ndarray]:
+    """The examples at `indices`, each preprocessed with a generator seeded by its entry of `seeds` (None: without
+    one, for evaluation's preprocessing, which draws nothing)."""
     inputs, labels = [np.zeros((0, *self.shape), np.uint8)], []
-    for i, seed in zip(indices, seeds):
+    for i, seed in zip(indices, seeds or [None] * len(indices)):
       example = self.source[int(i)]
-      inputs.append(self.preprocess(example[self.key], np.random.default_rng(seed))[None])
+      rng = None if seed is None else np.random.default_rng(seed)
+      inputs.append(self.preprocess(example[self.key], rng)[None])
       labels.append(example['label'])
     return {'inputs': np.concatenate(inputs), 'label': np.asarray(labels, np.int32)}
 
@@ -251,7 +253,7 @@ class EvalBatches:
     parts = []
     for shard in self.shards:
       indices = range(t * self.per_shard, min((t + 1) * self.per_shard, len(shard)))
-      batch = shard.examples(indices, [0] * len(indices))
+      batch = shard.examples(indices)
       pad = self.per_shard - len(indices)
       batch = {
         'inputs': np.concatenate([batch['inputs'], np.zeros((pad, *self.shape), np.uint8)]),

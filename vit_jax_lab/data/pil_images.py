@@ -130,7 +130,7 @@ def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool) -> Call
   height, width, channels = shape
   short, antialias, d = data_config.resize_size, data_config.antialias, data_config
 
-  def fn(data, rng: np.random.Generator) -> np.ndarray:
+  def fn(data, rng: np.random.Generator | None) -> np.ndarray:
     image = decode(data, channels)
     if train and d.inception_crop:
       image = resize(image, (width, height), antialias, box=inception_box(image.width, image.height, rng))
