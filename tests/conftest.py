@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 
 # The suite's models are tiny, so compiling dominates its time: XLA's backend skips its LLVM optimisations
 # (the same computations, compiled about 40% faster). Set in the environment, so processes the tests start
@@ -131,6 +132,24 @@ def without_packages(tmp_path, names=ABSENT_ON_ACCELERATOR_MACHINES) -> dict:
     '  None if name.split(".")[0] in NAMES else _find_spec(name, package))\n'
   )
   return dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]), JAX_NUM_CPU_DEVICES='1')
+
+
+def elsewhere_env() -> dict:
+  """The environment of a command started outside the clone: the clone on PYTHONPATH, where `pip install -e .` puts
+  it (CI installs requirements.txt alone, so the suite must not need the install)."""
+  return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get('PYTHONPATH')])))
+
+
+def console_script(folder, name: str = 'vit-jax-lab') -> str:
+  """pyproject.toml's [project.scripts] `name`, written into `folder` as pip writes it on install: run as a file, so
+  its own folder, not the working one, is first on sys.path."""
+  with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as file:
+    module, function = tomllib.load(file)['project']['scripts'][name].split(':')
+  path = os.path.join(folder, name)
+  with open(path, 'w') as file:
+    file.write(f'#!{sys.executable}\nimport sys\nfrom {module} import {function}\nsys.exit({function}())\n')
+  os.chmod(path, 0o755)
+  return path
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import main
-from conftest import without_packages
+from conftest import console_script, elsewhere_env, without_packages
 from vit_jax_lab import config as config_lib, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -171,10 +171,18 @@ def test_data_and_model_mistakes_are_answered_before_tensorflow_loads(override, 
 def test_the_command_is_not_shadowed_by_a_main_py_in_the_working_folder(tmp_path):
   """`vit-jax-lab` (pyproject's script) runs the project's main even where the user's own main.py lies."""
   (tmp_path / 'main.py').write_text('raise SystemExit("the user\'s main.py ran")\n')
-  script = os.path.join(os.path.dirname(sys.executable), 'vit-jax-lab')
+  os.makedirs(tmp_path / 'bin')
   done = subprocess.run(
-    [script, '--config', 'vit/digits', '--workdir', str(tmp_path / 'run'), '--config.optim.lr=-1'],
+    [
+      console_script(tmp_path / 'bin'),
+      '--config',
+      'vit/digits',
+      '--workdir',
+      str(tmp_path / 'run'),
+      '--config.optim.lr=-1',
+    ],
     cwd=tmp_path,
+    env=elsewhere_env(),
     capture_output=True,
     text=True,
   )

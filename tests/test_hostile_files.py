@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import ROOT
+from conftest import ROOT, elsewhere_env
 from vit_jax_lab import checkpoints, config as config_lib, errors, hub, workdir as workdir_lib
 from vit_jax_lab.data import info as data_info
 from vit_jax_lab.data.builders import folder
@@ -39,7 +39,7 @@ def test_a_prepared_dataset_naming_a_module_of_its_own_runs_no_code(data_dir, tm
   (tmp_path / 'payload.py').write_text(f'open({str(marker)!r}, "w").write("ran")\n')
   command = [sys.executable, '-m', 'main', '--config', os.path.join(ROOT, 'configs/vit/digits.py')]
   command += ['--workdir', str(tmp_path / 'run'), '--config.data.name=evil', f'--config.data.data_dir={tmp_path}/tfds']
-  done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+  done = subprocess.run(command, cwd=tmp_path, env=elsewhere_env(), capture_output=True, text=True, timeout=300)
   assert done.returncode == 2 and not marker.exists()
   assert done.stderr.strip().splitlines() == [
     f"error: {prepared}/features.json names the feature class 'payload.ClassLabel', which TFDS would import to read "
