@@ -52,6 +52,8 @@ def test_override_reaches_the_model(data_dir):
       "data.data_dir='/no/such/dir' does not exist",
     ),
     (['--config.data.eval_split=validation'], "data.eval_split='validation' is not a split of digits"),
+    (['--config.data.train_split=train[:0%]'], "data.train_split='train[:0%]' of digits holds no examples"),
+    (['--config.data.eval_split=test[5:5]'], "data.eval_split='test[5:5]' of digits holds no examples"),
     (['--config.model.name=resnet'], "model.name='resnet' is not one of vit"),
     (['--config.model.variant=Q/16'], "model.variant='Q/16': expected SIZE[/PATCH]"),
     (['--config.model.pool=max'], "model.pool='max' is not one of 'tok', 'gap'"),

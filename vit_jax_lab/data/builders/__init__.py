@@ -124,15 +124,21 @@ def find(data_config, resuming: bool = False):
 
 
 def check_splits(builder, data_config) -> None:
-  """data.train_split and eval_split are splits of the dataset (TFDS slicing allowed)."""
+  """data.train_split and eval_split are splits of the dataset (TFDS slicing allowed) that hold examples."""
   for key in ('train_split', 'eval_split'):
     try:
-      builder.info.splits[data_config[key]]
+      examples = builder.info.splits[data_config[key]].num_examples
     except (KeyError, ValueError) as e:
       raise ConfigError(
         f'data.{key}={data_config[key]!r} is not a split of {data_config.name}: '
         f'valid ones are {", ".join(builder.info.splits)} (TFDS slicing allowed)'
       ) from e
+    if examples == 0:
+      sizes = ', '.join(f'{name} ({split.num_examples})' for name, split in builder.info.splits.items())
+      raise ConfigError(
+        f'data.{key}={data_config[key]!r} of {data_config.name} holds no examples: choose a slice that does, '
+        f'of {sizes}'
+      )
 
 
 def load(data_config, info_fn: Callable[[Any, Any], Any], *, resuming: bool = False) -> tuple[Any, Any]:
