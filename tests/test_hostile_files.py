@@ -150,6 +150,9 @@ def test_a_marian_vocabulary_of_the_wrong_kind_is_one_line(tmp_path):
   (tmp_path / 'vocab.json').write_text(json.dumps({'</s>': 0, '<unk>': 'one', '<pad>': 2}))
   with pytest.raises(ConfigError, match='vocab.json must map each piece to a non-negative integer id'):
     data_info.MarianVocab(str(tmp_path))
+  (tmp_path / 'vocab.json').write_text(json.dumps({'</s>': 0, '<unk>': 1, '<pad>': 100}))
+  with pytest.raises(ConfigError, match='vocab.json must number its 3 pieces 0 to 2, each id once'):
+    data_info.MarianVocab(str(tmp_path))
   (tmp_path / 'vocab.json').write_text('[1, 2]')
   with pytest.raises(ConfigError, match='the vocabulary .*vocab.json holds a JSON list, not an object'):
     data_info.MarianVocab(str(tmp_path))

@@ -560,3 +560,24 @@ if __name__ == '__main__':  # The folder make_marian_export_reference.py loads w
   if not os.path.isfile(EXPORT_SPM):
     export_spm(EXPORT_SPM)
   write_export(os.path.join(sys.argv[1], 'marian'))
+
+
+@pytest.mark.parametrize(
+  'change, message',
+  [
+    (lambda c: c.pop('d_model'), "its config.json lacks the key 'd_model'"),
+    (lambda c: c.update(pad_token_id=-3), r'pad_token_id=-3 is not an id of its vocabulary \(0 to vocab_size - 1 = '),
+    (lambda c: c.update(eos_token_id=10**6), 'eos_token_id=1000000 is not an id of its vocabulary'),
+    (lambda c: c.update(eos_token_id=c['pad_token_id']), 'must be three different ids'),
+    (lambda c: c.update(vocab_size=0), 'config.json has vocab_size=0; a vocabulary holds at least 2 ids'),
+  ],
+)
+def test_a_damaged_marian_config_is_one_line(tmp_path, change, message):
+  """A wrong special id would otherwise wrap around (a negative one) or mix two tokens' rows without a word."""
+  path = tmp_path / 'marian'
+  shutil.copytree(FOLDER, path)
+  config = json.loads((path / 'config.json').read_text())
+  change(config)
+  (path / 'config.json').write_text(json.dumps(config))
+  with pytest.raises(ConfigError, match=message), hub.config_values(str(path)):
+    loaded_model(str(path))

@@ -150,7 +150,11 @@ def config_values(path: str, option: str = 'init_from') -> Iterator[None]:
     yield
   except ConfigError:
     raise
-  except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError) as e:
+  except KeyError as e:
+    raise ConfigError(
+      f'{option}={errors.foreign(path)}: its config.json lacks the key {errors.foreign(e, 60)}'
+    ) from None
+  except (TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
     raise ConfigError(
       f'{option}={errors.foreign(path)}: its config.json holds a value of a type or range it cannot be read with '
       f'({type(e).__name__}: {errors.foreign(e, 120)})'

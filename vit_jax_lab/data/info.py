@@ -224,6 +224,11 @@ class MarianVocab:
       all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**31 for i in self.marian.values()),
       f'{errors.foreign(path)!r}: vocab.json must map each piece to a non-negative integer id',
     )
+    check(
+      sorted(self.marian.values()) == list(range(len(self.marian))),
+      f'{errors.foreign(path)!r}: vocab.json must number its {len(self.marian)} pieces 0 to {len(self.marian) - 1}, '
+      'each id once',
+    )
     absent = [n for n in names.values() if n not in self.marian]
     if absent:
       raise ConfigError(f'{path!r}: vocab.json lacks the special tokens {", ".join(absent)}')

@@ -30,6 +30,9 @@ def options(weights: hub.HubWeights) -> dict[str, Any]:
   config = weights.config
   if config.get('model_type') != 'marian':
     raise _refuse(weights, f"config.json has model_type={config.get('model_type')!r}; only 'marian' is read")
+  size = config.get('vocab_size')
+  if not isinstance(size, int) or isinstance(size, bool) or size < 2:
+    raise _refuse(weights, f'config.json has vocab_size={size!r}; a vocabulary holds at least 2 ids')
   if not config.get('share_encoder_decoder_embeddings', True) or config.get('decoder_vocab_size') not in (
     None,
     config['vocab_size'],
@@ -66,7 +69,14 @@ def special_ids(weights: hub.HubWeights) -> tuple[int, int, int, int]:
   if not os.path.isfile(file):
     raise _refuse(weights, f'a Marian folder holds {VOCAB} beside config.json; this one has none')
   unk = errors.read_json(file, 'init_from: the vocabulary').get('<unk>', 1)
-  return config['vocab_size'], config['pad_token_id'], config['eos_token_id'], unk
+  ids = {'pad_token_id': config['pad_token_id'], 'eos_token_id': config['eos_token_id'], f'{VOCAB} <unk>': unk}
+  size = config['vocab_size']
+  for name, i in ids.items():
+    if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < size:
+      raise _refuse(weights, f'{name}={i!r} is not an id of its vocabulary (0 to vocab_size - 1 = {size - 1})')
+  if len(set(ids.values())) < len(ids):
+    raise _refuse(weights, f'{", ".join(f"{k}={v}" for k, v in ids.items())} must be three different ids')
+  return size, *ids.values()
 
 
 def our_rows(weights: hub.HubWeights) -> np.ndarray:

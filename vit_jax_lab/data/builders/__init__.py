@@ -136,8 +136,7 @@ def check_splits(builder, data_config) -> None:
     if examples == 0:
       sizes = ', '.join(f'{name} ({split.num_examples})' for name, split in builder.info.splits.items())
       raise ConfigError(
-        f'data.{key}={data_config[key]!r} of {data_config.name} holds no examples: choose a slice that does, '
-        f'of {sizes}'
+        f'data.{key}={data_config[key]!r} of {data_config.name} holds no examples: choose a slice that does, of {sizes}'
       )
 
 
