@@ -62,4 +62,11 @@ def test_average_mistakes_are_one_line(smoke_config, tmp_path, capsys):
   assert 'exists: name a new file or folder' in capsys.readouterr().err
   assert average.main(['--workdir', str(tmp_path / 'nothing')]) == 2
   assert 'has no config.json' in capsys.readouterr().err
+  data = os.path.join(run, 'checkpoints', '2', 'state', 'ocdbt.process_0', 'd')
+  for name in os.listdir(data):  # The newest checkpoint damaged, as a crash or a full disk leaves it.
+    with open(os.path.join(data, name), 'r+b') as f:
+      f.truncate(10)
+  assert average.main(['--workdir', run, '--last', '2', '--no_eval']) == 2
+  err = capsys.readouterr().err
+  assert err.count('\n') == 1 and err.startswith(f'error: checkpoint 2 of {run} does not read whole (')
   assert sorted(os.listdir(tmp_path)) == ['run']

@@ -52,22 +52,27 @@ class Checkpointer:
     restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
     return restored.state
 
+  def read_whole(self, step: int, abstract_state: Any) -> tuple[Any, str | None]:
+    """(state, None), or (None, the first line of why) when checkpoint `step` does not read whole."""
+    # A failed restore leaves reads in flight on other threads that print dozens of tracebacks ("Event loop is
+    # closed") as they die: held back, as the failure is reported in one line.
+    with console.held_stderr() as held:
+      try:
+        return self.restore(step, abstract_state), None
+      except Exception as e:  # Whatever orbax or tensorstore raise for a bad file (a signal's stop is not one).
+        failure = first_line(e)
+        gc.collect()  # Finalises the abandoned reads now, while their messages are held back.
+        time.sleep(0.5)
+        held['replay'] = False
+        return None, failure
+
   def restore_newest(self, abstract_state: Any, note: Callable[[str], None]) -> tuple[int, Any]:
     """(step, state) of the newest checkpoint that reads whole, or (0, None) when there is none. The damaged
     ones newer than it are moved to `<workdir>/checkpoints_damaged/` (kept, not deleted), each with a one-line
     `note`. When none reads, nothing is moved: that is a changed model, not damage, and a ConfigError."""
     failures = []
     for step in sorted(self.manager.all_steps(), reverse=True):
-      # A failed restore leaves reads in flight on other threads that print dozens of tracebacks ("Event loop
-      # is closed") as they die: held back, as the failure is reported in one line.
-      with console.held_stderr() as held:
-        try:
-          state, failure = self.restore(step, abstract_state), None
-        except Exception as e:  # Whatever orbax or tensorstore raise for a bad file (a signal's stop is not one).
-          state, failure = None, first_line(e)
-          gc.collect()  # Finalises the abandoned reads now, while their messages are held back.
-          time.sleep(0.5)
-          held['replay'] = False
+      state, failure = self.read_whole(step, abstract_state)
       if _all_processes(failure is None):
         for damaged, reason in failures:
           note(f'checkpoint {damaged} does not read whole ({reason}); moved to {self._set_aside(damaged)}')

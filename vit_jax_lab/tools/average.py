@@ -44,7 +44,12 @@ def average(workdir: str, last: int, out: str, *, data_dir: str | None = None, e
   abstract = checkpoints.abstract(s.abstract_state, s.state_shardings)
   mean = None
   for k, step in enumerate(steps, start=1):  # The running mean: exact when the checkpoints are equal.
-    state = source.restore(step, abstract)
+    state, failure = source.read_whole(step, abstract)
+    check(
+      failure is None,
+      f'checkpoint {step} of {workdir} does not read whole ({failure}): resuming the run (python -m main with its '
+      '--workdir) sets it aside and saves it again, or average the ones before it',
+    )
     trees = (state.params, state.ema)
     mean = trees if mean is None else jax.tree.map(lambda m, x, k=k: m + (x - m) / k, mean, trees)
     train.log(f'read checkpoint {step}')
