@@ -102,6 +102,7 @@ def test_bad_config_values_are_one_line_errors(key, value, message):
     (dict(datasets=('nope',)), "eval.fewshot.datasets: data.name='nope' is not a TFDS dataset"),
     (dict(train_split='validation'), "eval.fewshot.datasets: eval.fewshot.train_split='validation' is not a split"),
     (dict(test_split='tset'), "eval.fewshot.datasets: eval.fewshot.test_split='tset' is not a split"),
+    (dict(test_split='test[:0]'), "eval.fewshot.datasets: eval.fewshot.test_split='test[:0]' of digits holds no"),
     (
       dict(max_train=100),
       'examples in train[0:100], fewer than 25 shots: lower the shots (eval.fewshot.shots, --shots) or raise '
