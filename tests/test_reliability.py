@@ -263,6 +263,16 @@ def test_a_workdir_on_a_read_only_disk_is_one_line(smoke_config, tmp_path):
     subprocess.run(['umount', disk], check=True)
 
 
+@pytest.mark.parametrize('name', ['a' * 300, '/'.join(['b' * 200] * 25)])
+def test_a_workdir_the_system_cannot_make_is_one_line_and_leaves_no_folder(smoke_config, tmp_path, name):
+  """A name longer than the file system takes (one part, or the whole path), made part of the way."""
+  with pytest.raises(ConfigError, match=r'--workdir .* cannot be written \(File name too long\): name a folder that'):
+    train.train_and_evaluate(smoke_config(), str(tmp_path / 'runs' / name))
+  assert os.listdir(tmp_path) == []
+  with pytest.raises(ConfigError, match=r'--workdir /proc/run cannot be written \(No such file or directory\)'):
+    train.train_and_evaluate(smoke_config(), '/proc/run')
+
+
 @pytest.mark.slow
 def test_files_cut_short_by_a_crash(smoke_config, reference, tmp_path, monkeypatch, capsys):
   """A half-written metrics line and the TensorBoard events logged after the newest checkpoint are dropped on

@@ -7,7 +7,6 @@ optimizer or schedule keys a user names in `resume_changes`.
 """
 
 import contextlib
-import errno
 import json
 import os
 import socket
@@ -18,7 +17,7 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from vit_jax_lab import config as config_lib, hosts, models, tasks
+from vit_jax_lab import config as config_lib, errors, hosts, models, tasks
 from vit_jax_lab.errors import ConfigError, check
 
 # Keys a resumed run may change: cadence, length, where data lives and how many processes read it, how devices are
@@ -55,7 +54,7 @@ def lock(workdir: str) -> Iterator[list[str]]:
     f'--workdir {workdir} is a file, not a folder: name a folder for the run (it is created if missing)',
   )
   _check_layout(workdir)
-  created = not os.path.exists(workdir)
+  created = _first_missing(workdir)  # The outermost folder this call makes, if any: removed again if unused.
   path, notes, refused = os.path.join(workdir, 'lock'), [], None
   if jax.process_index() == 0:
     try:
@@ -63,23 +62,49 @@ def lock(workdir: str) -> Iterator[list[str]]:
       notes = _acquire(path)
     except ConfigError as e:
       refused = e
-    except OSError as e:
-      if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC):
-        raise
-      refused = ConfigError(f'--workdir {workdir} cannot be written ({e.strerror}): name a writable folder')
+    except OSError as e:  # Read-only, full, too long a name, under /proc: the path's problem, not the run's.
+      refused = ConfigError(
+        f'--workdir {errors.foreign(workdir)} cannot be written ({e.strerror}): name a folder that can'
+      )
   if jax.process_count() > 1:  # Every process learns whether process 0 holds the lock.
     if not multihost_utils.broadcast_one_to_all(np.int32(refused is None)) and refused is None:
       refused = ConfigError(f'--workdir {workdir}: process 0 could not lock it (see its message)')
   if refused is not None:
+    if jax.process_index() == 0:
+      _remove_empty(workdir, created)
     raise refused
   try:
     yield notes
   finally:
     if jax.process_index() == 0:
       _release(path)
-      if created and not os.path.exists(os.path.join(workdir, 'config.json')):
-        with contextlib.suppress(OSError):
-          os.rmdir(workdir)  # Only if empty.
+      if not os.path.exists(os.path.join(workdir, 'config.json')):
+        _remove_empty(workdir, created)
+
+
+def _first_missing(path: str) -> str | None:
+  """The outermost folder of `path` that does not exist (None: `path` exists)."""
+  path, missing = os.path.abspath(path), None
+  while not os.path.lexists(path):
+    missing, parent = path, os.path.dirname(path)
+    if parent == path:
+      break
+    path = parent
+  return missing
+
+
+def _remove_empty(path: str, top: str | None) -> None:
+  """Removes the folders from `path` up to `top` that are empty (those a refused run made; nothing else)."""
+  if top is None:
+    return
+  path = os.path.abspath(path)
+  while len(path) >= len(top):
+    if os.path.lexists(path):  # Not, where making it failed.
+      try:
+        os.rmdir(path)  # Only if empty.
+      except OSError:
+        return
+    path = os.path.dirname(path)
 
 
 # What a run keeps in its workdir, and whether each is a folder: anything else in its place (a metrics.jsonl folder,
