@@ -309,3 +309,30 @@ def test_tracebacks_of_dead_event_loops_interleaved_by_threads_are_dropped(monke
     thread[0] = t
     stream.write('RuntimeError: Event loop is closed\n')
   assert out.getvalue() == ''.join(other)
+
+
+@pytest.mark.slow
+def test_outputs_on_a_full_or_read_only_disk_are_one_line_and_leave_nothing(smoke_config, tmp_path, mount, capsys):
+  """Exports (npz, safetensors, SavedModel) and figures: the disk named, no part of the output left behind."""
+  from vit_jax_lab.tools import export, plot
+
+  run = str(tmp_path / 'run')
+  train.train_and_evaluate(smoke_config(total_steps=2, checkpoint_every=2, eval_every=2), run)
+  full, read_only = mount('size=64k'), mount('ro,size=64k')
+  with open(os.path.join(full, 'filler'), 'wb') as f:
+    f.write(b'\0' * 60_000)  # A few kB left: less than any output.
+  commands = {
+    'x.npz': (export.main, ['--workdir', run]),
+    'x': (export.main, ['--format', 'safetensors', '--layout', 'timm', '--workdir', run]),
+    'x.png': (plot.main, [run]),
+  }
+  for disk, status, message in ((full, errors.DiskFull.exit_status, 'no space left at'), (read_only, 2, None)):
+    for name, (command_main, args) in commands.items():
+      out = os.path.join(disk, name)
+      capsys.readouterr()
+      assert command_main([*args, '--out', out]) == status
+      err = capsys.readouterr().err
+      expected = f'{message} {out}: free space' if message else f'{out} cannot be written (Read-only file system)'
+      assert err.count('\n') == 1 and expected in err, err
+  assert export.main(['--format', 'saved_model', '--workdir', run, '--out', os.path.join(full, 'served')]) == 74
+  assert sorted(os.listdir(full)) == ['filler'] and os.listdir(read_only) == []

@@ -9,7 +9,7 @@ import errno
 import json
 import os
 import stat
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 
 class ConfigError(ValueError):
@@ -75,6 +75,39 @@ def disk_errors(path: str, then: str = 'to continue from the newest checkpoint')
     if no_space(e):
       raise DiskFull(f'no space left at {path}: free space and run the same command again {then}') from None
     raise
+
+
+# Why a disk refuses a write, as the libraries that write (numpy, safetensors' Rust, TensorFlow) word it.
+_REFUSED = tuple(os.strerror(e) for e in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG))
+
+
+@contextlib.contextmanager
+def output_errors(path: str) -> Iterator[None]:
+  """Writing the output `path` a user named (an export, a prediction file) failing for its disk's reasons (full,
+  read-only, not permitted, a name too long) as one line naming it; the writer leaves no part of it behind."""
+  with disk_errors(path, then='(nothing of this one was kept)'):
+    try:
+      yield
+    except Exception as e:
+      reason = next((r for r in _REFUSED if r in str(e) or r == getattr(e, 'strerror', None)), None)
+      if reason is None:
+        raise
+      raise ConfigError(f'{path} cannot be written ({reason}): name a place that can') from None
+
+
+def write_output(out: str, write: Callable[[str], Any]) -> Any:
+  """`write(path)` of the output file `out` a user named (a figure, an animation), whole or not at all: written
+  beside it (with its extension, which picks the format) and renamed into place; a disk's refusal is one line."""
+  stem, extension = os.path.splitext(out)
+  partial = f'{stem}.partial-{os.getpid()}{extension}'
+  try:
+    with output_errors(out):
+      result = write(partial)
+      os.replace(partial, out)
+    return result
+  finally:
+    if os.path.exists(partial):
+      os.remove(partial)
 
 
 def no_space(error: BaseException) -> bool:

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from matplotlib.figure import Figure
 
-from vit_jax_lab import console, models, train
+from vit_jax_lab import console, errors, models, train
 from vit_jax_lab.data import device
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tools import common, predict
@@ -121,7 +121,7 @@ def main(argv: list[str]) -> int:
   image, model_input, label = _input(s, args)
   names = common.class_names(s.builder, s.info.num_classes)
   caption = prediction(model, model_input, names) + ('' if label is None else f'\ntrue {names[label]}')
-  render(model, image, model_input, args.layer, caption).savefig(out, dpi=100)
+  errors.write_output(out, lambda path: render(model, image, model_input, args.layer, caption).savefig(path, dpi=100))
   print(f'wrote {out}')
   return 0
 

@@ -46,7 +46,7 @@ from jax._src.export import _export
 from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import func, stablehlo
 
-from vit_jax_lab import checkpoints, console, models, tasks, tokens, train
+from vit_jax_lab import checkpoints, console, errors, models, tasks, tokens, train
 from vit_jax_lab.data import device, info
 from vit_jax_lab.errors import ConfigError, check
 from vit_jax_lab.models import layers, marian_layout, release, timm_layout, transformers_layout, vivit
@@ -74,7 +74,8 @@ def export(workdir: str, out: str) -> dict:
     )
   _check_checkpoint(workdir)
   flat = family.release_params(checkpoints.read_params(workdir), config.model)  # The run alone, not its data.
-  checkpoints.write_npz(out, flat)
+  with errors.output_errors(out):
+    checkpoints.write_npz(out, flat)
   return flat
 
 
@@ -165,11 +166,12 @@ def saved_model(config: ml_collections.ConfigDict, params: dict | None, out: str
   if os.path.exists(partial):  # Left by an export that was killed.
     shutil.rmtree(partial)
   try:
-    with _for_tensorflow():  # jax2tf lowers the model while `serve` is traced, in save.
+    with errors.output_errors(out), _for_tensorflow():  # jax2tf lowers the model while `serve` is traced, in save.
       tf.saved_model.save(module, partial, signatures={'serving_default': serve})
+      os.rename(partial, out)  # All or nothing: a failed export leaves no --out behind.
   finally:
     shutil.rmtree(os.path.dirname(names_file))
-  os.rename(partial, out)  # All or nothing: a failed export leaves no --out behind.
+    shutil.rmtree(partial, ignore_errors=True)
   axes = 'height, width' if info.input_key == 'image' else 'frames, height, width'
   size = 'size' if info.input_key == 'image' else 'length and size'
   return (
@@ -634,20 +636,30 @@ def write_marian(
     json_files['vocab.json'] = vocab_json
   if 'tokenizer_config.json' not in files:  # A Marian folder's own is copied.
     json_files['tokenizer_config.json'] = tokenizer_config
-  _write_folder(out, json_files, tensors)
-  for name, path in files.items():
-    shutil.copyfile(path, os.path.join(out, name))
+  _write_folder(out, json_files, tensors, files)
   for note in notes:
     print(f'--out {out}: {note}', file=sys.stderr)
   return config
 
 
-def _write_folder(out: str, files: dict[str, dict], tensors: dict[str, np.ndarray]) -> None:
-  os.makedirs(out)
-  for name, content in files.items():
-    with open(os.path.join(out, name), 'w') as f:
-      json.dump(content, f, indent=2)
-  safetensors.numpy.save_file(tensors, os.path.join(out, 'model.safetensors'), metadata={'format': 'pt'})
+def _write_folder(
+  out: str, files: dict[str, dict], tensors: dict[str, np.ndarray], copies: dict[str, str] | None = None
+) -> None:
+  """A hub folder: JSON `files`, model.safetensors of `tensors`, and `copies` (name -> file), written beside `out`
+  and renamed into place whole, so a failed export leaves no --out behind."""
+  partial = f'{out.rstrip(os.sep)}.partial-{os.getpid()}'
+  try:
+    with errors.output_errors(out):
+      os.makedirs(partial)
+      for name, content in files.items():
+        with open(os.path.join(partial, name), 'w') as f:
+          json.dump(content, f, indent=2)
+      safetensors.numpy.save_file(tensors, os.path.join(partial, 'model.safetensors'), metadata={'format': 'pt'})
+      for name, path in (copies or {}).items():
+        shutil.copyfile(path, os.path.join(partial, name))
+      os.rename(partial, out)
+  finally:
+    shutil.rmtree(partial, ignore_errors=True)
 
 
 # layout -> model family (config.model.name) -> the writer of its runs.

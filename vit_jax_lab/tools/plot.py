@@ -99,10 +99,7 @@ def main(argv: list[str]) -> int:
   check(out.lower().endswith('.png'), f'--out {out}: write a .png file')
   check(not os.path.isdir(out), f'--out {out} is a folder: name the .png file to write')
   check(os.path.isdir(os.path.dirname(os.path.abspath(out))), f'--out {out}: its folder does not exist (make it first)')
-  try:
-    figure(runs, metrics).savefig(out, dpi=100)
-  except OSError as e:
-    raise ConfigError(f'--out {out}: cannot write it ({e.strerror})') from None
+  errors.write_output(out, lambda path: figure(runs, metrics).savefig(path, dpi=100))
   print(f'wrote {out}: {len(metrics)} metrics of {len(runs)} run{"s" if len(runs) > 1 else ""}')
   return 0
 

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from PIL import Image
 
-from vit_jax_lab import boxes, console, tasks, train
+from vit_jax_lab import boxes, console, errors, tasks, train
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.errors import ConfigError, check
 from vit_jax_lab.tasks import tracking
@@ -218,7 +218,7 @@ def main(argv: list[str]) -> int:
     means = tracking.metric_means(tracking.metric_sums(metrics))
     print('  '.join(f'{k} {v:.4f}' for k, v in means.items()))
     title = f'sequence {args.sequence} of {s.config.data.eval_split}: success AUC {means["auc"]:.3f}'
-  draw(out, frames, predicted, truth, crops, cls, reg, title)
+  errors.write_output(out, lambda path: draw(path, frames, predicted, truth, crops, cls, reg, title))
   np.savetxt(os.path.splitext(out)[0] + '.txt', predicted, fmt='%.2f', delimiter=',')
   print(f'wrote {out} and {os.path.splitext(out)[0]}.txt')
   return 0
