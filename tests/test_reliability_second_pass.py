@@ -336,3 +336,31 @@ def test_outputs_on_a_full_or_read_only_disk_are_one_line_and_leave_nothing(smok
       assert err.count('\n') == 1 and expected in err, err
   assert export.main(['--format', 'saved_model', '--workdir', run, '--out', os.path.join(full, 'served')]) == 74
   assert sorted(os.listdir(full)) == ['filler'] and os.listdir(read_only) == []
+
+
+@pytest.mark.slow
+def test_two_runs_that_start_on_one_unprepared_data_dir_both_train(tmp_path):
+  """The first to take the data_dir's lock generates the dataset, the other waits and reads it (without the lock the
+  second failed: TFDS could not move its own copy into place). The test holds the lock until both wait."""
+  import fcntl
+
+  data_dir = tmp_path / 'tfds'
+  os.makedirs(data_dir / 'digits')
+  with open(data_dir / 'digits' / '.lock_1.0.0', 'a') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    runs = [
+      subprocess.Popen(
+        command(str(tmp_path / name), str(data_dir)),
+        cwd=ROOT,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+      for name in ('a', 'b')
+    ]
+    waiting = [run.stdout.readline() for run in runs]
+    assert waiting == [f'waiting for another run that prepares {data_dir}/digits/1.0.0\n'] * 2
+  outputs = [run.communicate(timeout=300) for run in runs]
+  assert [run.returncode for run in runs] == [0, 0], [err for _, err in outputs]
+  assert sum('generating the built-in dataset digits' in out for out, _ in outputs) == 1

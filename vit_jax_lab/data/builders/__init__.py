@@ -3,6 +3,7 @@ preparing and loading any dataset by its data.* keys, without TensorFlow unless 
 
 import contextlib
 import errno
+import fcntl
 import glob
 import importlib
 import io
@@ -157,15 +158,32 @@ def _prepare_once(make: Callable[[], Any]) -> Any:
   the other processes make theirs after it, so they read what it generated."""
   make = _writable(make)
   if jax.process_index() == 0:
-    builder = make()
-    if not builder.is_prepared():
-      _writable(lambda: _generate(builder))()
+    builder = _prepared(make)
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices('data prepared')
     if jax.process_index() > 0:
-      builder = make()
-      if not builder.is_prepared():  # Hosts without a shared disk build their own copy.
-        _writable(lambda: _generate(builder))()
+      builder = _prepared(make)  # Hosts without a shared disk build their own copy.
+  return builder
+
+
+def _prepared(make: Callable[[], Any]) -> Any:
+  """`make()`'s builder with its data generated, by one run of this machine at a time: two runs started together on
+  one data_dir would both generate it, and the second's TFDS fails to move its copy into place. The one that waited
+  reads what the first one generated."""
+  builder = make()
+  if builder.is_prepared():
+    return builder
+  parent, version = os.path.split(os.path.normpath(builder.data_dir))
+  _writable(lambda: os.makedirs(parent, exist_ok=True))()
+  with open(os.path.join(parent, f'.lock_{version}'), 'a') as lock:
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      print(f'waiting for another run that prepares {builder.data_dir}', flush=True)
+      fcntl.flock(lock, fcntl.LOCK_EX)  # Released when that run's preparation ends (or the run does).
+    builder = make()
+    if not builder.is_prepared():
+      _writable(lambda: _generate(builder))()
   return builder
 
 
