@@ -364,3 +364,11 @@ def test_two_runs_that_start_on_one_unprepared_data_dir_both_train(tmp_path):
   outputs = [run.communicate(timeout=300) for run in runs]
   assert [run.returncode for run in runs] == [0, 0], [err for _, err in outputs]
   assert sum('generating the built-in dataset digits' in out for out, _ in outputs) == 1
+
+
+@pytest.mark.slow
+def test_a_workdir_disk_out_of_inodes_is_named_as_such(smoke_config, mount):
+  """ENOSPC says the same for bytes and for inodes; the line says which ran out, as `df -i` would."""
+  workdir = os.path.join(mount('size=20m,nr_inodes=40'), 'run')
+  with pytest.raises(errors.DiskFull, match=f'^no file entries \\(inodes\\) left at {workdir}/checkpoints: delete'):
+    train.train_and_evaluate(smoke_config(), workdir)

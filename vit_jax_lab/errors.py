@@ -73,8 +73,24 @@ def disk_errors(path: str, then: str = 'to continue from the newest checkpoint')
     raise
   except Exception as e:
     if no_space(e):
+      if _out_of_inodes(path):
+        raise DiskFull(
+          f'no file entries (inodes) left at {path}: delete files there and run the same command again {then}'
+        ) from None
       raise DiskFull(f'no space left at {path}: free space and run the same command again {then}') from None
     raise
+
+
+def _out_of_inodes(path: str) -> bool:
+  """Whether the disk of `path` (its nearest existing folder) has bytes left but no free inodes: ENOSPC says both."""
+  path = os.path.abspath(path)
+  while not os.path.exists(path) and os.path.dirname(path) != path:
+    path = os.path.dirname(path)
+  try:
+    disk = os.statvfs(path)
+  except OSError:
+    return False
+  return disk.f_files > 0 and disk.f_favail == 0 and disk.f_bavail > 0
 
 
 # Why a disk refuses a write, as the libraries that write (numpy, safetensors' Rust, TensorFlow) word it.
