@@ -191,8 +191,12 @@ def timm_folder(tmp_path_factory) -> str:
       'its config.json holds a value of a type or range it cannot be read with \\(AttributeError',
     ),
     ({'label_names': 5}, 'its config.json holds a value of a type or range it cannot be read with \\(TypeError'),
-    ({'pretrained_cfg': {'input_size': 'big'}}, 'its config.json holds a value of a type or range it cannot be read'),
+    ({'pretrained_cfg': {'input_size': 'big'}}, 'has pretrained_cfg.input_size=big; it must be \\[channels, height'),
     ({'pretrained_cfg': {'std': [0, 0, 0]}}, "the folder's preprocessing has mean .* and std \\(0, 0, 0\\): they must"),
+    # Values of the right type out of range: refused under the folder's own key, not replaced or blamed on an image.
+    ({'pretrained_cfg': {'crop_pct': -0.5}}, 'pretrained_cfg.crop_pct=-0.5 must be a positive number'),
+    ({'pretrained_cfg': {'input_size': [3, -224, 224]}}, 'pretrained_cfg.input_size\\[1\\]=-224; it must be a'),
+    ({'model_args': {'num_heads': 0}}, 'has model_args.num_heads=0; it must be a positive integer'),
   ],
 )
 def test_a_hub_config_value_of_the_wrong_type_is_one_line(timm_folder, tmp_path, change, message):
@@ -206,6 +210,25 @@ def test_a_hub_config_value_of_the_wrong_type_is_one_line(timm_folder, tmp_path,
     json.dump(config, f)
   with pytest.raises(ConfigError, match=message):
     predict.load_hub(folder_path, 5)
+
+
+@pytest.mark.parametrize(
+  'folder, change, message',
+  [
+    ('hf_vit', {'num_attention_heads': 0}, 'config.json has num_attention_heads=0; it must be a positive integer'),
+    ('hf_vit', {'image_size': [32, -1]}, 'config.json has image_size\\[1\\]=-1; it must be a positive integer'),
+    ('hf_vivit', {'num_frames': 0}, 'config.json has num_frames=0; it must be a positive integer'),
+  ],
+)
+def test_a_transformers_size_out_of_range_is_one_line(tmp_path, folder, change, message):
+  path = str(tmp_path / folder)
+  shutil.copytree(os.path.join(ROOT, 'tests', 'data', 'pretrained', folder), path)
+  with open(os.path.join(path, 'config.json')) as f:
+    config = json.load(f) | change
+  with open(os.path.join(path, 'config.json'), 'w') as f:
+    json.dump(config, f)
+  with pytest.raises(ConfigError, match=message):
+    predict.load_hub(path, 5)
 
 
 @pytest.mark.parametrize('text', ['[1, 2]', '{}', '{"model": 3, "task": {"name": "classification"}}'])

@@ -63,6 +63,14 @@ def check(condition: bool, message: str) -> None:
     raise ConfigError(message)
 
 
+def positive_ints(where: str, values: dict[str, Any]) -> None:
+  """Refuses the first of a file's `values` (its key -> value) that is not a positive integer, naming the key as the
+  file writes it: a size or count of 0 or below would otherwise surface later, under one of our names, or not at all."""
+  for key, value in values.items():
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+      raise ConfigError(f'{where} has {key}={foreign(repr(value), 60)}; it must be a positive integer')
+
+
 @contextlib.contextmanager
 def disk_errors(path: str, then: str = 'to continue from the newest checkpoint') -> Iterator[None]:
   """Turns "no space left" from any layer (OSError, orbax or tensorstore's RESOURCE_EXHAUSTED) into DiskFull naming

@@ -177,13 +177,21 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
   args = config.get('model_args') or {}
   architecture = config.get('architecture', '?')
   size = re.match(r'(?:vit|deit)\d*_([a-z0-9]+)_', architecture)
-  num_heads = args.get('num_heads') or HEADS.get(size.group(1) if size else '')
+  num_heads = args['num_heads'] if 'num_heads' in args else HEADS.get(size.group(1) if size else '')
   if num_heads is None:
     raise ConfigError(
       f'init_from: the number of heads of timm architecture {errors.foreign(architecture)!r} is unknown (config.json '
       'has no model_args.num_heads): set it in config.json'
     )
-  height, wide = (config.get('pretrained_cfg') or {}).get('input_size', [3, 224, 224])[1:]
+  input_size = (config.get('pretrained_cfg') or {}).get('input_size', [3, 224, 224])
+  where = 'init_from: the config.json of timm'
+  if not isinstance(input_size, list) or len(input_size) != 3:
+    raise ConfigError(
+      f'{where} has pretrained_cfg.input_size={errors.foreign(input_size, 60)}; it must be [channels, height, width]'
+    )
+  height, wide = input_size[1:]
+  errors.positive_ints(where, {'model_args.num_heads': num_heads, 'pretrained_cfg.input_size[1]': height})
+  errors.positive_ints(where, {'pretrained_cfg.input_size[2]': wide})
   pool = 'map' if 'attn_pool.latent' in names else 'tok' if 'cls_token' in names else 'gap'
   reg_tokens = _shape(tensors, 'reg_token')[1] if 'reg_token' in names else 0
   prefix = int('cls_token' in names) + int('dist_token' in names) + reg_tokens

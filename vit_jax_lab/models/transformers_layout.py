@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from vit_jax_lab import errors
 from vit_jax_lab.errors import ConfigError
 
 # How transformers' DINOv2 resamples position embeddings (bicubic, antialiased: as jax.image.resize's bicubic).
@@ -246,6 +247,16 @@ def image_config(config: dict[str, Any]) -> dict[str, Any]:
   return MODEL_TYPES[model_type] | {k: v for k, v in config.items() if v is not None}
 
 
+def _sizes(config: dict[str, Any], size: Any, *counts: str) -> tuple[int, int]:
+  """(height, width) of `size` (image_size: one int or a pair); these, num_attention_heads and `counts` must be
+  positive integers."""
+  height, wide = (size, size) if isinstance(size, int) else tuple(size)
+  where = 'init_from: the transformers config.json'
+  errors.positive_ints(where, {'image_size': height} if height == wide else {'image_size[0]': height})
+  errors.positive_ints(where, {'image_size[1]': wide} | {k: config[k] for k in ('num_attention_heads', *counts)})
+  return height, wide
+
+
 def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
   """The ViT constructor keys of the folder's model (its config.json and tensor shapes), with `input_shape`
   (height, width, channels) and `num_classes` (0: an image tower without a classifier or projection)."""
@@ -257,8 +268,7 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
 
   patch_name = next(p for p in _PATCH if p in names)
   width, channels, patch, _ = shape(patch_name)
-  size = config.get('image_size', 224)
-  height, wide = (size, size) if isinstance(size, int) else tuple(size)
+  height, wide = _sizes(config, config.get('image_size', 224))
   act = config['hidden_act']
   if act not in ACTIVATIONS:
     raise ConfigError(
@@ -338,8 +348,7 @@ def vivit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> 
   width, channels, time, patch, patch_width = shape(_PATCH[0])
   if patch != patch_width:
     raise ConfigError(f'init_from: tubelets of {patch} x {patch_width} pixels are not square, as the ViViT needs')
-  size = config['image_size']
-  height, wide = (size, size) if isinstance(size, int) else tuple(size)
+  height, wide = _sizes(config, config['image_size'], 'num_frames')
   act = config['hidden_act']
   if act not in ACTIVATIONS:
     raise ConfigError(

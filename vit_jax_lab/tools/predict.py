@@ -502,6 +502,11 @@ class Preprocessing:
       f"--pretrained: the folder's preprocessing has mean {errors.foreign(self.mean, 60)} and std "
       f'{errors.foreign(self.std, 60)}: they must be numbers, the std positive',
     )
+    sizes = {'resize': self.resize, 'crop': self.crop}
+    errors.positive_ints(
+      "--pretrained: the folder's preprocessing",
+      {f'{k}[{i}]': v for k, size in sizes.items() if size is not None for i, v in enumerate(_pair(size))},
+    )
 
 
 def _pair(value: Any) -> tuple[int, int]:
@@ -517,7 +522,11 @@ def preprocessing_of(path: str, config: dict, layout: str) -> Preprocessing:
   if layout == 'timm_vit':
     cfg = config.get('pretrained_cfg') or {}
     height, width = cfg.get('input_size', [3, 224, 224])[1:]
-    crop_pct, mode = cfg.get('crop_pct') or 0.875, cfg.get('crop_mode', 'center')
+    crop_pct, mode = cfg.get('crop_pct') or 0.875, cfg.get('crop_mode', 'center')  # 0 is timm's default too.
+    check(
+      isinstance(crop_pct, (int, float)) and not isinstance(crop_pct, bool) and crop_pct > 0,
+      f'--pretrained {path}: pretrained_cfg.crop_pct={errors.foreign(crop_pct, 60)} must be a positive number',
+    )
     check(mode in ('center', 'squash'), f'--pretrained {path}: pretrained_cfg.crop_mode={mode!r} is not read')
     # timm's transforms_factory: the shorter side to size / crop_pct for a square input, else both sides.
     scaled = (math.floor(height / crop_pct), math.floor(width / crop_pct))
