@@ -35,7 +35,8 @@ TIMEOUT = 600  # Seconds one command may take before it counts as hung.
 OWN = re.compile(
   r'(parameters:|  \S.* [\d,]+$|mesh |step +\d+/|eval at step |done: step |resumed from step |error: |stopped by |'
   r'checkpoint \d+ does not read whole|took over the lock|total_steps changed |\S+ changed .* \(resume_changes\)|'
-  r'init_from |.*: the run is complete|generating the built-in dataset |interrupted at once by a second Ctrl-C)'
+  r'init_from |.*: the run is complete|generating the built-in dataset |interrupted at once by a second Ctrl-C|'
+  r'waiting for another run that prepares )'
 )
 NORMAL = re.compile(r'(parameters:|  \S.* [\d,]+$|mesh |step +\d+/|eval at step |done: step |resumed from step )')
 
@@ -423,6 +424,47 @@ def bad_inputs(lab: Lab, rows: Rows, reference: str) -> None:
     subprocess.run(['umount', mount], check=False)
 
 
+def hostile(lab: Lab, rows: Rows) -> None:
+  """Issue 53's security pass: paths the system refuses, an empty split, a disk out of inodes, a hub folder's
+  sizes out of range, two runs preparing one data_dir."""
+  from vit_jax_lab.tools import hub_benchmark
+
+  timm = os.path.join(lab.tmp, 'files', 'timm_heads0')
+  hub_benchmark.write(timm, 'Ti/16')
+  with open(os.path.join(timm, 'config.json')) as f:
+    config = json.load(f)
+  with open(os.path.join(timm, 'config.json'), 'w') as f:
+    json.dump(config | {'model_args': {'num_heads': 0}}, f)
+  cases = [
+    ('`data.train_split=train[:0%]` (no examples)', '--config.data.train_split=train[:0%]'),
+    ('`init_from=` a timm folder whose config.json says `num_heads: 0`', f'--config.init_from={timm}'),
+  ]
+  for i, (case, override) in enumerate(cases):
+    workdir = lab.workdir(f'hostile{i}')
+    rows.refused(case, lab.run(workdir, *BASE, override), workdir)
+  rows.refused('`--workdir` a name of 300 characters', lab.run(lab.workdir('a' * 300), *BASE))
+  rows.refused('`--workdir` under /proc', lab.run('/proc/run', *BASE))
+  mount = os.path.join(lab.tmp, 'inodes')
+  os.makedirs(mount)
+  subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=20m,nr_inodes=40', 'tmpfs', mount], check=True)
+  try:
+    rows.refused('workdir disk out of inodes (40; 20 MB free)', lab.run(os.path.join(mount, 'run'), *BASE))
+  finally:
+    subprocess.run(['umount', mount], check=False)
+  data_dir = os.path.join(lab.tmp, 'tfds_together')
+  smoke = ('--config.total_steps=6', f'--config.data.data_dir={data_dir}')
+  runs = [lab.start(lab.workdir(f'together{i}'), *smoke, config=f'{CONFIG}:smoke') for i in range(2)]
+  runs = [lab.check_noise(run.wait()) for run in runs]
+  waited = next((r for r in runs if any(line.startswith('waiting for another run') for line in r.lines())), None)
+  rows.add(
+    'two runs started together on one empty data_dir (`digits.py:smoke`)',
+    ', '.join(r.status for r in runs),
+    rows.cell(next(line for line in waited.lines() if line.startswith('waiting'))) + '; then trained'
+    if waited
+    else 'neither waited (the first had finished preparing)',
+  )
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(prog='python -m experiments.reliability.run')
   parser.add_argument('--keep', action='store_true', help='keep the workdirs and the output of every command')
@@ -441,6 +483,7 @@ def main() -> None:
     partial_line(lab, rows, reference)
     huge_total_steps(lab, rows)
     bad_inputs(lab, rows, reference)
+    hostile(lab, rows)
   finally:
     lab.kill_all()
   minutes = (time.time() - start) / 60
