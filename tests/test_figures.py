@@ -32,16 +32,19 @@ def tracking_arrays(frames=6, size=16, grid=4):
 def test_track_figure_says_what_its_rows_colours_and_scales_mean(tmp_path):
   frames, predicted, truth, crops, cls, reg = tracking_arrays()
   path = str(tmp_path / 'track.png')
-  fig = track.draw(path, frames, predicted, truth, crops, cls, reg, 'sequence 2 of test: success AUC 0.500')
+  regions = np.tile(np.array([[1.0, 2.0, 14.0, 14.0]]), (len(frames), 1))
+  fig = track.draw(path, frames, predicted, truth, crops, cls, reg, 'sequence 2 of test: success AUC 0.500', regions)
   got = texts(fig)
   assert got['titles'] == [f'frame {t}' for t in range(6)]  # 6 frames, all shown.
   assert got['ylabels'][:3] == ['frame', "regression token's\nattention", "class token's\nattention"]
   assert got['ylabels'][3:] == ['attention share'] * 2  # A colour bar per attention row.
-  assert got['legend'] == ['predicted box', 'true box']
+  assert got['legend'] == ['predicted box', 'true box', 'search crop (rows 2, 3)']
   assert got['suptitle'] == ['sequence 2 of test: success AUC 0.500']
   boxes = [p for ax in fig.axes[:6] for p in ax.patches]
-  assert len(boxes) == 11  # Predicted and true boxes, but no true box where the target is absent.
-  assert [p.get_linestyle() for p in fig.axes[0].patches] == ['-', '--']  # The true box dashed, drawn on top.
+  assert len(boxes) == 17  # Search regions, predicted and true boxes, but no true box where the target is absent.
+  # The search region dotted, under the boxes; the true box dashed, drawn on top.
+  assert [p.get_linestyle() for p in fig.axes[0].patches] == [':', '-', '--']
+  assert fig.axes[0].patches[0].get_bbox().bounds == (1.0, 2.0, 14.0, 14.0)
   image = np.asarray(Image.open(path))
   assert image.shape[2] in (3, 4) and image.std() > 0
   # A user's video has no true boxes: no such legend entry; a GIF holds every frame.

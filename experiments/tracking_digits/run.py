@@ -174,7 +174,8 @@ def main() -> None:
       if head == 'corner' and seed == seeds[0]:
         picture = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'track.png')
         one = track.run(model, frames[SEQUENCE], truth[SEQUENCE, 0], s.info, run_config.data.value_range, s.task.online)
-        track.draw(picture, frames[SEQUENCE], one[0], truth[SEQUENCE], *one[2:])
+        title = f'test sequence {SEQUENCE}, corner head, seed {seed}'
+        track.draw(picture, frames[SEQUENCE], one[0], truth[SEQUENCE], *one[2:5], title, one[5])
     rows.append((f'tracking ViT, {head} head', results, statistics.median(fps_runs), walls))
     occlusion.append((f'tracking ViT, {head} head', by_occlusion))
 

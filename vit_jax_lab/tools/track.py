@@ -35,7 +35,7 @@ from vit_jax_lab.tools import common
 videos = console.lazy('vit_jax_lab.data.videos')
 
 SHOWN = 8  # Frames in the PNG, evenly spaced from the first to the last.
-PREDICTED, TRUE = 'lime', 'red'  # Box colours.
+PREDICTED, TRUE, SEARCHED = 'lime', 'red', 'deepskyblue'  # Box colours; SEARCHED: the search crop's region.
 
 
 def read_video(path: str, channels: int) -> np.ndarray:
@@ -90,7 +90,8 @@ def run(
   model, frames: np.ndarray, first_box: np.ndarray, geometry, value_range, online: tracking.Online
 ) -> tuple[np.ndarray, ...]:
   """Tracks `frames` (uint8) from `first_box`: (boxes (T, 4), class logits (T,), search crops (T, S, S, C) in [0, 1],
-  class and regression attention (T, gh, gw)); frame 0's crop and maps are those of its own box."""
+  class and regression attention (T, gh, gw), the crops' regions in the frames (T, 4) as x, y, w, h); frame 0's
+  crop and maps are those of its own box."""
   low, high = value_range
   scaled = jnp.asarray(frames, jnp.float32)[None] / 255.0 * (high - low) + low
   predicted, logits = jax.jit(lambda f, b: tracking.track(model, f, b, geometry, online))(
@@ -104,14 +105,26 @@ def run(
 
   g = geometry
   template = tracking.crops(scaled[:, 0], region(first_box[None], g.template_factor), g.template_size)
-  search = tracking.crops(scaled[0], region(searched, g.search_factor), g.search_size)
+  searched_region = region(searched, g.search_factor)
+  search = tracking.crops(scaled[0], searched_region, g.search_size)
   cls, reg = jax.jit(model.search_attention)(jnp.repeat(template, len(frames), 0), search)
   crops_01 = (np.asarray(search) - low) / (high - low)
-  return predicted, np.asarray(logits[0]), crops_01, np.asarray(cls), np.asarray(reg)
+  x0, y0, side = (np.asarray(v) for v in searched_region)
+  return (
+    predicted,
+    np.asarray(logits[0]),
+    crops_01,
+    np.asarray(cls),
+    np.asarray(reg),
+    np.stack([x0, y0, side, side], -1),
+  )
 
 
-def figure(frames, predicted, truth, crops, cls, reg, shown: list[int], title: str, scaled=None) -> Figure:
-  """Columns `shown` of the frames: the frame with its boxes (the true one dashed, over the predicted one), the
+def figure(
+  frames, predicted, truth, crops, cls, reg, shown: list[int], title: str, scaled=None, regions=None
+) -> Figure:
+  """Columns `shown` of the frames: the frame with its boxes (the true one dashed, over the predicted one; dotted,
+  the region `regions` its search crop was cut from, when given), the
   regression token's attention over its search crop, the class token's; a legend for the boxes, a colour bar per
   attention row, whose scale runs to the highest share over the frames `scaled` (default: `shown`), so the frames
   of an animation share it."""
@@ -121,7 +134,12 @@ def figure(frames, predicted, truth, crops, cls, reg, shown: list[int], title: s
   for i, t in enumerate(shown):
     ax = axes[0, i]
     ax.imshow(_shown(frames[t]), cmap='gray', vmin=0, vmax=255)
-    for box, colour, style in ((predicted[t], PREDICTED, '-'), (None if truth is None else truth[t], TRUE, '--')):
+    outlines = (
+      (None if regions is None else regions[t], SEARCHED, ':'),
+      (predicted[t], PREDICTED, '-'),
+      (None if truth is None else truth[t], TRUE, '--'),
+    )
+    for box, colour, style in outlines:
       if box is not None and np.isfinite(box).all():  # A frame without the target has no true box.
         x1, y1, x2, y2 = boxes.to_corners(tuple(box))
         ax.add_patch(
@@ -151,6 +169,8 @@ def figure(frames, predicted, truth, crops, cls, reg, shown: list[int], title: s
   handles = [Patch(fill=False, edgecolor=PREDICTED, label='predicted box')]
   if truth is not None:
     handles.append(Patch(fill=False, edgecolor=TRUE, linestyle='--', label='true box'))
+  if regions is not None:
+    handles.append(Patch(fill=False, edgecolor=SEARCHED, linestyle=':', label='search crop (rows 2, 3)'))
   fig.legend(handles=handles, loc='outside lower center', ncols=len(handles))  # Below: the title keeps the top.
   fig.suptitle(title)
   return fig
@@ -167,17 +187,17 @@ def _pixels(fig: Figure) -> Image.Image:
   return Image.fromarray(np.asarray(canvas.buffer_rgba())).convert('RGB')
 
 
-def draw(path: str, frames, predicted, truth, crops, cls, reg, title: str) -> Figure:
+def draw(path: str, frames, predicted, truth, crops, cls, reg, title: str, regions=None) -> Figure:
   """A PNG of SHOWN columns (returns its figure), or (a .gif path) every frame's column as an animation (returns
   the last frame's)."""
   if path.lower().endswith('.gif'):
     every = list(range(len(frames)))
-    figures = [figure(frames, predicted, truth, crops, cls, reg, [t], title, scaled=every) for t in every]
+    figures = [figure(frames, predicted, truth, crops, cls, reg, [t], title, every, regions) for t in every]
     images = [_pixels(f) for f in figures]
     images[0].save(path, save_all=True, append_images=images[1:], duration=120, loop=0)
     return figures[-1]
   shown = np.unique(np.linspace(0, len(frames) - 1, min(SHOWN, len(frames))).round().astype(int)).tolist()
-  fig = figure(frames, predicted, truth, crops, cls, reg, shown, title)
+  fig = figure(frames, predicted, truth, crops, cls, reg, shown, title, regions=regions)
   fig.savefig(path, dpi=100)
   return fig
 
@@ -212,13 +232,13 @@ def main(argv: list[str]) -> int:
   else:
     frames, truth, absent = load_sequence(s, args.sequence)
     first = truth[0]
-  predicted, _, crops, cls, reg = run(model, frames, first, s.info, s.config.data.value_range, s.task.online)
+  predicted, _, crops, cls, reg, regions = run(model, frames, first, s.info, s.config.data.value_range, s.task.online)
   if truth is not None:
     metrics = tracking.sequence_metrics(predicted[None], truth[None], ~absent[None], frames.shape[1:3])
     means = tracking.metric_means(tracking.metric_sums(metrics))
     print('  '.join(f'{k} {v:.4f}' for k, v in means.items()))
     title = f'sequence {args.sequence} of {s.config.data.eval_split}: success AUC {means["auc"]:.3f}'
-  errors.write_output(out, lambda path: draw(path, frames, predicted, truth, crops, cls, reg, title))
+  errors.write_output(out, lambda path: draw(path, frames, predicted, truth, crops, cls, reg, title, regions))
   np.savetxt(os.path.splitext(out)[0] + '.txt', predicted, fmt='%.2f', delimiter=',')
   print(f'wrote {out} and {os.path.splitext(out)[0]}.txt')
   return 0
