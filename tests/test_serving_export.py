@@ -13,6 +13,7 @@ from flax import nnx
 from conftest import load_config
 from vit_jax_lab import checkpoints, config as config_lib, train, workdir as workdir_lib
 from vit_jax_lab.data import device
+from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.tools import export
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -180,3 +181,13 @@ def test_saved_model_names_the_classes(tmp_path, data_dir):
   names = [n.decode() for n in served['class_name'].numpy()]
   assert names == [('ant', 'bee', 'cat')[i] for i in served['class_index'].numpy()]
   assert sorted(os.listdir(tmp_path)) == ['photos', 'run', 'serving']  # Nothing else left behind.
+
+
+def test_the_private_jax_writer_a_saved_model_export_replaces_is_there_or_refused(monkeypatch):
+  """_for_tensorflow swaps jax's private StableHLO writer; this fails first when a jax release changes it."""
+  from jax._src.export import _export
+
+  assert export.private_bytecode_writer() is _export._module_to_bytecode
+  monkeypatch.setattr(_export, '_module_to_bytecode', lambda module, version: b'')
+  with pytest.raises(ConfigError, match='no longer has the private jax._src.export._export._module_to_bytecode'):
+    export.private_bytecode_writer()

@@ -27,12 +27,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import inspect
 import json
 import os
 import shutil
 import sys
 import tempfile
-from typing import Iterator
+from typing import Callable, Iterator
 
 import jax
 import jax.extend as jex
@@ -183,6 +184,18 @@ def saved_model(config: ml_collections.ConfigDict, params: dict | None, out: str
 CLASS_NAMES = 'class_names.txt'
 
 
+def private_bytecode_writer() -> Callable[[ir.Module], bytes]:
+  """jax's private `_export._module_to_bytecode(module) -> bytes`, which _for_tensorflow replaces for the time of a
+  SavedModel export; a jax that renamed it or changed its arguments is one line, not a wrong or failed export."""
+  writer = getattr(_export, '_module_to_bytecode', None)
+  check(
+    writer is not None and list(inspect.signature(writer).parameters) == ['module'],
+    f'--format saved_model: jax {jax.__version__} no longer has the private jax._src.export._export.'
+    '_module_to_bytecode(module) this export replaces: install the jax of requirements.txt, or export --format npz',
+  )
+  return writer
+
+
 @contextlib.contextmanager
 def _for_tensorflow() -> Iterator[None]:
   """While in it, jax serializes StableHLO that the installed TensorFlow runs for any batch size. Two steps for
@@ -191,9 +204,9 @@ def _for_tensorflow() -> Iterator[None]:
   GELU's erf) as composites, whose bodies TensorFlow 2.21 leaves with the batch dimension unknown ("Module has
   dynamic shapes"), so each composite becomes a call of its body (the same ops), which TensorFlow specialises.
   jax.export has no option for either: its private bytecode writer is replaced for the time of the export."""
+  original = private_bytecode_writer()
   newest = stablehlo.get_version_from_compatibility_requirement(stablehlo.StablehloCompatibilityRequirement.WEEK_4)
   target = stablehlo.get_smaller_version(newest, tf_stablehlo.get_current_version())
-  original = _export._module_to_bytecode
 
   def to_bytecode(module):
     mixed = jex.backend.get_backend().serialize_with_sdy
