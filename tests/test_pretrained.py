@@ -32,6 +32,7 @@ ROWS = {
   'siglip': 'vit_base_patch16_siglip_224 (no class token, MAP head)',
   'clip': 'vit_base_patch16_clip_224 (norm_pre, LayerNorm epsilon 1e-5, no patch bias; head = the projection)',
   'clip_quickgelu': 'vit_base_patch16_clip_quickgelu_224 (the same with quick-GELU)',
+  'clip_ft': 'vit_base_patch16_clip_224.laion2b_ft_in12k_in1k (a CLIP tower fine-tuned: its head a classifier)',
   'dinov2_giant': 'vit_giant_patch14_dinov2 (LayerScale, SwiGLU MLP packed in mlp.fc1, at MLP ratio 2.66667 * 2)',
 }
 # transformers row -> the outputs compared: (ours, theirs).

@@ -168,6 +168,14 @@ def timm_options(config: dict[str, Any]) -> dict[str, Any]:
   )
 
 
+def clip_projection(config: dict[str, Any]) -> bool:
+  """Whether a timm folder's `head` is a CLIP image tower's output projection (an embedding), not a classifier: a
+  `*_clip_*` architecture whose pretrained tag was not fine-tuned (`openai`, `laion2b`, but not
+  `laion2b_ft_in12k_in1k`, timm's ImageNet classifiers made from CLIP towers)."""
+  tag = str((config.get('pretrained_cfg') or {}).get('tag', ''))
+  return '_clip_' in str(config.get('architecture', '')) and not re.search(r'(^|_)ft(_|$)', tag)
+
+
 def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
   """The ViT constructor keys of the folder's model (its config.json and tensor shapes), with `input_shape`
   (height, width, channels) and `num_classes` (0: a backbone released without a head)."""

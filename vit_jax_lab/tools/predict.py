@@ -64,7 +64,7 @@ from vit_jax_lab.data import device
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.data.info import MarianVocab
 from vit_jax_lab.errors import ConfigError, check
-from vit_jax_lab.models import marian_layout, seq2seq, transformers_layout, vit, vivit
+from vit_jax_lab.models import marian_layout, seq2seq, timm_layout, transformers_layout, vit, vivit
 from vit_jax_lab.tools import common
 
 # Loaded at their first use (console.lazy): they import TensorFlow, which --help and a mistake in the arguments
@@ -744,9 +744,7 @@ def _folder_predictor(path: str, weights: hub.HubWeights, top_k: int, kind: str)
   reader = (vit if kind == 'image' else vivit).HUB_LAYOUTS[weights.layout]
   options = (reader.vit_options if kind == 'image' else reader.vivit_options)(weights.config, weights.tensors)
   num_classes, input_shape = options['num_classes'], options['input_shape']
-  projection = '_clip_' in weights.config.get('architecture', '') or 'Projection' in str(
-    weights.config.get('architectures')
-  )
+  projection = timm_layout.clip_projection(weights.config) or 'Projection' in str(weights.config.get('architectures'))
   what = 'its head is an embedding projection' if projection else 'a backbone'
   check(
     num_classes and not projection,

@@ -4,7 +4,8 @@ save_pretrained; for transformers also preprocessor_config.json by its image pro
 input images (NHWC) and the library's eval-mode outputs on them (timm: logits and pre-logits features;
 transformers: the outputs the model returns; its video classifiers, HF_VIDEO_ROWS: `videos` (NTHWC) and `logits`).
 Not run by the tests: it needs torch, timm and transformers, which are no project dependency. Made with torch
-2.14.1 (CPU use), timm 1.0.31 and transformers 5.24 in a separate environment (ROW...: only those rows):
+2.14.1 (CPU use), timm 1.0.31 and transformers 5.24 in a separate environment (the clip_ft row and its predict
+reference with torch 2.13.0; the other predict references reproduce with it to 7e-8) (ROW...: only those rows):
 
     /work/torchenv/bin/python tests/data/pretrained/make_references.py tests/data/pretrained [ROW...]
 
@@ -58,6 +59,8 @@ ROWS = {
   # CLIP image towers: timm's head is CLIP's projection (here to 16).
   'clip': ('vit_base_patch16_clip_224.openai', dict(img_size=32, patch_size=8, num_classes=16)),
   'clip_quickgelu': ('vit_base_patch16_clip_quickgelu_224.openai', dict(img_size=32, patch_size=8, num_classes=16)),
+  # A CLIP tower fine-tuned into a classifier (timm's most accurate ViTs): the same layout, its head a classifier.
+  'clip_ft': ('vit_base_patch16_clip_224.laion2b_ft_in12k_in1k', dict(img_size=32, patch_size=8, num_classes=10)),
   # DINOv2 giant's SwiGLU (SwiGLUPacked fc1) at its own MLP ratio 2.66667 * 2: fc1 170 outputs, the gate's 85 first.
   'dinov2_giant': (
     'vit_giant_patch14_dinov2.lvd142m',
@@ -198,7 +201,7 @@ def transformers_video_row(out: str, row: str, seed: int) -> None:
 
 
 # Folders with a head whose eval pipeline is the identity on a 32x32 image (timm's at crop_pct 1).
-PREDICT = ('vit', 'deit_distilled', 'hf_vit')
+PREDICT = ('vit', 'deit_distilled', 'clip_ft', 'hf_vit')
 
 
 def predict_references(out: str) -> None:
