@@ -42,6 +42,9 @@ HF_ROWS = {
   'hf_dinov2': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],
   'hf_dinov2_reg': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],  # Dinov2WithRegistersModel.
   'hf_dinov2_giant': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],  # use_swiglu_ffn=True.
+  # Dinov2(WithRegisters)ForImageClassification: pool='tok_gap', the class token beside the patch tokens' mean.
+  'hf_dinov2_cls': [('logits', 'logits')],
+  'hf_dinov2_reg_cls': [('logits', 'logits')],
   'hf_siglip': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],  # SiglipVisionModel: MAP head.
   'hf_clip': [('features', 'pooler_output'), ('blocks', 'last_hidden_state')],  # CLIPVisionModel.
   'hf_clip_projection': [('logits', 'image_embeds'), ('blocks', 'last_hidden_state')],  # ...WithProjection.
@@ -361,7 +364,7 @@ def test_transformers_folder_gives_the_models_outputs(row):
   assert all(d < 1e-5 for d in differences.values()), differences
   assert notes[0] == f'transformers {ref["name"]} read from its safetensors'
   assert not any('outputs differ' in n for n in notes)
-  has_head = row in ('hf_vit', 'hf_clip_projection')
+  has_head = row in ('hf_vit', 'hf_clip_projection', 'hf_dinov2_cls', 'hf_dinov2_reg_cls')
   assert any('the source has none' in n for n in notes) == (not has_head)
 
 
@@ -371,6 +374,7 @@ def test_transformers_folder_gives_the_models_outputs(row):
     ('hf_vit', dict(layernorm_epsilon=1e-12, gelu_approximate=False, activation='gelu', pool='tok', num_classes=10)),
     ('hf_vit_model', dict(representation_size=32, num_classes=0)),
     ('hf_dinov2_reg', dict(layerscale=1.0, reg_tokens=4, posemb_prefix=False, patch_size=14)),
+    ('hf_dinov2_reg_cls', dict(pool='tok_gap', reg_tokens=4, num_classes=10)),
     ('hf_siglip', dict(pool='map', gelu_approximate=True, layernorm_epsilon=1e-6, posemb_prefix=True)),
     ('hf_clip', dict(norm_pre=True, activation='quick_gelu', layernorm_epsilon=1e-5, num_classes=0)),
     ('hf_clip_projection', dict(num_classes=16, norm_pre=True)),
@@ -922,10 +926,12 @@ def test_a_tracker_config_takes_the_folders_backbone_shape():
 
 
 def test_a_transformers_classifier_of_another_width_is_refused_not_dropped():
-  """Dinov2ForImageClassification's linear probe reads [class token, patch mean]: twice the width. Dropped, predict
-  --pretrained printed uniform probabilities and exited 0."""
+  """A classifier reading neither the width nor twice it (Dinov2ForImageClassification's [class token, patch
+  mean]: hf_dinov2_cls) is refused. Dropped, predict --pretrained printed uniform probabilities and exited 0."""
   weights = hub.read(os.path.join(DATA, 'hf_dinov2'))
   width = weights.tensors['embeddings.cls_token'].shape[-1]
-  tensors = dict(weights.tensors) | {'classifier.weight': np.zeros((10, 2 * width), np.float32)}
-  with pytest.raises(ConfigError, match=f'its classifier reads {2 * width} features of a {width}-wide model'):
+  tensors = dict(weights.tensors) | {'classifier.weight': np.zeros((10, 3 * width), np.float32)}
+  with pytest.raises(ConfigError, match=f'its classifier reads {3 * width} features of a {width}-wide model'):
     transformers_layout.vit_options(weights.config, tensors)
+  twice = tensors | {'classifier.weight': np.zeros((10, 2 * width), np.float32)}
+  assert transformers_layout.vit_options(weights.config, twice)['pool'] == 'tok_gap'

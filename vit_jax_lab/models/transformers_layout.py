@@ -290,10 +290,12 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
       f'MLP is {"SwiGLU (mlp.weights_in)" if swiglu else "plain (mlp.fc1)"}'
     )
   head = next((n for n in ('classifier.weight', 'visual_projection.weight') if n in names), None)
-  if head == 'classifier.weight' and shape(head)[1] != width:  # Never dropped into a head of uniform probabilities.
+  # Dinov2ForImageClassification's classifier reads the class token beside the patch tokens' mean: pool='tok_gap'.
+  both = head == 'classifier.weight' and has_cls and shape(head)[1] == 2 * width
+  if head == 'classifier.weight' and shape(head)[1] != width and not both:  # Never dropped into a uniform head.
     raise ConfigError(
-      f'init_from: its classifier reads {shape(head)[1]} features of a {width}-wide model (e.g. '
-      "Dinov2ForImageClassification's class token beside the patch tokens' mean), which our ViT does not compute"
+      f'init_from: its classifier reads {shape(head)[1]} features of a {width}-wide model, which our ViT does not '
+      "compute (it computes the width, or twice it: the class token beside the patch tokens' mean)"
     )
   layerscale = 'encoder.layer.0.layer_scale1.lambda1' in names
   return dict(
@@ -304,7 +306,7 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
     depth=len({m.group(1) for n in names if (m := _LAYER.match(n))}),
     mlp_dim=shape(fc2)[1],
     num_heads=config['num_attention_heads'],
-    pool='map' if 'head.probe' in names else 'tok' if has_cls else 'gap',
+    pool='map' if 'head.probe' in names else 'tok_gap' if both else 'tok' if has_cls else 'gap',
     posemb='learn',
     posemb_prefix=not reg_tokens,  # The class token's row, if any: registers have none (folded, see to_release).
     distilled=False,

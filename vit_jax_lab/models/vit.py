@@ -150,7 +150,8 @@ class ViT(base.Model):
     mlp_dim: hidden size of each block's MLP.
     num_heads: attention heads; must divide width.
     pool: 'tok' classifies the class token, 'gap' the average of the patch tokens, 'map' the output of
-      multi-head attention pooling.
+      multi-head attention pooling, 'tok_gap' the class token and the patch tokens' average side by side (twice
+      the width: transformers' Dinov2ForImageClassification, the DINOv2 linear probes).
     posemb: 'learn' (learned; with 'tok' it covers the class token too, as vision_transformer does) or
       'sincos2d' (fixed).
     posemb_resize: how init_from resamples learned position embeddings to another patch grid: 'zoom'
@@ -223,7 +224,7 @@ class ViT(base.Model):
     layers.check_patch(dims['patch_size'], (height, wide))
     layers.check_options(
       dict(
-        pool=(pool, ('tok', 'gap', 'map')),
+        pool=(pool, ('tok', 'gap', 'map', 'tok_gap')),
         posemb=(posemb, ('learn', 'sincos2d')),
         posemb_resize=(posemb_resize, tuple(release.POSEMB_RESIZE)),
         distilled=(distilled, (False, True)),
@@ -252,7 +253,7 @@ class ViT(base.Model):
     self.pool, self.posemb_type, self.posemb_resize = pool, posemb, posemb_resize
     self.distilled, self.posemb_prefix = distilled, posemb_prefix
     # The tokens before the patches, and how many of them the learned position embeddings cover.
-    self.num_prefix = int(pool == 'tok') + int(distilled) + reg_tokens
+    self.num_prefix = int(pool in ('tok', 'tok_gap')) + int(distilled) + reg_tokens
     self.posemb_prefix_rows = self.num_prefix if posemb == 'learn' and posemb_prefix else 0
     # What a pretrained folder must agree on (timm_layout.vit_options): the rest is adapted or resampled.
     self.structure = dims | dict(
@@ -268,7 +269,7 @@ class ViT(base.Model):
     )
 
     self.embedding = layers.PatchEmbedding(p, channels, d, rngs=rngs)
-    if pool == 'tok':
+    if pool in ('tok', 'tok_gap'):
       self.cls = nnx.Param(jnp.zeros((1, 1, d)))
     if distilled:
       self.dist = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (1, 1, d)))
@@ -302,10 +303,11 @@ class ViT(base.Model):
         rngs=rngs,
       )
     self.representation_size = representation_size
+    pooled = 2 * d if pool == 'tok_gap' else d
     if representation_size is not None:
-      self.pre_logits = nnx.Linear(d, representation_size, rngs=rngs)
+      self.pre_logits = nnx.Linear(pooled, representation_size, rngs=rngs)
     head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
-    self.head = nnx.Linear(representation_size or d, num_classes, kernel_init=head_init, rngs=rngs)
+    self.head = nnx.Linear(representation_size or pooled, num_classes, kernel_init=head_init, rngs=rngs)
     if distilled:
       self.head_dist = nnx.Linear(d, num_classes, kernel_init=head_init, rngs=rngs)
 
@@ -336,9 +338,9 @@ class ViT(base.Model):
     return self.head(self.features(images, train=train, rngs=rngs))
 
   def features(self, images: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
-    """(B, width or representation_size): the pooled representation the head classifies, after the pre-logits
-    layer if there is one (big_vision's `pre_logits`); what few-shot linear evaluation reads. Distilled: the mean
-    of the class and distillation tokens (timm's pre-logits)."""
+    """(B, width, 2 x width for 'tok_gap', or representation_size): the pooled representation the head
+    classifies, after the pre-logits layer if there is one (big_vision's `pre_logits`); what few-shot linear
+    evaluation reads. Distilled: the mean of the class and distillation tokens (timm's pre-logits)."""
     x = self.encoder(self.tokens(images, train=train, rngs=rngs), train=train, rngs=rngs)
 
     def pooled(x):
@@ -350,6 +352,8 @@ class ViT(base.Model):
         return x[:, self.num_prefix :].mean(axis=1)
       if self.pool == 'map':
         return self.map_head(x[:, self.num_prefix :])
+      if self.pool == 'tok_gap':
+        return jnp.concatenate([x[:, 0], x[:, self.num_prefix :].mean(axis=1)], axis=-1)
       raise KeyError(self.pool)
 
     x = pooled(x)

@@ -84,7 +84,7 @@ def figure(
 def render(model, image: np.ndarray, model_input: np.ndarray, layer: int, caption: str) -> Figure:
   """The figure of one example: `image` uint8 (H, W, C) for display, `model_input` as the model takes it."""
   maps = [np.asarray(m[0]) for m in model.attention_maps(model_input[None])]
-  return figure(image, maps, model.pool == 'tok', model.grid, layer, caption)
+  return figure(image, maps, model.pool in ('tok', 'tok_gap'), model.grid, layer, caption)
 
 
 def prediction(model, model_input: np.ndarray, names: list[str]) -> str:

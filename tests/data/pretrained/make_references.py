@@ -86,6 +86,19 @@ HF_ROWS = {
     'BitImageProcessor',
     dict(mlp_ratio=4, image_size=42, patch_size=14, use_swiglu_ffn=True),
   ),
+  # DINOv2's linear probes: the classifier reads the class token beside the patch tokens' mean (registers left out).
+  'hf_dinov2_cls': (
+    'Dinov2ForImageClassification',
+    'Dinov2Config',
+    'BitImageProcessor',
+    dict(mlp_ratio=2, image_size=42, patch_size=14, num_labels=10),
+  ),
+  'hf_dinov2_reg_cls': (
+    'Dinov2WithRegistersForImageClassification',
+    'Dinov2WithRegistersConfig',
+    'BitImageProcessor',
+    dict(mlp_ratio=2, image_size=42, patch_size=14, num_register_tokens=4, num_labels=10),
+  ),
   'hf_siglip': ('SiglipVisionModel', 'SiglipVisionConfig', 'SiglipImageProcessor', dict(intermediate_size=64)),
   'hf_clip': ('CLIPVisionModel', 'CLIPVisionConfig', 'CLIPImageProcessor', dict(intermediate_size=64)),
   'hf_clip_projection': (
@@ -113,7 +126,7 @@ RESIZED = {'vit': 48, 'dinov2_reg4': 56}
 # (bicubic, antialiased), ViT when asked (interpolate_pos_encoding; bicubic without antialiasing).
 HF_RESIZED = {'hf_dinov2_reg': 56, 'hf_vit_model': 48}
 # Rows added later, with seeds of their own: the others keep theirs (their order in ROWS, HF_ROWS, HF_VIDEO_ROWS).
-LATER = {'dinov2_giant': 30, 'hf_dinov2_giant': 31}
+LATER = {'dinov2_giant': 30, 'hf_dinov2_giant': 31, 'clip_ft': 32, 'hf_dinov2_cls': 33, 'hf_dinov2_reg_cls': 34}
 
 
 def seed_of(row: str) -> int:
