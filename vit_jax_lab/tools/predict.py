@@ -522,7 +522,7 @@ def preprocessing_of(path: str, config: dict, layout: str) -> Preprocessing:
   if layout == 'timm_vit':
     cfg = config.get('pretrained_cfg') or {}
     height, width = cfg.get('input_size', [3, 224, 224])[1:]
-    crop_pct, mode = cfg.get('crop_pct') or 0.875, cfg.get('crop_mode', 'center')  # 0 is timm's default too.
+    crop_pct, mode = cfg.get('crop_pct') or 0.875, cfg.get('crop_mode', 'center')  # None or 0: timm's default.
     check(
       isinstance(crop_pct, (int, float)) and not isinstance(crop_pct, bool) and crop_pct > 0,
       f'--pretrained {path}: pretrained_cfg.crop_pct={errors.foreign(crop_pct, 60)} must be a positive number',

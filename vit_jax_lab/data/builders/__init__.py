@@ -175,7 +175,7 @@ def _prepared(make: Callable[[], Any]) -> Any:
     return builder
   parent, version = os.path.split(os.path.normpath(builder.data_dir))
   _writable(lambda: os.makedirs(parent, exist_ok=True))()
-  with open(os.path.join(parent, f'.lock_{version}'), 'a') as lock:
+  with _writable(lambda: open(os.path.join(parent, f'.lock_{version}'), 'a'))() as lock:
     try:
       fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
