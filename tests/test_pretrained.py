@@ -109,6 +109,40 @@ def test_timm_options_read_what_timm_builds_into_an_architecture():
     timm_layout.vit_options(weights.config, tensors)
 
 
+# timm 1.0.31's VisionTransformer.__init__ arguments (inspect.signature, in the environment of make_references.py).
+TIMM_VIT_ARGS = (
+  'img_size patch_size in_chans num_classes global_pool embed_dim depth num_heads mlp_ratio qkv_bias qk_norm '
+  'scale_attn_norm scale_mlp_norm proj_bias init_values class_token pos_embed no_embed_class reg_tokens pre_norm '
+  'final_norm fc_norm pool_include_prefix dynamic_img_size dynamic_img_pad drop_rate pos_drop_rate patch_drop_rate '
+  'proj_drop_rate attn_drop_rate drop_path_rate weight_init fix_init embed_layer embed_norm_layer norm_layer act_layer '
+  'block_fn mlp_layer attn_layer device dtype'
+).split()
+
+
+@pytest.mark.parametrize(
+  'args, message',
+  [
+    ({'pool_include_prefix': True}, 'model_args.pool_include_prefix=True, which our ViT does not compute'),
+    ({'act_layer': 'silu'}, "model_args.act_layer='silu', which our ViT does not compute \\(it reads None, 'gelu'"),
+    ({'norm_layer': 'rmsnorm'}, "model_args.norm_layer='rmsnorm', which our ViT does not compute"),
+    ({'use_rot_pos_emb': True}, "model_args.use_rot_pos_emb, not an argument of timm's VisionTransformer"),
+  ],
+)
+def test_every_timm_model_arg_is_read_shown_by_the_tensors_neutral_or_refused(args, message):
+  """Never guessed: each argument timm's VisionTransformer takes has a stated handling; a value our ViT does not
+  compute, or an argument of another class (EVA's rotary embeddings), is one line."""
+  assert sorted(timm_layout.MODEL_ARGS) == sorted(TIMM_VIT_ARGS)
+  weights = hub.read(os.path.join(DATA, 'vit'))
+  config = weights.config | {'model_args': weights.config['model_args'] | args}
+  with pytest.raises(ConfigError, match=message):
+    timm_layout.vit_options(config, weights.tensors)
+  neutral = {k: 0.1 for k, how in timm_layout.MODEL_ARGS.items() if how == 'neutral' and k.endswith('rate')}
+  options = timm_layout.vit_options(
+    weights.config | {'model_args': weights.config['model_args'] | neutral}, weights.tensors
+  )
+  assert options == timm_layout.vit_options(weights.config, weights.tensors)
+
+
 @pytest.mark.parametrize('row', ['vit', 'dinov2_reg4'])
 def test_another_image_size_resamples_bicubic_as_timm(row):
   """timm's own model at the larger size, loading the same state dict (its checkpoint_filter_fn resamples)."""

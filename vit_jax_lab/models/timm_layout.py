@@ -26,6 +26,33 @@ HEADS = {'tiny': 3, 'small': 6, 'medium': 8, 'base': 12, 'large': 16, 'huge': 16
 # How timm resamples a checkpoint's position embeddings (resample_abs_pos_embed), for release.from_release.
 POSEMB_RESIZE = ('bicubic', "'bicubic', timm's own (not model.posemb_resize)")
 
+# Every argument of timm 1.0.31's VisionTransformer (a folder's config.json `model_args`) by how a folder's value is
+# met, so that none is guessed: 'read' (used: vit_options, timm_options, _refuse_unread), 'tensors' (what it changes
+# shows in the tensor names and shapes, each of which is read or refused), 'neutral' (training or initialisation
+# only, or sizes a fixed input never meets: evaluation computes the same), or the tuple of values read, any other
+# one line. An argument not listed (another timm class, a newer timm) is one line too.
+_TENSORS, _NEUTRAL = 'tensors', 'neutral'
+MODEL_ARGS = {
+  **dict.fromkeys(('global_pool', 'num_heads', 'init_values', 'pos_embed'), 'read'),
+  'act_layer': (None, 'gelu', 'gelu_tanh', 'quick_gelu'),
+  'norm_layer': (None,),  # timm's LayerNorm, its epsilon by architecture (timm_options).
+  'pool_include_prefix': (False,),  # True averages the class and register tokens too.
+  **dict.fromkeys(
+    ('img_size', 'patch_size', 'in_chans', 'num_classes', 'embed_dim', 'depth', 'mlp_ratio', 'qkv_bias', 'qk_norm'),
+    _TENSORS,
+  ),
+  **dict.fromkeys(
+    ('scale_attn_norm', 'scale_mlp_norm', 'proj_bias', 'class_token', 'no_embed_class', 'reg_tokens', 'pre_norm'),
+    _TENSORS,
+  ),
+  **dict.fromkeys(
+    ('final_norm', 'fc_norm', 'embed_layer', 'embed_norm_layer', 'block_fn', 'mlp_layer', 'attn_layer'), _TENSORS
+  ),
+  **dict.fromkeys(('drop_rate', 'pos_drop_rate', 'patch_drop_rate', 'proj_drop_rate', 'attn_drop_rate'), _NEUTRAL),
+  **dict.fromkeys(('drop_path_rate', 'weight_init', 'fix_init', 'dynamic_img_size', 'dynamic_img_pad'), _NEUTRAL),
+  **dict.fromkeys(('device', 'dtype'), _NEUTRAL),
+}
+
 _BLOCK = {
   'norm1': 'LayerNorm_0',
   'norm2': 'LayerNorm_2',
@@ -234,6 +261,18 @@ def _refuse_unread(config: dict[str, Any], names: set[str]) -> None:
   args = config.get('model_args') or {}
   pool = args.get('global_pool', config.get('global_pool', 'token'))
   where = f'init_from: timm {errors.foreign(config.get("architecture", "ViT"))}'
+  for key, value in args.items():
+    how = MODEL_ARGS.get(key)
+    if how is None:
+      raise ConfigError(
+        f"{where} has model_args.{errors.foreign(key, 60)}, not an argument of timm's VisionTransformer: a model "
+        'of another class (EVA, a RoPE ViT), which our ViT does not read'
+      )
+    if isinstance(how, tuple) and value not in how:
+      raise ConfigError(
+        f'{where} has model_args.{key}={errors.foreign(repr(value), 60)}, which our ViT does not compute (it reads '
+        f'{", ".join(map(repr, how))})'
+      )
   if pool in ('avg', 'max', 'avgmax') and 'cls_token' in names:
     raise ConfigError(
       f'{where} pools with global_pool={pool!r} beside a class token (the class token left out of the pool), which '
