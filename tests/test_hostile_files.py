@@ -218,9 +218,10 @@ def test_a_hub_config_value_of_the_wrong_type_is_one_line(timm_folder, tmp_path,
     ('hf_vit', {'num_attention_heads': 0}, 'config.json has num_attention_heads=0; it must be a positive integer'),
     ('hf_vit', {'image_size': [32, -1]}, 'config.json has image_size\\[1\\]=-1; it must be a positive integer'),
     ('hf_vivit', {'num_frames': 0}, 'config.json has num_frames=0; it must be a positive integer'),
+    ('hf_vit_model', {'pooler_act': 'relu'}, "config.json's pooler_act='relu': our ViT's pre-logits layer"),
   ],
 )
-def test_a_transformers_size_out_of_range_is_one_line(tmp_path, folder, change, message):
+def test_a_transformers_config_value_our_vit_cannot_take_is_one_line(tmp_path, folder, change, message):
   path = str(tmp_path / folder)
   shutil.copytree(os.path.join(ROOT, 'tests', 'data', 'pretrained', folder), path)
   with open(os.path.join(path, 'config.json')) as f:

@@ -298,6 +298,11 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
       "compute (it computes the width, or twice it: the class token beside the patch tokens' mean)"
     )
   layerscale = 'encoder.layer.0.layer_scale1.lambda1' in names
+  if 'pooler.dense.weight' in names and config.get('pooler_act', 'tanh') != 'tanh':  # ViTModel's pooler.
+    raise ConfigError(
+      f"init_from: config.json's pooler_act={errors.foreign(repr(config['pooler_act']), 40)}: our ViT's pre-logits "
+      "layer (model.representation_size) computes tanh, transformers' default"
+    )
   return dict(
     num_classes=shape(head)[0] if head else 0,
     input_shape=(height, wide, channels),
