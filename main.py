@@ -81,13 +81,14 @@ def _stop_before_training(sig: int, frame) -> None:
 def main(argv: list[str]) -> int:
   if _EARLY_SIGNALS:
     raise errors.stopped_before_training(_EARLY_SIGNALS[0])
+  # First: a config file may import TensorFlow itself (a user's does), and its start-up lines must not come before
+  # the one line a mistake in it gets.
+  console.quiet_libraries()
   config, workdir = parse_args(argv)
   config_lib, parallel = _import_jax_parts()
   if not console.VERBOSE:  # TensorFlow's C++ warnings too (a full disk: eight lines before our one line); our
     # modules' imports have set a lower level by now (data/__init__.py: 2), so this one is not a default.
     os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'
-
-  console.quiet_libraries()
   parallel.initialize_distributed(config)  # Before anything touches a JAX backend.
   parallel.use_cpu_cores(config)
   parallel.enable_compilation_cache()

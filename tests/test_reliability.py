@@ -345,32 +345,59 @@ def test_config_mistakes_print_one_line_before_tensorflow_loads(tmp_path):
   assert 'jax' in imported and not [name for name in imported if name.split('.')[0] == 'tensorflow']
 
 
+# What TensorFlow's C++ libraries print on file descriptor 2 as they load, where they turn oneDNN on.
+TF_START_UP = [
+  'WARNING: All log messages before absl::InitializeLog() is called are written to STDERR',
+  'I0000 00:00:1795747674.134066   28930 port.cc:153] oneDNN custom operations are on. You may see slightly '
+  'different numerical results due to floating-point round-off errors from different computation orders. To turn '
+  'them off, set the environment variable `TF_ENABLE_ONEDNN_OPTS=0`.',
+  'I0000 00:00:1795747674.186263   28930 cpu_feature_guard.cc:227] This TensorFlow binary is optimized to use '
+  'available CPU instructions in performance-critical operations.',
+  'To enable the following instructions: AVX2 AVX512F FMA, in other operations, rebuild TensorFlow with the '
+  'appropriate compiler flags.',
+]
+
+
+def stand_in_tensorflow(folder, lines: list[str]) -> dict:
+  """An environment whose `tensorflow` is a stand-in in `folder` that writes `lines` straight to file descriptor 2
+  as it loads (as TensorFlow's C++ libraries do, whatever the CPU here), then sets LOADED = 1."""
+  (folder / 'tensorflow').mkdir()
+  text = ''.join(line + '\n' for line in lines)
+  (folder / 'tensorflow' / '__init__.py').write_text(f'import os\nos.write(2, {text!r}.encode())\nLOADED = 1\n')
+  return environment() | {'PYTHONPATH': f'{folder}{os.pathsep}{ROOT}'}
+
+
 def test_tensorflows_start_up_lines_are_dropped_wherever_it_is_first_imported(tmp_path):
   """A stand-in `tensorflow` writes, as TensorFlow's C++ libraries do where they turn oneDNN on (whatever the CPU
   here), its start-up lines straight to file descriptor 2 as it loads, and one line of its own: imported after
   console.quiet_libraries(), the start-up lines are gone, the other line kept, the module the real one."""
-  startup = [
-    'WARNING: All log messages before absl::InitializeLog() is called are written to STDERR',
-    'I0000 00:00:1795747674.134066   28930 port.cc:153] oneDNN custom operations are on. You may see slightly '
-    'different numerical results due to floating-point round-off errors from different computation orders. To turn '
-    'them off, set the environment variable `TF_ENABLE_ONEDNN_OPTS=0`.',
-    'I0000 00:00:1795747674.186263   28930 cpu_feature_guard.cc:227] This TensorFlow binary is optimized to use '
-    'available CPU instructions in performance-critical operations.',
-    'To enable the following instructions: AVX2 AVX512F FMA, in other operations, rebuild TensorFlow with the '
-    'appropriate compiler flags.',
-  ]
-  (tmp_path / 'tensorflow').mkdir()
-  lines = [*startup[:2], 'a line of its own', *startup]
-  text = ''.join(line + '\n' for line in lines)
-  (tmp_path / 'tensorflow' / '__init__.py').write_text(f'import os\nos.write(2, {text!r}.encode())\nLOADED = 1\n')
+  lines = [*TF_START_UP[:2], 'a line of its own', *TF_START_UP]
+  env = stand_in_tensorflow(tmp_path, lines)
   script = 'from vit_jax_lab import console\nconsole.quiet_libraries()\nimport tensorflow\nprint(tensorflow.LOADED)'
-  env = environment() | {'PYTHONPATH': f'{tmp_path}{os.pathsep}{ROOT}'}
   quiet = subprocess.run([sys.executable, '-c', script], cwd=ROOT, env=env, capture_output=True, text=True)
   assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, '1\n', 'a line of its own\n')
   verbose = subprocess.run(
     [sys.executable, '-c', script], cwd=ROOT, env=env | {'VIT_JAX_LAB_VERBOSE': '1'}, capture_output=True, text=True
   )
   assert verbose.stderr.splitlines() == lines  # VIT_JAX_LAB_VERBOSE=1 keeps them.
+
+
+def test_a_mistake_in_a_config_that_imports_tensorflow_is_one_line(tmp_path):
+  """A user's config file may import TensorFlow itself, before the command has parsed a single value: its start-up
+  lines (forced by a stand-in, on every CPU) must not come before the one line its mistake gets."""
+  env = stand_in_tensorflow(tmp_path, TF_START_UP)
+  (tmp_path / 'mine.py').write_text(
+    'import tensorflow  # noqa: F401\n\n'
+    'from vit_jax_lab import config as config_lib, models, tasks\n\n\n'
+    'def get_config():\n'
+    '  c = config_lib.base_config()\n'
+    "  c.model, c.task = models.config('vit', variant='Ti/2'), tasks.config('classification')\n"
+    '  return c\n'
+  )
+  command = [sys.executable, '-m', 'main', '--config', str(tmp_path / 'mine.py'), '--workdir', str(tmp_path / 'run')]
+  result = subprocess.run([*command, '--config.optim.lr=-1'], cwd=ROOT, env=env, capture_output=True, text=True)
+  assert (result.returncode, result.stdout, result.stderr) == (2, '', 'error: optim.lr=-1.0 must be positive\n')
+  assert not (tmp_path / 'run').exists()
 
 
 # main.main with the command line after '--', then whether TensorFlow was imported, on stdout: the tests below
