@@ -1,6 +1,6 @@
 """Config groups made from constructor signatures: a model's or task's keyword arguments and their defaults are its
-config keys (`config.model`, `config.task`), documented once, in the constructor. Imports nothing of ours, so the
-registries (models, tasks) and the config composer (config.py) can both use it."""
+config keys (`config.model`, `config.task`), documented once, in the constructor. Imports nothing of ours but the
+errors leaf, so the registries (models, tasks) and the config composer (config.py) can both use it."""
 
 import dataclasses
 import inspect
@@ -10,6 +10,8 @@ from typing import Any, Callable
 
 import ml_collections
 from ml_collections import config_dict
+
+from vit_jax_lab.errors import ConfigError
 
 
 def config_from_signature(
@@ -34,6 +36,20 @@ def config_from_signature(
       if f.init and f.name not in skip:
         _add(cfg, f.name, f.default, hints[f.name])
   return cfg
+
+
+def check_keys(
+  part: str, group: ml_collections.ConfigDict, fn: Callable[..., Any], options: type | None = None
+) -> None:
+  """One line for the keys of config.<part> (model, task) that its constructor `fn` does not take: a group made for
+  another name keeps that constructor's keys when only <part>.name changes on the command line."""
+  known = config_from_signature(fn, group.name, options=options)
+  unknown = [key for key in group if key not in known]
+  if unknown:
+    raise ConfigError(
+      f'{part}.name={group.name!r} takes no {", ".join(f"{part}.{k}" for k in unknown[:4])}: the config made '
+      f'config.{part} for another {part}; make it with {part}s.config({group.name!r}) in the config file'
+    )
 
 
 def _add(cfg: ml_collections.ConfigDict, key: str, default: Any, hint: Any) -> None:

@@ -42,5 +42,7 @@ def config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
 
 def build(model_config: ml_collections.ConfigDict, rngs: nnx.Rngs, **data_kwargs: Any) -> nnx.Module:
   """The model named by `model_config.name`; `data_kwargs` (e.g. num_classes) come from the task."""
+  family = get(model_config.name)
+  signatures.check_keys('model', model_config, family, options=family.ENCODER)
   kwargs = {k: v for k, v in model_config.items() if k != 'name'}
-  return get(model_config.name)(**data_kwargs, **kwargs, rngs=rngs)
+  return family(**data_kwargs, **kwargs, rngs=rngs)

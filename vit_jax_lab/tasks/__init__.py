@@ -28,4 +28,6 @@ def config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
 
 
 def build(task_config: ml_collections.ConfigDict) -> Task:
-  return get(task_config.name)(**{k: v for k, v in task_config.items() if k != 'name'})
+  task = get(task_config.name)
+  signatures.check_keys('task', task_config, task)
+  return task(**{k: v for k, v in task_config.items() if k != 'name'})
