@@ -1,5 +1,6 @@
 """8 simulated CPU devices, a persistent compilation cache in a temp dir, the built-in data built once."""
 
+import json
 import os
 import shutil
 import socket
@@ -49,6 +50,19 @@ def build_builtin(name: str, data_dir: str) -> str:
     download_config=tfds.download.DownloadConfig(try_download_gcs=False)
   )
   return data_dir
+
+
+def digits_renamed(data_dir: str, target, name: str, version: str = '1.0.0', **info):
+  """The digits dataset prepared in `data_dir`, copied to `target`/name/version as a dataset of that name and
+  version (its files and dataset_info.json renamed, `info` set there too; its ArrayRecord copy left out). Returns
+  the copy's folder."""
+  prepared = target / name / version
+  shutil.copytree(os.path.join(data_dir, 'digits', '1.0.0'), prepared, ignore=shutil.ignore_patterns('array_record*'))
+  for path in prepared.iterdir():
+    path.rename(prepared / path.name.replace('digits-', f'{name}-'))
+  dataset_info = json.loads((prepared / 'dataset_info.json').read_text())
+  (prepared / 'dataset_info.json').write_text(json.dumps(dataset_info | {'name': name, 'version': version, **info}))
+  return prepared
 
 
 @pytest.fixture(scope='session')

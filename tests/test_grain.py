@@ -4,7 +4,6 @@ after a resume), shards as tf.data's, the NumPy/PIL ops against the TF ones, a r
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -14,7 +13,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from conftest import ROOT, build_builtin, load_config, without_packages
+from conftest import ROOT, build_builtin, digits_renamed, load_config, without_packages
 from vit_jax_lab import train
 from vit_jax_lab.data import augment, grain_input, info as data_info, labels, pil_images, pipeline
 from vit_jax_lab.errors import ConfigError
@@ -204,25 +203,14 @@ def test_a_run_without_tensorflow_trains_evaluates_and_resumes(digits_dir, tmp_p
 def test_a_prepared_catalog_dataset_trains_on_grain_without_tensorflow(digits_dir, tmp_path):
   """A TFDS catalog name (mnist: its builder class is TFDS's own) prepared elsewhere, here the digits' files under
   that name: tfds.builder reads its info, grain its ArrayRecord copy, and TensorFlow is never imported."""
-  grain_input.load(grain_config(digits_dir).data, data_info.label_info)  # The digits' ArrayRecord copy.
-  prepared = tmp_path / 'tfds' / 'mnist' / '3.0.1'
-  shutil.copytree(os.path.join(digits_dir, 'digits', '1.0.0'), prepared)
-  for path in list(prepared.rglob('digits-*')):
-    path.rename(path.with_name(path.name.replace('digits-', 'mnist-')))
-  info = json.loads((prepared / 'dataset_info.json').read_text())
-  (prepared / 'dataset_info.json').write_text(json.dumps(info | {'name': 'mnist', 'version': '3.0.1'}))
-  command = [
-    sys.executable,
-    '-m',
-    'main',
-    '--config',
-    'configs/vit/digits.py:smoke',
-    '--workdir',
-    str(tmp_path / 'run'),
-  ]
-  command += [f'--config.data.data_dir={tmp_path}/tfds', '--config.data.name=mnist', '--config.data.backend=grain']
+  from test_reliability import command
+
+  digits_renamed(digits_dir, tmp_path / 'tfds', 'mnist', '3.0.1')  # The run makes its ArrayRecord copy, TF-free.
+  run = command(
+    str(tmp_path / 'run'), str(tmp_path / 'tfds'), '--config.data.name=mnist', '--config.data.backend=grain'
+  )
   env = without_packages(tmp_path, names=('tensorflow',))
-  done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+  done = subprocess.run(run, cwd=ROOT, env=env, capture_output=True, text=True)
   assert done.returncode == 0 and 'done: step 6' in done.stdout, done.stderr[-2000:]
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import ROOT, elsewhere_env
+from conftest import ROOT, digits_renamed, elsewhere_env
 from vit_jax_lab import checkpoints, config as config_lib, errors, hub, workdir as workdir_lib
 from vit_jax_lab.data import info as data_info
 from vit_jax_lab.data.builders import folder
@@ -25,12 +25,7 @@ from vit_jax_lab.tools import hub_benchmark, predict
 
 def test_a_prepared_dataset_naming_a_module_of_its_own_runs_no_code(data_dir, tmp_path):
   """features.json's pythonClassName would make TFDS import `payload` (on sys.path: the working folder)."""
-  prepared = tmp_path / 'tfds' / 'evil' / '1.0.0'
-  shutil.copytree(os.path.join(data_dir, 'digits', '1.0.0'), prepared, ignore=shutil.ignore_patterns('array_record*'))
-  for path in prepared.iterdir():
-    path.rename(prepared / path.name.replace('digits-', 'evil-'))
-  info = json.loads((prepared / 'dataset_info.json').read_text()) | {'name': 'evil', 'moduleName': 'payload'}
-  (prepared / 'dataset_info.json').write_text(json.dumps(info))
+  prepared = digits_renamed(data_dir, tmp_path / 'tfds', 'evil', moduleName='payload')
   features = (prepared / 'features.json').read_text()
   (prepared / 'features.json').write_text(
     features.replace('tensorflow_datasets.core.features.class_label_feature', 'payload')
