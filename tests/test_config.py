@@ -55,7 +55,7 @@ def test_override_reaches_the_model(data_dir):
     (['--config.data.train_split=train[:0%]'], "data.train_split='train[:0%]' of digits holds no examples"),
     (['--config.data.eval_split=test[5:5]'], "data.eval_split='test[5:5]' of digits holds no examples"),
     (['--config.model.name=resnet'], "model.name='resnet' is not one of vit"),
-    (['--config.model.name=transformer'], "model.name='transformer' takes no model.depth, model.distilled"),
+    (['--config.model.name=transformer'], "model.name='transformer' takes no model.class_token, model.depth"),
     (['--config.task.name=seq2seq'], "task.name='seq2seq' takes no task.cutmix, task.mix_switch_prob, task.mixup"),
     (['--config.model.variant=Q/16'], "model.variant='Q/16': expected SIZE[/PATCH]"),
     (['--config.model.pool=max'], "model.pool='max' is not one of 'tok', 'gap'"),

@@ -34,6 +34,11 @@ ROWS = {
   'clip_quickgelu': 'vit_base_patch16_clip_quickgelu_224 (the same with quick-GELU)',
   'clip_ft': 'vit_base_patch16_clip_224.laion2b_ft_in12k_in1k (a CLIP tower fine-tuned: its head a classifier)',
   'dinov2_giant': 'vit_giant_patch14_dinov2 (LayerScale, SwiGLU MLP packed in mlp.fc1, at MLP ratio 2.66667 * 2)',
+  # timm's Eva class: rotary position embeddings (model.rope), LayerScale as gamma_1 / gamma_2.
+  'rope_axial': 'vit_small_patch16_rope_224 (RoPE-ViT axial, no position table)',
+  'rope_mixed_ape': 'vit_small_patch16_rope_mixed_ape_224 (RoPE-Mixed: learned rope.freqs; and a position table)',
+  'rope_sbb': 'vit_medium_patch16_rope_reg1_gap_256 (q and v biases, a register, mean pool + fc_norm, ref grid 16)',
+  'dinov3': 'vit_small_patch16_dinov3 (centred rotate-half RoPE, class token + 4 registers, mean pool, eps 1e-5)',
 }
 # transformers row -> the outputs compared: (ours, theirs).
 HF_ROWS = {
@@ -74,7 +79,7 @@ def max_difference(a, b):
 @pytest.mark.parametrize('row', ROWS)
 def test_timm_folder_gives_timms_logits_and_features(row):
   ref = np.load(os.path.join(DATA, row, 'reference.npz'))
-  model, notes, _, _ = folder_model(row)
+  model, notes, _, _ = folder_model(row, input_shape=ref['images'].shape[1:])  # DINOv3 takes any size (256 first).
   features = max_difference(model.features(ref['images']), ref['features'])
   has_head = ref['logits'].shape != ref['features'].shape or 'head.weight' in hub.read(os.path.join(DATA, row)).tensors
   logits = max_difference(model(ref['images']), ref['logits']) if has_head else None
@@ -143,16 +148,64 @@ def test_every_timm_model_arg_is_read_shown_by_the_tensors_neutral_or_refused(ar
   assert options == timm_layout.vit_options(weights.config, weights.tensors)
 
 
-@pytest.mark.parametrize('row', ['vit', 'dinov2_reg4'])
+# timm 1.0.31's Eva.__init__ arguments (inspect.signature, in the environment of make_references.py).
+TIMM_EVA_ARGS = (
+  'img_size patch_size in_chans num_classes global_pool embed_dim depth num_heads num_kv_heads qkv_bias qkv_fused '
+  'qk_norm mlp_ratio swiglu_mlp swiglu_align_to scale_mlp scale_attn_inner attn_type drop_rate pos_drop_rate '
+  'patch_drop_rate proj_drop_rate attn_drop_rate drop_path_rate norm_layer init_values attn_only_layer_scale '
+  'class_token num_reg_tokens no_embed_class use_abs_pos_emb use_rot_pos_emb rope_type rope_grid_offset '
+  'rope_grid_indexing rope_temperature rope_rotate_half rope_shift_coords rope_jitter_coords rope_rescale_coords '
+  'rope_mrope_section use_post_norm use_pre_transformer_norm use_post_transformer_norm use_fc_norm '
+  'attn_pool_num_heads attn_pool_mlp_ratio dynamic_img_size dynamic_img_pad ref_feat_shape head_init_scale device dtype'
+).split()
+
+
+@pytest.mark.parametrize(
+  'row, change, message',
+  [
+    ('rope_axial', {'model_args': {'swiglu_mlp': True}}, 'model_args.swiglu_mlp=True, which our ViT does not compute'),
+    ('rope_axial', {'model_args': {'rope_type': 'mrope'}}, "rope_type='mrope', which our ViT does not compute"),
+    ('rope_axial', {'model_args': {'rope_rotate_half': True}}, 'rope_rotate_half=True with rope .axial.'),
+    ('rope_axial', {'model_args': {'pos_embed': 'learn'}}, "model_args.pos_embed, not an argument of timm's Eva"),
+    ('rope_sbb', {'model_args': {'ref_feat_shape': [16, 12]}}, 'ref_feat_shape=\\[16, 12\\]; our ViT reads square'),
+    ('rope_sbb', {'model_args': {'use_fc_norm': False}}, None),  # Read from the tensors, which still hold fc_norm.
+    ('rope_axial', {'architecture': 'eva02_tiny_patch14_224'}, "eva02_tiny_patch14_224 is of timm's Eva class"),
+    ('rope_axial', {'architecture': 'vit_small_patch16_224'}, "is of timm's Eva class, of which our ViT reads"),
+  ],
+)
+def test_every_timm_eva_model_arg_is_read_shown_by_the_tensors_neutral_or_refused(row, change, message):
+  """The Eva class (timm's RoPE ViTs, DINOv3) as VisionTransformer: each argument has a stated handling, and an Eva
+  folder whose architecture is not one of the rows read (EVA-02, PE: SwiGLU, sub-LN) is one line, not a model
+  computing something else."""
+  assert sorted(timm_layout.EVA_ARGS) == sorted(TIMM_EVA_ARGS)
+  weights = hub.read(os.path.join(DATA, row))
+  config = weights.config | change | {'model_args': weights.config['model_args'] | change.get('model_args', {})}
+  if message is None:
+    assert timm_layout.vit_options(config, weights.tensors) == timm_layout.vit_options(weights.config, weights.tensors)
+    return
+  with pytest.raises(ConfigError, match=message):
+    timm_layout.vit_options(config, weights.tensors)
+
+
+def test_an_eva_folder_with_a_final_norm_before_and_after_the_pool_is_refused():
+  weights = hub.read(os.path.join(DATA, 'rope_sbb'))
+  tensors = dict(weights.tensors.items()) | {'norm.weight': np.ones(32), 'norm.bias': np.zeros(32)}
+  with pytest.raises(ConfigError, match='a final LayerNorm both before and after the pooling'):
+    timm_layout.vit_options(weights.config, tensors)
+
+
+@pytest.mark.parametrize('row', ['vit', 'dinov2_reg4', 'rope_axial', 'rope_mixed_ape', 'rope_sbb', 'dinov3'])
 def test_another_image_size_resamples_bicubic_as_timm(row):
-  """timm's own model at the larger size, loading the same state dict (its checkpoint_filter_fn resamples)."""
+  """timm's own model at the larger size, loading the same state dict (its checkpoint_filter_fn resamples): the
+  rotary rows turn by the larger grid's positions (rope_sbb's rescaled to its 16-patch reference grid)."""
   ref = np.load(os.path.join(DATA, row, 'reference.npz'))
   images = ref['resized_images']
   model, notes, _, _ = folder_model(row, input_shape=images.shape[1:])
   assert max_difference(model(images), ref['resized_logits']) < 1e-5
   assert max_difference(model.features(images), ref['resized_features']) < 1e-5
-  (note,) = [n for n in notes if n.startswith('position embeddings resampled')]
-  assert "'bicubic', timm's own" in note
+  resampled = [n for n in notes if n.startswith('position embeddings resampled')]
+  assert len(resampled) == ('pos_embed' in hub.read(os.path.join(DATA, row)).tensors)
+  assert all("'bicubic', timm's own" in note for note in resampled)
 
 
 def test_a_head_of_another_class_count_is_replaced():
@@ -908,6 +961,8 @@ def test_a_scanned_tracker_loads_the_folder_alike():
     ('dinov2', dict(layerscale=None), 'is a model with model.layerscale=1e-05, this tracker has model.layerscale=None'),
     ('dinov2_giant', dict(mlp='plain'), "model.mlp='swiglu', this tracker has model.mlp='plain'"),
     ('clip', {}, "CLIP's LayerNorm before the encoder (model.norm_pre), which the tracker has no place for"),
+    ('rope_mixed_ape', {}, "rotary position embeddings (model.rope='mixed'), which the tracker has no place for"),
+    ('rope_axial', {}, "rotary position embeddings (model.rope='axial'), which the tracker has no place for"),
     ('dinov2', dict(stem='conv', patch_size=16), "fits model.stem='patch' only"),
   ],
 )

@@ -201,7 +201,7 @@ def test_export_timm_round_trip_is_exact_and_gives_timms_logits(name, tmp_path):
   assert config['pretrained_cfg']['crop_pct'] == 0.8 and config['pretrained_cfg']['mean'] == [0.5] * 3
   weights = hub.read(folder)
   assert weights.layout == 'timm_vit' and set(weights.tensors) >= {'patch_embed.proj.weight', 'head.weight'}
-  options = vit.HUB_LAYOUTS['timm_vit'].vit_options(weights.config, weights.tensors)
+  options = vit.folder_options(weights)
   assert {k: options[k] for k in model.structure} == model.structure
   fresh = vit.ViT(
     10, (32, 32, 3), rngs=nnx.Rngs(1), **{k: v for k, v in options.items() if k not in ('num_classes', 'input_shape')}
@@ -227,7 +227,7 @@ def test_export_transformers_round_trip_is_exact_and_gives_the_librarys_logits(n
   assert config['id2label']['3'] == 'class 3' and config['architectures'] == ['ViTForImageClassification']
   weights = hub.read(folder)
   assert weights.layout == 'transformers_vit' and 'vit.embeddings.cls_token' in weights.tensors
-  options = vit.HUB_LAYOUTS['transformers_vit'].vit_options(weights.config, weights.tensors)
+  options = vit.folder_options(weights)
   assert {k: options[k] for k in model.structure} == model.structure
   fresh = vit.ViT(
     10, (32, 32, 3), rngs=nnx.Rngs(1), **{k: v for k, v in options.items() if k not in ('num_classes', 'input_shape')}
@@ -393,7 +393,7 @@ def test_export_command_writes_a_run_as_a_timm_and_a_transformers_folder(data_di
   cfg = written['pretrained_cfg']
   assert (cfg['input_size'][1:], cfg['crop_pct'], cfg['crop_mode'], cfg['mean']) == ([8, 8], 1.0, 'squash', [0.5])
   weights = hub.read(out)
-  options = vit.HUB_LAYOUTS['timm_vit'].vit_options(weights.config, weights.tensors)
+  options = vit.folder_options(weights)
   model = vit.ViT(rngs=nnx.Rngs(1), **options)
   loaded, _ = model.load_pretrained(weights, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()))
   jax.tree.map(np.testing.assert_array_equal, loaded, checkpoints.read_params(workdir))

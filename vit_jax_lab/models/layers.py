@@ -9,6 +9,7 @@ import numpy as np
 from flax import nnx
 
 import vit_jax_lab.models.attention as attention
+import vit_jax_lab.models.rope as rope
 from vit_jax_lab.errors import ConfigError
 
 xavier = nnx.initializers.xavier_uniform()
@@ -351,9 +352,11 @@ class Attention(nnx.Module):
       logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
     return jax.nn.softmax(logits, axis=-1)
 
-  def weights(self, x: jax.Array, context: jax.Array | None = None, layer: int = 0) -> jax.Array:
+  def weights(
+    self, x: jax.Array, context: jax.Array | None = None, layer: int = 0, rotary: rope.Rotary | None = None
+  ) -> jax.Array:
     """Attention probabilities (batch, heads, queries, keys): zero outside a local or sparse pattern."""
-    q, k, _ = self.heads(x, context)
+    q, k, _ = self.turned(*self.heads(x, context), rotary, layer)
     if self.pattern is not None and not attention.KINDS[self.pattern.kind].weights:
       with_weights = ', '.join(repr(k) for k, kind in attention.KINDS.items() if kind.weights)
       raise ConfigError(f'model.attention={self.pattern.kind!r} has no attention weights to show; use {with_weights}')
@@ -400,8 +403,17 @@ class Attention(nnx.Module):
     rngs: nnx.Rngs | None = None,
     mask: jax.Array | attention.Mask | None = None,
     layer: int | jax.Array = 0,
+    rotary: rope.Rotary | None = None,
   ) -> jax.Array:
-    return self.output(self.attend(*self.heads(x, context), train=train, rngs=rngs, mask=mask, layer=layer))
+    """`rotary`: rotary position embeddings turning the queries and keys (models/rope.py)."""
+    q, k, v = self.turned(*self.heads(x, context), rotary, layer)
+    return self.output(self.attend(q, k, v, train=train, rngs=rngs, mask=mask, layer=layer))
+
+  @staticmethod
+  def turned(
+    q: jax.Array, k: jax.Array, v: jax.Array, rotary: rope.Rotary | None, layer: int | jax.Array
+  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    return (q, k, v) if rotary is None else (rotary(q, layer), rotary(k, layer), v)
 
   def output(self, y: jax.Array) -> jax.Array:
     """Attention outputs (batch, tokens, heads, head_dim) -> the output projection (batch, tokens, width)."""
@@ -499,12 +511,13 @@ class EncoderBlock(nnx.Module):
     drop_path: jax.Array | None,
     mask: attention.Mask | None = None,
     layer: int | jax.Array = 0,
+    rotary: rope.Rotary | None = None,
   ) -> jax.Array:
     """The token-mixing residual branch: self-attention (over the keys `mask` allows)."""
     return self.residual(
       x,
       self.norm1,
-      lambda y: self.attn(y, train=train, rngs=rngs, mask=mask, layer=layer),
+      lambda y: self.attn(y, train=train, rngs=rngs, mask=mask, layer=layer, **({'rotary': rotary} if rotary else {})),
       train=train,
       rngs=rngs,
       drop_path=drop_path,
@@ -527,15 +540,18 @@ class EncoderBlock(nnx.Module):
     drop_path: jax.Array | None = None,
     mask: attention.Mask | None = None,
     layer: int | jax.Array = 0,
+    rotary: rope.Rotary | None = None,
   ) -> jax.Array:
     """`drop_path`: this layer's stochastic-depth rate when it differs from the static one (scanned layers).
-    `mask`: which tokens attend to which (padding, packed sequences, causal). `layer`: this block's depth."""
-    x = self.mix(x, train=train, rngs=rngs, drop_path=drop_path, mask=mask, layer=layer)
+    `mask`: which tokens attend to which (padding, packed sequences, causal). `layer`: this block's depth.
+    `rotary`: rotary position embeddings of the tokens (models/rope.py)."""
+    turn = {'rotary': rotary} if rotary else {}  # Only the ViT's blocks and attention take it (not ViViT's).
+    x = self.mix(x, train=train, rngs=rngs, drop_path=drop_path, mask=mask, layer=layer, **turn)
     return self.feed_forward(x, train=train, rngs=rngs, drop_path=drop_path)
 
-  def attention_weights(self, x: jax.Array, layer: int = 0) -> jax.Array:
+  def attention_weights(self, x: jax.Array, layer: int = 0, rotary: rope.Rotary | None = None) -> jax.Array:
     """This block's attention probabilities for input tokens `x` (batch, heads, tokens, tokens)."""
-    return self.attn.weights(self.norm1(x) if self.prenorm else x, layer=layer)
+    return self.attn.weights(self.norm1(x) if self.prenorm else x, layer=layer, rotary=rotary)
 
 
 REMAT_POLICIES = {  # Which activations of a block are kept for the backward pass; the rest is recomputed.

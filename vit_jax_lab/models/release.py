@@ -104,7 +104,8 @@ def to_release(params: dict, num_heads: int) -> dict[str, np.ndarray]:
   """Our parameters (a pure dict) -> the vision_transformer .npz layout (MAP heads in big_vision's). What the
   Google layout lacks keeps our names: the distillation token `dist` and its head `head_dist`, register tokens
   `reg`, LayerScale gammas `LayerScale_0/gamma` and `LayerScale_1/gamma` in each block, a SwiGLU MLP's gate
-  `MlpBlock_3/Dense_gate`, the LayerNorm before the encoder `norm_pre` (CLIP)."""
+  `MlpBlock_3/Dense_gate`, the LayerNorms before the encoder `norm_pre` (CLIP) and after the pooling `fc_norm`, the
+  learned rotary frequencies `rope/freqs`."""
   params = layers.unscanned(params)
   tree = {'embedding': _dense(params['embedding']), 'head': _dense(params['head'])}
   tree['Transformer'] = {
@@ -120,8 +121,11 @@ def to_release(params: dict, num_heads: int) -> dict[str, np.ndarray]:
   for key in ('pre_logits', 'head_dist'):
     if key in params:
       tree[key] = _dense(params[key])
-  if 'norm_pre' in params:
-    tree['norm_pre'] = _norm(params['norm_pre'])
+  for key in ('norm_pre', 'fc_norm'):
+    if key in params:
+      tree[key] = _norm(params[key])
+  if 'rope' in params:  # RoPE-Mixed's learned frequencies (model.rope='mixed').
+    tree['rope'] = {'freqs': params['rope']['freqs']}
   if 'map_head' in params:
     m = params['map_head']
     tree['MAPHead_0'] = {
@@ -312,7 +316,7 @@ def _unflatten_like(flat: dict[str, np.ndarray], target: dict) -> dict:
     params['encoder']['norm'] = t['Transformer']['encoder_norm']
   if 'pos_embedding' in target:
     params['pos_embedding'] = t['Transformer']['posembed_input']['pos_embedding']
-  for key in ('cls', 'dist', 'reg', 'pre_logits', 'head_dist', 'norm_pre'):
+  for key in ('cls', 'dist', 'reg', 'pre_logits', 'head_dist', 'norm_pre', 'fc_norm', 'rope'):
     if key in target:
       params[key] = t[key]
   if 'map_head' in target:

@@ -53,6 +53,42 @@ MODEL_ARGS = {
   **dict.fromkeys(('device', 'dtype'), _NEUTRAL),
 }
 
+# timm 1.0.31's Eva-class ViTs (timm/models/eva.py) that our ViT computes, by architecture: the rotary embedding
+# (model.rope, rope_temperature, rope_axes, rope_ref_grid) and LayerNorm epsilon their definitions build in, which
+# config.json does not repeat. A folder's `rope.freqs` makes an axial row 'mixed' (RoPE-Mixed's learned frequencies).
+EVA = (
+  (r'vit_[a-z]+_patch16_rope_(mixed_)?(ape_)?224', dict(rope='axial', rope_temperature=100.0, rope_axes='xy'), 1e-6),
+  (
+    r'vit_[a-z]+_patch16_rope_reg\d_gap_256',
+    dict(rope='axial', rope_temperature=1e4, rope_axes='ij', rope_ref_grid=16),
+    1e-6,
+  ),
+  (r'vit_[a-z_]+_patch16_dinov3(_qkvb)?', dict(rope='dinov3', rope_temperature=100.0, rope_axes='ij'), 1e-5),
+)
+# Every argument of timm 1.0.31's Eva (config.json's model_args of such a folder), as MODEL_ARGS for
+# VisionTransformer: a value outside the tuple, or an argument not listed, is one line.
+EVA_ARGS = {
+  **dict.fromkeys(('global_pool', 'num_heads', 'init_values', 'class_token', 'use_fc_norm'), 'read'),
+  **dict.fromkeys(('use_rot_pos_emb', 'rope_type', 'rope_temperature', 'rope_grid_indexing', 'ref_feat_shape'), 'read'),
+  'rope_rotate_half': 'read',
+  'norm_layer': (None,),
+  'attn_type': ('eva', 'rope'),  # The same computation: fused qkv, no key bias in 'eva' (the tensors show it).
+  'qkv_fused': (True,),
+  **dict.fromkeys(('num_kv_heads', 'rope_mrope_section'), (None,)),
+  **dict.fromkeys(('swiglu_mlp', 'scale_mlp', 'scale_attn_inner', 'qk_norm', 'use_post_norm'), (False,)),
+  'attn_only_layer_scale': (False,),
+  'rope_grid_offset': (0, 0.0),
+  **dict.fromkeys(('img_size', 'patch_size', 'in_chans', 'num_classes', 'embed_dim', 'depth', 'mlp_ratio'), _TENSORS),
+  **dict.fromkeys(('qkv_bias', 'num_reg_tokens', 'no_embed_class', 'use_abs_pos_emb'), _TENSORS),
+  **dict.fromkeys(('use_pre_transformer_norm', 'use_post_transformer_norm'), _TENSORS),
+  'attn_pool_num_heads': (None,),  # The MAP head's heads are the encoder's: another count is not in the shapes.
+  **dict.fromkeys(('attn_pool_mlp_ratio', 'swiglu_align_to'), _TENSORS),
+  **dict.fromkeys(('drop_rate', 'pos_drop_rate', 'patch_drop_rate', 'proj_drop_rate', 'attn_drop_rate'), _NEUTRAL),
+  **dict.fromkeys(('drop_path_rate', 'dynamic_img_size', 'dynamic_img_pad', 'head_init_scale'), _NEUTRAL),
+  **dict.fromkeys(('rope_shift_coords', 'rope_jitter_coords', 'rope_rescale_coords', 'device', 'dtype'), _NEUTRAL),
+}
+_ROPE_TYPES = {'cat': 'axial', 'mixed': 'mixed', 'dinov3': 'dinov3'}
+
 _BLOCK = {
   'norm1': 'LayerNorm_0',
   'norm2': 'LayerNorm_2',
@@ -60,21 +96,33 @@ _BLOCK = {
   'mlp.fc2': 'MlpBlock_3/Dense_1',
   'attn.proj': 'MultiHeadDotProductAttention_1/out',
 }
-_TOP = {'norm': 'Transformer/encoder_norm', 'head': 'head', 'head_dist': 'head_dist', 'norm_pre': 'norm_pre'}
+_TOP = {
+  'norm': 'Transformer/encoder_norm',
+  'head': 'head',
+  'head_dist': 'head_dist',
+  'norm_pre': 'norm_pre',
+  'fc_norm': 'fc_norm',
+}
 _POOL = {
   'attn_pool.norm': 'MAPHead_0/LayerNorm_0',
   'attn_pool.mlp.fc1': 'MAPHead_0/MlpBlock_0/Dense_0',
   'attn_pool.mlp.fc2': 'MAPHead_0/MlpBlock_0/Dense_1',
   'attn_pool.proj': 'MAPHead_0/MultiHeadDotProductAttention_0/out',
 }
-_TOKENS = {'cls_token': 'cls', 'dist_token': 'dist', 'reg_token': 'reg', 'attn_pool.latent': 'MAPHead_0/probe'}
+_TOKENS = {
+  'cls_token': 'cls',
+  'dist_token': 'dist',
+  'reg_token': 'reg',
+  'attn_pool.latent': 'MAPHead_0/probe',
+  'rope.freqs': 'rope/freqs',
+}
 
 
 def _linear(prefix: str, tensors: Mapping[str, np.ndarray], out: str, num_heads: int) -> dict[str, np.ndarray]:
   """A Linear (kernel transposed; an attention output's split by heads) or LayerNorm (weight -> scale) of timm
   under the release name `out`."""
   w, b = tensors[f'{prefix}.weight'], tensors[f'{prefix}.bias']
-  if prefix.split('.')[-1].startswith('norm'):  # norm, norm1, norm2, norm_pre.
+  if 'norm' in prefix.split('.')[-1]:  # norm, norm1, norm2, norm_pre, fc_norm.
     return {f'{out}/scale': w, f'{out}/bias': b}
   kernel = w.T.reshape(num_heads, -1, w.shape[0]) if out.endswith('/out') else w.T
   return {f'{out}/kernel': kernel, f'{out}/bias': b}
@@ -89,6 +137,20 @@ def _qkv(kernel: np.ndarray, bias: np.ndarray, out: str, num_heads: int) -> dict
     flat[f'{out}/{name}/kernel'] = kernel[:, i * d : (i + 1) * d].reshape(kernel.shape[0], num_heads, -1)
     flat[f'{out}/{name}/bias'] = bias[i * d : (i + 1) * d].reshape(num_heads, -1)
   return flat
+
+
+def _qkv_bias(tensors: Mapping[str, np.ndarray], attn: str) -> tuple[np.ndarray, list[str]]:
+  """The fused query/key/value bias of block attention `attn` and the tensors it came from: `qkv.bias`; Eva's
+  `q_bias` and `v_bias` (its keys have none: zeros); or, without a bias (qkv_bias=False), zeros: the same
+  function."""
+  if f'{attn}.qkv.bias' in tensors:
+    return tensors[f'{attn}.qkv.bias'], [f'{attn}.qkv.bias']
+  rows = _shape(tensors, f'{attn}.qkv.weight')[0] // 3
+  dtype = tensors[f'{attn}.qkv.weight'].dtype
+  if f'{attn}.q_bias' in tensors and f'{attn}.v_bias' in tensors:
+    q, v = tensors[f'{attn}.q_bias'], tensors[f'{attn}.v_bias']
+    return np.concatenate([q, np.zeros(rows, dtype), v]), [f'{attn}.q_bias', f'{attn}.v_bias']
+  return np.zeros(3 * rows, dtype), []
 
 
 def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -136,13 +198,14 @@ def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[
       new = {f'{out}/Dense_gate/kernel': w[:h].T, f'{out}/Dense_gate/bias': b[:h]}
       put(new | {f'{out}/Dense_0/kernel': w[h:].T, f'{out}/Dense_0/bias': b[h:]}, fc1, f'{fc1}.weight', f'{fc1}.bias')
     qkv = f'blocks.{i}.attn.qkv'
-    if pair(qkv):
+    if f'{qkv}.weight' in tensors:
       out = f'Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1'
-      put(_qkv(tensors[f'{qkv}.weight'].T, tensors[f'{qkv}.bias'], out, num_heads), qkv, f'{qkv}.weight', f'{qkv}.bias')
-    for j, ls in enumerate(('ls1', 'ls2')):
-      if f'blocks.{i}.{ls}.gamma' in tensors:
-        gamma = tensors[f'blocks.{i}.{ls}.gamma']
-        put({f'Transformer/encoderblock_{i}/LayerScale_{j}/gamma': gamma}, f'blocks.{i}.{ls}.gamma')
+      bias, names = _qkv_bias(tensors, f'blocks.{i}.attn')
+      put(_qkv(tensors[f'{qkv}.weight'].T, bias, out, num_heads), qkv, f'{qkv}.weight', *names)
+    for j in range(2):
+      for name in (f'blocks.{i}.ls{j + 1}.gamma', f'blocks.{i}.gamma_{j + 1}'):  # VisionTransformer's, Eva's.
+        if name in tensors:
+          put({f'Transformer/encoderblock_{i}/LayerScale_{j}/gamma': tensors[name]}, name)
   for module, out in linears.items():
     if pair(module):
       put(_linear(module, tensors, out, num_heads), module, f'{module}.weight', f'{module}.bias')
@@ -203,11 +266,64 @@ def clip_projection(config: dict[str, Any]) -> bool:
   return '_clip_' in str(config.get('architecture', '')) and not re.search(r'(^|_)ft(_|$)', tag)
 
 
+_EVA_ONLY = ('rope.freqs', 'blocks.0.gamma_1', 'blocks.0.attn.q_bias')
+
+
+def _eva(config: dict[str, Any], names: set[str]) -> tuple[dict[str, Any], float] | None:
+  """The rotary options and LayerNorm epsilon of a folder of timm's Eva class that our ViT computes (EVA), None for
+  a VisionTransformer; an Eva architecture not in EVA is one line."""
+  architecture = str(config.get('architecture', '')).split('.')[0]
+  for pattern, rope, epsilon in EVA:
+    if re.fullmatch(pattern, architecture):
+      return rope, epsilon
+  if any(n in names for n in _EVA_ONLY) or re.match(r'(eva|vit_pe_)', architecture):
+    raise ConfigError(
+      f"init_from: timm {errors.foreign(architecture or 'model')} is of timm's Eva class, of which our ViT reads the "
+      'RoPE ViTs (vit_*_patch16_rope_*_224, vit_*_patch16_rope_reg*_gap_256) and DINOv3 (vit_*_patch16_dinov3*)'
+    )
+  return None
+
+
+def _rope_options(eva: tuple[dict[str, Any], float], args: dict[str, Any], names: set[str]) -> dict[str, Any]:
+  """model.rope and its keys of an Eva folder: its architecture's, as its model_args change them."""
+  options = dict(rope=None, rope_temperature=100.0, rope_axes='xy', rope_ref_grid=None) | eva[0]
+  where = 'init_from: the config.json of timm'
+  if args.get('use_rot_pos_emb', True) is False:
+    return options | dict(rope=None)
+  if 'rope_type' in args:
+    if args['rope_type'] not in _ROPE_TYPES:
+      raise ConfigError(
+        f'{where} has model_args.rope_type={errors.foreign(repr(args["rope_type"]), 40)}, which our '
+        f'ViT does not compute (it reads {", ".join(map(repr, _ROPE_TYPES))})'
+      )
+    options['rope'] = _ROPE_TYPES[args['rope_type']]
+  if 'rope.freqs' in names:
+    options['rope'] = 'mixed'
+  if 'rope_temperature' in args:
+    options['rope_temperature'] = float(args['rope_temperature'])
+  if 'rope_grid_indexing' in args:
+    options['rope_axes'] = args['rope_grid_indexing']
+  if 'ref_feat_shape' in args:
+    ref = args['ref_feat_shape']
+    ref = [ref, ref] if isinstance(ref, int) or ref is None else list(ref)
+    if ref[0] != ref[1]:
+      raise ConfigError(f'{where} has model_args.ref_feat_shape={errors.foreign(ref, 40)}; our ViT reads square ones')
+    options['rope_ref_grid'] = ref[0]
+  half = args.get('rope_rotate_half', options['rope'] == 'dinov3')
+  if half != (options['rope'] == 'dinov3'):
+    raise ConfigError(
+      f'{where} has model_args.rope_rotate_half={half!r} with rope {options["rope"]!r}, which our '
+      "ViT does not compute (rotate-half pairs are DINOv3's)"
+    )
+  return options
+
+
 def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
   """The ViT constructor keys of the folder's model (its config.json and tensor shapes), with `input_shape`
   (height, width, channels) and `num_classes` (0: a backbone released without a head)."""
   names = set(tensors)
-  _refuse_unread(config, names)  # Before anything else is asked of a folder we cannot compute.
+  eva = _eva(config, names)
+  _refuse_unread(config, names, eva is not None)  # Before anything else is asked of a folder we cannot compute.
   width, channels, patch, _ = _shape(tensors, 'patch_embed.proj.weight')
   args = config.get('model_args') or {}
   architecture = config.get('architecture', '?')
@@ -227,13 +343,19 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
   height, wide = input_size[1:]
   errors.positive_ints(where, {'model_args.num_heads': num_heads, 'pretrained_cfg.input_size[1]': height})
   errors.positive_ints(where, {'pretrained_cfg.input_size[2]': wide})
-  pool = 'map' if 'attn_pool.latent' in names else 'tok' if 'cls_token' in names else 'gap'
+  if eva is None:
+    pool = 'map' if 'attn_pool.latent' in names else 'tok' if 'cls_token' in names else 'gap'
+  else:
+    pool = {'token': 'tok', 'avg': 'gap', 'map': 'map'}[args.get('global_pool', config.get('global_pool') or 'avg')]
   reg_tokens = _shape(tensors, 'reg_token')[1] if 'reg_token' in names else 0
   prefix = int('cls_token' in names) + int('dist_token' in names) + reg_tokens
   rows = _shape(tensors, 'pos_embed')[1] if 'pos_embed' in names else None
   grid = (height // patch) * (wide // patch)
   if rows is not None and rows not in (grid, grid + prefix):  # The input size says nothing: a square grid then.
     grid = rows if math.isqrt(rows) ** 2 == rows else rows - prefix
+  rope = _rope_options(eva, args, names) if eva is not None else {}
+  class_token = 'cls_token' in names
+  gamma = 'blocks.0.ls1.gamma' in names or 'blocks.0.gamma_1' in names
   options = dict(
     num_classes=_shape(tensors, 'head.weight')[0] if 'head.weight' in names else 0,
     input_shape=(height, wide, channels),
@@ -243,48 +365,58 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
     mlp_dim=_shape(tensors, 'blocks.0.mlp.fc2.weight')[1],
     num_heads=num_heads,
     pool=pool,
-    posemb='learn' if rows is not None else 'sincos2d',
+    class_token=None if class_token == (pool == 'tok') else class_token,
+    posemb='learn' if rows is not None else 'none' if rope.get('rope') else 'sincos2d',
     posemb_prefix=rows is None or prefix == 0 or rows != grid,
     distilled='dist_token' in names,
     reg_tokens=reg_tokens,
-    layerscale=(args.get('init_values') or 1e-5) if 'blocks.0.ls1.gamma' in names else None,
+    layerscale=(args.get('init_values') or 1e-5) if gamma else None,
     norm_pre='norm_pre.weight' in names,
     mlp='swiglu' if _packed(tensors, 0) else 'plain',
+    fc_norm='fc_norm.weight' in names,
   )
+  options |= rope
+  if eva is not None:
+    return options | timm_options(config) | dict(layernorm_epsilon=eva[1])
   return options | timm_options(config)
 
 
-def _refuse_unread(config: dict[str, Any], names: set[str]) -> None:
+def _refuse_unread(config: dict[str, Any], names: set[str], eva: bool) -> None:
   """What the folder computes that our ViT does not, each one line naming it (rather than a model that loads and
-  computes something else): timm's mean pooling beside a class token, fc_norm after the pooling, max pooling, and
-  no absolute position table (pos_embed='none', rotary embeddings)."""
+  computes something else): timm's mean pooling beside a class token and fc_norm after the pooling (both read
+  from Eva folders), max pooling, no absolute position table (pos_embed='none'; Eva folders: no rotary embedding
+  either), a final LayerNorm both before and after an Eva folder's pooling, or neither."""
   args = config.get('model_args') or {}
-  pool = args.get('global_pool', config.get('global_pool', 'token'))
+  pool = args.get('global_pool', config.get('global_pool') or ('avg' if eva else 'token'))
   where = f'init_from: timm {errors.foreign(config.get("architecture", "ViT"))}'
+  known, kind = (EVA_ARGS, 'Eva') if eva else (MODEL_ARGS, 'VisionTransformer')
   for key, value in args.items():
-    how = MODEL_ARGS.get(key)
+    how = known.get(key)
     if how is None:
       raise ConfigError(
-        f"{where} has model_args.{errors.foreign(key, 60)}, not an argument of timm's VisionTransformer: a model "
-        'of another class (EVA, a RoPE ViT), which our ViT does not read'
+        f"{where} has model_args.{errors.foreign(key, 60)}, not an argument of timm's {kind}: a model of another "
+        'class, which our ViT does not read'
       )
     if isinstance(how, tuple) and value not in how:
       raise ConfigError(
         f'{where} has model_args.{key}={errors.foreign(repr(value), 60)}, which our ViT does not compute (it reads '
         f'{", ".join(map(repr, how))})'
       )
-  if pool in ('avg', 'max', 'avgmax') and 'cls_token' in names:
+  if not eva and pool in ('avg', 'max', 'avgmax') and 'cls_token' in names:
     raise ConfigError(
       f'{where} pools with global_pool={pool!r} beside a class token (the class token left out of the pool), which '
       "our ViT does not compute: pool='gap' has no class token"
     )
-  if pool not in ('token', 'avg', 'map', '', None) or 'fc_norm.weight' in names:
+  if pool not in ('token', 'avg', 'map', '', None) or (not eva and 'fc_norm.weight' in names) or (eva and pool == ''):
     what = 'a LayerNorm after the pooling (fc_norm)' if 'fc_norm.weight' in names else f'global_pool={pool!r}'
     raise ConfigError(f'{where} has {what}, which our ViT does not compute')
-  if 'pos_embed' not in names:
+  if eva and ('norm.weight' in names) == ('fc_norm.weight' in names):
+    which = 'both before and after' if 'norm.weight' in names else 'neither before nor after'
+    raise ConfigError(f'{where} has a final LayerNorm {which} the pooling, which our ViT does not compute')
+  if 'pos_embed' not in names and not (eva and args.get('use_rot_pos_emb', True)):
     raise ConfigError(
       f'{where} has no absolute position table (pos_embed={args.get("pos_embed", "none")!r}, or rotary position '
-      'embeddings), which our ViT does not compute'
+      'embeddings of a class our ViT does not read), which our ViT does not compute'
     )
 
 

@@ -260,7 +260,7 @@ class Tracker(base.Model):
     """A timm or transformers image folder's backbone shape into config.model, as the ViT's (vit.folder_into_config:
     sizes, layerscale, mlp, the GELU form and LayerNorm epsilon); what the tracker cannot be is one line first."""
     if weights.layout in vit.HUB_LAYOUTS:
-      _refuse_image_folder(weights, vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors))
+      _refuse_image_folder(weights, vit.folder_options(weights))
     return vit.folder_into_config(cls, model_config, weights, cls.STRUCTURE)
 
   def load_pretrained(self, source: Any, params: dict) -> tuple[dict, list[str]]:
@@ -338,7 +338,7 @@ class Tracker(base.Model):
         f'init_from={path!r} holds {hub.LAYOUTS[weights.layout][0]} weights, which the tracker does not read'
       )
     layout = vit.HUB_LAYOUTS[weights.layout]
-    folder = layout.vit_options(weights.config, weights.tensors)
+    folder = vit.folder_options(weights)
     _refuse_image_folder(weights, folder)
     if self.stem != 'patch':
       raise ConfigError(
@@ -401,14 +401,18 @@ _IMAGE_PARTS = {
 
 def _refuse_image_folder(weights: hub.HubWeights, folder: dict[str, Any]) -> None:
   """What of an image folder the tracker has no place for, in one line: a LayerNorm before the encoder or quick-GELU
-  (CLIP's image towers), position embeddings that are not learned."""
+  (CLIP's image towers), rotary or no learned position embeddings (timm's RoPE ViTs, DINOv3), fc_norm."""
   what = (
     "CLIP's LayerNorm before the encoder (model.norm_pre)"
     if folder['norm_pre']
     else "CLIP's quick-GELU (model.activation='quick_gelu')"
     if folder['activation'] != 'gelu'
+    else f'rotary position embeddings (model.rope={folder["rope"]!r})'
+    if folder.get('rope')
     else 'no learned position embeddings'
     if folder['posemb'] != 'learn'
+    else "timm's LayerNorm after the mean pool (fc_norm)"
+    if folder.get('fc_norm')
     else None
   )
   if what:

@@ -14,6 +14,7 @@ import vit_jax_lab.hub as hub
 import vit_jax_lab.models.base as base
 import vit_jax_lab.models.layers as layers
 import vit_jax_lab.models.release as release
+import vit_jax_lab.models.rope as rotary_embeddings
 import vit_jax_lab.models.timm_layout as timm_layout
 import vit_jax_lab.models.transformers_layout as transformers_layout
 from vit_jax_lab.errors import ConfigError
@@ -47,6 +48,7 @@ SIZES = ('patch_size', 'width', 'depth', 'mlp_dim', 'num_heads')
 # The keys beside the sizes that a pretrained folder fixes (ViT.pretrained_config fills them when left at default).
 STRUCTURE = (
   'pool',
+  'class_token',
   'posemb',
   'posemb_prefix',
   'distilled',
@@ -55,6 +57,11 @@ STRUCTURE = (
   'norm_pre',
   'activation',
   'mlp',
+  'rope',
+  'rope_temperature',
+  'rope_axes',
+  'rope_ref_grid',
+  'fc_norm',
 )
 # model.mlp: the encoder blocks' MLP.
 MLPS = ('plain', 'swiglu')
@@ -68,12 +75,19 @@ HUB_LAYOUTS = {
 }
 
 
+def folder_options(weights: hub.HubWeights) -> dict[str, Any]:
+  """The ViT keys of an image folder (its layout's `vit_options`), with the constructor's defaults for the
+  STRUCTURE keys its layout never sets (a transformers folder has no rotary embedding)."""
+  defaults = {k: p.default for k, p in inspect.signature(ViT.__init__).parameters.items() if k in STRUCTURE}
+  return defaults | HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+
+
 def folder_into_config(family: type[base.Model], model_config: Any, weights: hub.HubWeights, keys: tuple) -> list[str]:
   """A timm or transformers image folder's shape into config.model of `family` (the ViT, or a family whose backbone
   is one: the tracker), by `fill_config`. Returns the notes."""
   if weights.layout not in HUB_LAYOUTS:
     return []  # checkpoints.check_init_from refuses it in one line.
-  folder = HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+  folder = folder_options(weights)
   preset = decode_variant(model_config.get('variant'))
   return fill_config(family, model_config, weights.path, folder, preset, (*SIZES, *keys), ('layerscale',))
 
@@ -149,11 +163,13 @@ class ViT(base.Model):
     depth: number of encoder blocks.
     mlp_dim: hidden size of each block's MLP.
     num_heads: attention heads; must divide width.
+    class_token: a learned class token before the other tokens; None: there is one when the pool reads it ('tok',
+      'tok_gap'). True beside 'gap' or 'map': computed with, not read (timm's DINOv3 and EVA, global_pool='avg').
     pool: 'tok' classifies the class token, 'gap' the average of the patch tokens, 'map' the output of
       multi-head attention pooling, 'tok_gap' the class token and the patch tokens' average side by side (twice
       the width: transformers' Dinov2ForImageClassification, the DINOv2 linear probes).
-    posemb: 'learn' (learned; with 'tok' it covers the class token too, as vision_transformer does) or
-      'sincos2d' (fixed).
+    posemb: 'learn' (learned; with 'tok' it covers the class token too, as vision_transformer does),
+      'sincos2d' (fixed) or 'none' (positions from model.rope alone).
     posemb_resize: how init_from resamples learned position embeddings to another patch grid: 'zoom'
       (scipy.ndimage.zoom, linear, corner-aligned: what vision_transformer and big_vision do, so fine-tuning
       a release reproduces theirs), 'bilinear' (jax.image.resize, half-pixel centres, antialiased when
@@ -176,6 +192,17 @@ class ViT(base.Model):
     mlp: the encoder blocks' MLP: 'plain' (two dense layers, `activation` between them) or 'swiglu' (SwiGLU,
       Shazeer 2020: fc2(SiLU(gate(x)) * fc1(x)), gate and fc1 mlp_dim wide; DINOv2 giant's, timm's packed
       `mlp.fc1`, transformers' `mlp.weights_in`); 'swiglu' needs activation 'gelu', which it does not use.
+    rope: rotary position embeddings in every block's self-attention (models/rope.py): None, 'axial' (RoPE-ViT,
+      timm's `vit_*_rope_*`), 'mixed' (learned frequencies per block and head: RoPE-Mixed) or 'dinov3'
+      (DINOv3's); beside model.posemb or with posemb='none'. Not with model.attention='linear'.
+    rope_temperature: the base of the rotary frequencies, temperature^(-k / n) (RoPE-ViT 100, RoPE-Mixed 10 at
+      initialisation, timm's SBB ViTs 10000, DINOv3 100).
+    rope_axes: which coordinate turns the first half of each head's channel pairs: 'xy' the column (RoPE-ViT),
+      'ij' the row (timm's SBB ViTs, DINOv3).
+    rope_ref_grid: 'axial' positions rescaled so that the model's grid spans this many patches per side (EVA's
+      ref_feat_shape: a model fine-tuned at another size keeps its pre-training positions); None: patch indices.
+    fc_norm: with pool='gap', a LayerNorm on the pooled tokens in place of the encoder's final one (timm's
+      fc_norm: its SBB and EVA ViTs).
     encoder: the encoder options, as keywords: layers.EncoderOptions (dropout, drop_path, attention kind, remat,
       scan, ...).
   """
@@ -196,6 +223,7 @@ class ViT(base.Model):
     mlp_dim: int | None = None,
     num_heads: int | None = None,
     pool: str = 'tok',
+    class_token: bool | None = None,
     posemb: str = 'learn',
     posemb_resize: str = 'zoom',
     representation_size: int | None = None,
@@ -207,6 +235,11 @@ class ViT(base.Model):
     norm_pre: bool = False,
     activation: str = 'gelu',
     mlp: str = 'plain',
+    rope: str | None = None,
+    rope_temperature: float = 100.0,
+    rope_axes: str = 'xy',
+    rope_ref_grid: int | None = None,
+    fc_norm: bool = False,
     rngs: nnx.Rngs,
     **encoder: Any,
   ):
@@ -225,17 +258,24 @@ class ViT(base.Model):
     layers.check_options(
       dict(
         pool=(pool, ('tok', 'gap', 'map', 'tok_gap')),
-        posemb=(posemb, ('learn', 'sincos2d')),
+        posemb=(posemb, ('learn', 'sincos2d', 'none')),
         posemb_resize=(posemb_resize, tuple(release.POSEMB_RESIZE)),
         distilled=(distilled, (False, True)),
         posemb_prefix=(posemb_prefix, (True, False)),
         norm_pre=(norm_pre, (False, True)),
         activation=(activation, ('gelu', 'quick_gelu')),
         mlp=(mlp, MLPS),
+        fc_norm=(fc_norm, (False, True)),
+        class_token=(class_token, (None, False, True)),
       ),
       {},
     )
     check_mlp(mlp, activation)
+    rotary_embeddings.check(rope, dims['width'] // dims['num_heads'], rope_temperature, rope_axes, rope_ref_grid)
+    if class_token is False and pool in ('tok', 'tok_gap'):
+      raise ConfigError(f'model.class_token=False, but model.pool={pool!r} reads the class token: leave it None')
+    if fc_norm and pool != 'gap':
+      raise ConfigError("model.fc_norm=True normalises the average pool: it needs model.pool='gap'")
     if distilled and (pool != 'tok' or representation_size is not None):
       raise ConfigError(
         "model.distilled=True needs model.pool='tok' and no model.representation_size: the two heads read the "
@@ -246,6 +286,11 @@ class ViT(base.Model):
     if layerscale is not None and (isinstance(layerscale, bool) or not isinstance(layerscale, (int, float))):
       raise ConfigError(f"model.layerscale={layerscale!r} must be a number (the gammas' start) or None")
     self.options = options = self.ENCODER.of(encoder)
+    if rope is not None and options.attention == 'linear':
+      raise ConfigError(
+        f"model.rope={rope!r} turns the queries and keys of softmax attention; model.attention='linear' "
+        "(kernelised) has no such scores: use 'full', 'local' or 'sparse', or model.rope=None"
+      )
     p, d = dims['patch_size'], dims['width']
     self.grid = (height // p, wide // p)
     self.input_shape = (height, wide, channels)
@@ -253,11 +298,13 @@ class ViT(base.Model):
     self.pool, self.posemb_type, self.posemb_resize = pool, posemb, posemb_resize
     self.distilled, self.posemb_prefix = distilled, posemb_prefix
     # The tokens before the patches, and how many of them the learned position embeddings cover.
-    self.num_prefix = int(pool in ('tok', 'tok_gap')) + int(distilled) + reg_tokens
+    self.class_token = pool in ('tok', 'tok_gap') if class_token is None else class_token
+    self.num_prefix = int(self.class_token) + int(distilled) + reg_tokens
     self.posemb_prefix_rows = self.num_prefix if posemb == 'learn' and posemb_prefix else 0
     # What a pretrained folder must agree on (timm_layout.vit_options): the rest is adapted or resampled.
     self.structure = dims | dict(
       pool=pool,
+      class_token=None if self.class_token == (pool in ('tok', 'tok_gap')) else self.class_token,
       posemb=posemb,
       posemb_prefix=posemb_prefix or self.num_prefix == 0,
       distilled=distilled,
@@ -266,10 +313,15 @@ class ViT(base.Model):
       norm_pre=norm_pre,
       activation=activation,
       mlp=mlp,
+      rope=rope,
+      rope_temperature=rope_temperature,
+      rope_axes=rope_axes,
+      rope_ref_grid=rope_ref_grid,
+      fc_norm=fc_norm,
     )
 
     self.embedding = layers.PatchEmbedding(p, channels, d, rngs=rngs)
-    if pool in ('tok', 'tok_gap'):
+    if self.class_token:
       self.cls = nnx.Param(jnp.zeros((1, 1, d)))
     if distilled:
       self.dist = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (1, 1, d)))
@@ -293,6 +345,22 @@ class ViT(base.Model):
       rngs=rngs,
       **options.stack(),
     )
+    if rope is not None:
+      self.rope = rotary_embeddings.Rope(
+        rope,
+        self.grid,
+        dims['depth'],
+        dims['num_heads'],
+        d // dims['num_heads'],
+        temperature=rope_temperature,
+        axes=rope_axes,
+        ref_grid=rope_ref_grid,
+        skip=self.num_prefix,
+        rngs=rngs,
+      )
+    if fc_norm:  # The pooled vector is normalised instead of each token.
+      self.encoder.norm = None
+      self.fc_norm = nnx.LayerNorm(d, epsilon=options.layernorm_epsilon, rngs=rngs)
     if pool == 'map':
       self.map_head = layers.MAPHead(
         d,
@@ -333,15 +401,20 @@ class ViT(base.Model):
 
   def __call__(self, images: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
     if self.distilled:  # As timm's distilled DeiT outside distillation training: the two heads' mean.
-      x = self.encoder(self.tokens(images, train=train, rngs=rngs), train=train, rngs=rngs)
+      x = self.encode(self.tokens(images, train=train, rngs=rngs), train=train, rngs=rngs)
       return (self.head(x[:, 0]) + self.head_dist(x[:, 1])) / 2
     return self.head(self.features(images, train=train, rngs=rngs))
+
+  def encode(self, tokens: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
+    """The encoder over `tokens` (from `tokens`), with the model's rotary embeddings if it has them."""
+    rotary = self.rope() if hasattr(self, 'rope') else None
+    return self.encoder(tokens, train=train, rngs=rngs, **({'rotary': rotary} if rotary is not None else {}))
 
   def features(self, images: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
     """(B, width, 2 x width for 'tok_gap', or representation_size): the pooled representation the head
     classifies, after the pre-logits layer if there is one (big_vision's `pre_logits`); what few-shot linear
     evaluation reads. Distilled: the mean of the class and distillation tokens (timm's pre-logits)."""
-    x = self.encoder(self.tokens(images, train=train, rngs=rngs), train=train, rngs=rngs)
+    x = self.encode(self.tokens(images, train=train, rngs=rngs), train=train, rngs=rngs)
 
     def pooled(x):
       if self.distilled:
@@ -357,6 +430,8 @@ class ViT(base.Model):
       raise KeyError(self.pool)
 
     x = pooled(x)
+    if hasattr(self, 'fc_norm'):
+      x = self.fc_norm(x)
     if self.representation_size is not None:
       x = jnp.tanh(self.pre_logits(x))
     return x
@@ -397,7 +472,7 @@ class ViT(base.Model):
         f'init_from={weights.path!r} holds {hub.LAYOUTS[weights.layout][0]} weights, which the ViT does not read'
       )
     layout = HUB_LAYOUTS[weights.layout]
-    folder = layout.vit_options(weights.config, weights.tensors)
+    folder = folder_options(weights)
     for key, mine in self.structure.items():
       if (folder[key] != mine) if key != 'layerscale' else ((folder[key] is None) != (mine is None)):
         raise ConfigError(
@@ -426,7 +501,8 @@ class ViT(base.Model):
   def attention_maps(self, images: jax.Array) -> list[jax.Array]:
     """Every block's attention probabilities (batch, heads, tokens, tokens), in inference mode."""
     x, maps = self.tokens(images), []
+    rotary = self.rope() if hasattr(self, 'rope') else None
     for i, block in enumerate(self.encoder.blocks):
-      maps.append(block.attention_weights(x, layer=i))
-      x = block(x, train=False, rngs=None, layer=i)
+      maps.append(block.attention_weights(x, layer=i, rotary=rotary))
+      x = block(x, train=False, rngs=None, layer=i, rotary=rotary)
     return maps

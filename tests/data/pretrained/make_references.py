@@ -66,6 +66,19 @@ ROWS = {
     'vit_giant_patch14_dinov2.lvd142m',
     dict(img_size=42, patch_size=14, num_classes=0, mlp_ratio=2.66667 * 2),
   ),
+  # timm's Eva class with rotary position embeddings (timm/models/eva.py). RoPE-ViT axial (temperature 100, x first)
+  # and RoPE-Mixed (learned frequencies `rope.freqs`; with absolute positions on the patches, `_ape`).
+  'rope_axial': ('vit_small_patch16_rope_224.naver_in1k', dict(img_size=32, patch_size=8, num_classes=10)),
+  'rope_mixed_ape': (
+    'vit_small_patch16_rope_mixed_ape_224.naver_in1k',
+    dict(img_size=32, patch_size=8, num_classes=10),
+  ),
+  # timm's SBB ViT: EVA attention (q and v biases, none on k), a register, mean pool with fc_norm, and positions
+  # rescaled to its 16 x 16 pre-training grid (ref_feat_shape), rows first.
+  'rope_sbb': ('vit_medium_patch16_rope_reg1_gap_256.sbb_in1k', dict(img_size=32, patch_size=8, num_classes=10)),
+  # DINOv3: centred coordinates, rotate-half pairs, class token and 4 registers, LayerNorm epsilon 1e-5; timm's
+  # default pool is the patch tokens' mean beside the class token.
+  'dinov3': ('vit_small_patch16_dinov3.lvd1689m', dict(img_size=32, patch_size=8, num_classes=10)),
 }
 # transformers rows: (model class, its config class, image processor class, config overrides).
 HF_SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
@@ -121,12 +134,22 @@ HF_VIDEO_ROWS = {
   ),
 }
 # row -> another image size: the same weights loaded by timm's own filter (bicubic position-embedding resampling).
-RESIZED = {'vit': 48, 'dinov2_reg4': 56}
+RESIZED = {'vit': 48, 'dinov2_reg4': 56, 'rope_axial': 48, 'rope_mixed_ape': 48, 'rope_sbb': 48, 'dinov3': 48}
 # transformers row -> another image size, the same model run on it: DINOv2 resamples its position embeddings itself
 # (bicubic, antialiased), ViT when asked (interpolate_pos_encoding; bicubic without antialiasing).
 HF_RESIZED = {'hf_dinov2_reg': 56, 'hf_vit_model': 48}
 # Rows added later, with seeds of their own: the others keep theirs (their order in ROWS, HF_ROWS, HF_VIDEO_ROWS).
-LATER = {'dinov2_giant': 30, 'hf_dinov2_giant': 31, 'clip_ft': 32, 'hf_dinov2_cls': 33, 'hf_dinov2_reg_cls': 34}
+LATER = {
+  'dinov2_giant': 30,
+  'hf_dinov2_giant': 31,
+  'clip_ft': 32,
+  'hf_dinov2_cls': 33,
+  'hf_dinov2_reg_cls': 34,
+  'rope_axial': 35,
+  'rope_mixed_ape': 36,
+  'rope_sbb': 37,
+  'dinov3': 38,
+}
 
 
 def seed_of(row: str) -> int:
