@@ -44,10 +44,11 @@ def _folder(tmp_path, row):
   return str(folder)
 
 
-@pytest.mark.parametrize('row', ['vit', 'deit_distilled', 'clip_ft', 'hf_vit'])
+@pytest.mark.parametrize('row', ['vit', 'deit_distilled', 'clip_ft', 'hf_vit', 'rope_mixed_ape', 'rope_sbb'])
 def test_predict_pretrained_gives_the_librarys_probabilities(row, tmp_path, capsys):
   """clip_ft: a CLIP tower fine-tuned into a classifier (tag laion2b_ft_in12k_in1k): its head classifies; the clip
-  row's (tag openai) is CLIP's projection (test_predict_pretrained_without_a_head_is_one_line)."""
+  row's (tag openai) is CLIP's projection (test_predict_pretrained_without_a_head_is_one_line). rope_*: timm's
+  RoPE ViTs (the SBB one normalised by mean and std 0.5)."""
   reference = np.load(os.path.join(DATA, 'predict', f'{row}.npy'))[0]
   out = str(tmp_path / 'out.jsonl')
   assert predict.main(['--pretrained', _folder(tmp_path, row), IMAGE, '--top_k', '10', '--out', out]) == 0

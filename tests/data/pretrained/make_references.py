@@ -9,7 +9,7 @@ reference with torch 2.13.0; the other predict references reproduce with it to 7
 
     /work/torchenv/bin/python tests/data/pretrained/make_references.py tests/data/pretrained [ROW...]
 
-`... make_references.py tests/data/pretrained predict` writes predict/ instead (tests/test_pretrained_commands.py):
+`... make_references.py tests/data/pretrained predict [ROW...]` writes predict/ instead (tests/test_pretrained_commands.py):
 a PNG at the models' input size and each PREDICT row's probabilities from the library's own eval pipeline on it
 (timm: resolve_data_config + create_transform, crop_pct 1; transformers: the folder's image processor), the
 committed folders' weights loaded by the library; and for the video rows two PNG-coded clips and their probabilities
@@ -237,18 +237,20 @@ def transformers_video_row(out: str, row: str, seed: int) -> None:
 
 
 # Folders with a head whose eval pipeline is the identity on a 32x32 image (timm's at crop_pct 1).
-PREDICT = ('vit', 'deit_distilled', 'clip_ft', 'hf_vit')
+PREDICT = ('vit', 'deit_distilled', 'clip_ft', 'hf_vit', 'rope_mixed_ape', 'rope_sbb')
 
 
-def predict_references(out: str) -> None:
+def predict_references(out: str, only: list[str]) -> None:
+  """Every PREDICT row's reference and the video ones, or those of the rows `only` names (the image kept)."""
   from PIL import Image
 
   folder = os.path.join(out, 'predict')
   os.makedirs(folder, exist_ok=True)
   path = os.path.join(folder, 'image.png')
-  Image.fromarray(np.random.RandomState(100).randint(0, 256, (32, 32, 3), np.uint8)).save(path)
+  if not only or not os.path.exists(path):
+    Image.fromarray(np.random.RandomState(100).randint(0, 256, (32, 32, 3), np.uint8)).save(path)
   image = Image.open(path).convert('RGB')
-  for row in PREDICT:
+  for row in [r for r in PREDICT if not only or r in only]:
     if row in ROWS:
       name, overrides = ROWS[row]
       overlay = dict(crop_pct=1.0, input_size=(3, 32, 32))
@@ -266,7 +268,8 @@ def predict_references(out: str) -> None:
     probabilities = torch.softmax(logits, -1).numpy()
     np.save(os.path.join(folder, f'{row}.npy'), probabilities)
     print(row, probabilities.shape, probabilities.max())
-  predict_video_references(out, folder)
+  if not only:
+    predict_video_references(out, folder)
 
 
 # Clips for the video rows (PNG-coded .mov: lossless RGB, so that every decoder gives the same frames): 6 frames, so
@@ -358,8 +361,8 @@ def export_references(out: str, folders: str) -> None:
 
 
 def main(out: str, only: list[str]) -> None:
-  if only == ['predict']:
-    return predict_references(out)
+  if only[:1] == ['predict']:
+    return predict_references(out, only[1:])
   if only[:1] == ['export']:
     return export_references(out, only[1])
   for row in HF_ROWS:
