@@ -161,6 +161,25 @@ EXPORTED = {
   ),
   'distilled_quickgelu': dict(distilled=True, activation='quick_gelu'),
   'swiglu_layerscale': dict(mlp='swiglu', layerscale=0.1),
+  # Rotary ViTs, written as timm's Eva class (vit_base_patch16_rope_224; vit_base_patch16_dinov3 for epsilon 1e-5).
+  # Their architectures have LayerScale, as every rotary timm ViT (one without: test_export_timm_eva_without_...).
+  'rope_axial': dict(rope='axial', posemb='none', layerscale=0.1),
+  'rope_mixed_gap': dict(
+    rope='mixed', rope_axes='ij', pool='gap', fc_norm=True, reg_tokens=1, posemb_prefix=False, layerscale=0.2
+  ),
+  'rope_ref_grid': dict(
+    rope='axial', rope_temperature=1e4, rope_axes='ij', rope_ref_grid=16, posemb='none', pool='map', layerscale=0.3
+  ),
+  'rope_dinov3': dict(
+    rope='dinov3',
+    rope_axes='ij',
+    posemb='none',
+    pool='gap',
+    class_token=True,
+    reg_tokens=2,
+    layernorm_epsilon=1e-5,
+    layerscale=0.1,
+  ),
 }
 
 
@@ -213,6 +232,38 @@ def test_export_timm_round_trip_is_exact_and_gives_timms_logits(name, tmp_path):
   difference = max_difference(model(images), np.load(os.path.join(DATA, 'export', f'timm_logits_{name}.npy')))
   print(f'{name}: max |ours - timm| logits {difference:.2e}')
   assert difference < 1e-5
+
+
+def test_export_timm_eva_without_layerscale_writes_unit_gammas(tmp_path):
+  """timm's rotary architectures all set init_values (and timm drops a None argument): a rotary ViT without
+  LayerScale is written with gammas of ones, the same function; a key Eva does not compute is one line."""
+  kwargs = dict(width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=8, rope='axial', posemb='none')
+  model = vit.ViT(10, (32, 32, 3), rngs=nnx.Rngs(0), **kwargs)
+  _numpy_params(model)
+  data = ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None))
+  config = export.write_timm(
+    model, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()), data, str(tmp_path / 'a')
+  )
+  assert config['model_args']['init_values'] == 1.0
+  weights = hub.read(str(tmp_path / 'a'))
+  np.testing.assert_array_equal(weights.tensors['blocks.1.gamma_2'], np.ones(32, np.float32))
+  options = vit.folder_options(weights)
+  assert options['layerscale'] == 1.0 and options['rope'] == 'axial'
+  fresh = vit.ViT(10, (32, 32, 3), rngs=nnx.Rngs(1), **(kwargs | {'layerscale': 1.0}))
+  loaded, _ = fresh.load_pretrained(weights, jax.device_get(nnx.state(fresh, nnx.Param).to_pure_dict()))
+  state = nnx.state(fresh, nnx.Param)
+  state.replace_by_pure_dict(loaded)
+  nnx.update(fresh, state)
+  images = np.load(os.path.join(DATA, 'export', 'images.npy'))
+  assert max_difference(fresh(images), model(images)) < 1e-6
+  for extra, message in [
+    (dict(activation='quick_gelu'), "model.activation='gelu'; this model has model.activation='quick_gelu'"),
+    (dict(layernorm_epsilon=1e-12), 'LayerNorm epsilon 1e-6 or 1e-5; this model has 1e-12'),
+    (dict(pool='tok_gap'), "pool 'tok', 'gap' or 'map': this model has"),
+  ]:
+    other = vit.ViT(10, (32, 32, 3), rngs=nnx.Rngs(0), **(kwargs | extra))
+    with pytest.raises(ConfigError, match=message):
+      export.timm_config(other, data)
 
 
 @pytest.mark.parametrize('name', EXPORTED_TRANSFORMERS)

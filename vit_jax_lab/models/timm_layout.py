@@ -480,3 +480,70 @@ def from_release(flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
   if left:
     raise ConfigError(f'--layout timm: timm has no place for {", ".join(left[:5])}{" ..." if len(left) > 5 else ""}')
   return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def is_eva(structure: dict[str, Any]) -> bool:
+  """Whether a ViT of `structure` (ViT.structure) is written as timm's Eva class: rotary embeddings, no position
+  table, a class token beside the mean pool, or fc_norm, none of which timm's VisionTransformer computes."""
+  return bool(structure['rope'] or structure['posemb'] == 'none' or structure['fc_norm'] or structure['class_token'])
+
+
+def eva_args(structure: dict[str, Any], layernorm_epsilon: float, gelu_approximate: bool) -> tuple[str, dict]:
+  """The timm architecture and model_args that build the ViT of `structure` as timm's Eva (the inverse of
+  `vit_options` for EVA's rows), the architecture chosen for its LayerNorm epsilon, which model_args cannot carry:
+  the RoPE-ViT's 1e-6 or DINOv3's 1e-5. What Eva does not compute is one line."""
+  where = '--layout timm: timm computes the rotary ViT (its Eva class) with'
+  fixed = dict(
+    distilled=False, norm_pre=False, activation='gelu', mlp='plain', posemb_prefix=structure['posemb_prefix']
+  )
+  for key, value in fixed.items():
+    if structure[key] != value:
+      raise ConfigError(f'{where} model.{key}={value!r}; this model has model.{key}={structure[key]!r}')
+  if gelu_approximate or structure['posemb'] == 'sincos2d' or structure['pool'] == 'tok_gap':
+    raise ConfigError(
+      f"{where} the exact GELU, learned or no position embeddings and pool 'tok', 'gap' or 'map': this model has "
+      f'gelu_approximate={gelu_approximate}, posemb={structure["posemb"]!r}, pool={structure["pool"]!r}'
+    )
+  architectures = {1e-6: 'vit_base_patch16_rope_224', 1e-5: 'vit_base_patch16_dinov3'}
+  if layernorm_epsilon not in architectures:
+    raise ConfigError(f'{where} LayerNorm epsilon 1e-6 or 1e-5; this model has {layernorm_epsilon}')
+  rope = structure['rope']
+  kinds = {v: k for k, v in _ROPE_TYPES.items()}
+  class_token = structure['class_token'] if structure['class_token'] is not None else structure['pool'] == 'tok'
+  args = dict(
+    embed_dim=structure['width'],
+    depth=structure['depth'],
+    num_heads=structure['num_heads'],
+    mlp_ratio=structure['mlp_dim'] / structure['width'],
+    global_pool={'tok': 'token', 'gap': 'avg', 'map': 'map'}[structure['pool']],
+    class_token=class_token,
+    num_reg_tokens=structure['reg_tokens'],
+    use_abs_pos_emb=structure['posemb'] == 'learn',
+    no_embed_class=not structure['posemb_prefix'],
+    use_rot_pos_emb=rope is not None,
+    rope_type=kinds.get(rope, 'cat'),
+    rope_temperature=structure['rope_temperature'],
+    rope_grid_indexing=structure['rope_axes'],
+    rope_rotate_half=rope == 'dinov3',
+    ref_feat_shape=None if structure['rope_ref_grid'] is None else [structure['rope_ref_grid']] * 2,
+    # Both architectures set init_values, and timm drops a None argument: no LayerScale is written as unit gammas.
+    init_values=structure['layerscale'] or 1.0,
+    use_fc_norm=structure['fc_norm'],
+    use_post_transformer_norm=not structure['fc_norm'],
+    qkv_bias=True,
+    attn_type='rope',  # A fused qkv with its bias (ours has a key bias, which 'eva' attention has not).
+    dynamic_img_size=False,
+  )
+  if rope == 'mixed':  # RoPE-Mixed takes no reference grid.
+    del args['ref_feat_shape']
+  return architectures[layernorm_epsilon], args
+
+
+def to_eva(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """VisionTransformer names (`from_release`) -> the Eva class's: LayerScale gammas `blocks.N.gamma_1` / `gamma_2`,
+  of ones where the model has none (eva_args: the same function)."""
+  out = {re.sub(r'^(blocks\.\d+)\.ls([12])\.gamma$', r'\1.gamma_\2', k): v for k, v in tensors.items()}
+  for name in [k for k in tensors if re.fullmatch(r'blocks\.\d+\.norm1\.weight', k)]:
+    for gamma in (name.replace('norm1.weight', 'gamma_1'), name.replace('norm1.weight', 'gamma_2')):
+      out.setdefault(gamma, np.ones_like(tensors[name]))
+  return out

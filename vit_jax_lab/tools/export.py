@@ -258,13 +258,14 @@ def timm_config(model: nnx.Module, data_config: ml_collections.ConfigDict) -> di
   shorter side, then a central crop, crop_pct = image size / resize size; else squashed to the input size;
   data.value_range as mean / std). A key timm computes otherwise is one line."""
   structure, options = model.structure, model.options
+  eva = timm_layout.is_eva(structure)  # Written as timm's Eva class: timm_layout.eva_args checks the keys.
   mine = dict(
     posemb=structure['posemb'],
     prenorm=getattr(options, 'prenorm', True),
     representation_size=model.representation_size,
     layernorm_epsilon=options.layernorm_epsilon,
   )
-  for key, value in _TIMM_FIXED.items():
+  for key, value in () if eva else _TIMM_FIXED.items():
     check(
       mine[key] == value,
       f'--layout timm: model.{key}={mine[key]!r}; timm computes the ViT with model.{key}={value!r}',
@@ -274,7 +275,7 @@ def timm_config(model: nnx.Module, data_config: ml_collections.ConfigDict) -> di
     not structure['distilled'] or structure['posemb_prefix'],
     "--layout timm: timm's distilled ViT has position rows for its tokens: model.posemb_prefix=False is not written",
   )
-  check(pool in _TIMM_POOL, f"--layout timm: model.pool={pool!r}; timm's ViT pools 'tok' or 'map'")
+  check(eva or pool in _TIMM_POOL, f"--layout timm: model.pool={pool!r}; timm's ViT pools 'tok' or 'map'")
   channels = model.embedding.kernel.shape[-2]
   patch = structure['patch_size']
   height, width = model.grid[0] * patch, model.grid[1] * patch
@@ -285,7 +286,7 @@ def timm_config(model: nnx.Module, data_config: ml_collections.ConfigDict) -> di
     patch_size=patch,
     in_chans=channels,
     num_classes=num_classes,
-    global_pool=_TIMM_POOL[pool],
+    global_pool=_TIMM_POOL.get(pool),
     class_token=pool == 'tok',
     embed_dim=structure['width'],
     depth=structure['depth'],
@@ -311,7 +312,11 @@ def timm_config(model: nnx.Module, data_config: ml_collections.ConfigDict) -> di
     classifier='head',
   )
   architecture = 'deit_base_distilled_patch16_224' if structure['distilled'] else 'vit_base_patch16_224'
-  if structure['mlp'] == 'swiglu':  # timm's SwiGLUPacked: fc1 holds the gate and the value, with SiLU of its own.
+  if eva:
+    check(model.representation_size is None, '--layout timm: timm has no pre-logits layer (model.representation_size)')
+    architecture, eva = timm_layout.eva_args(structure, options.layernorm_epsilon, options.gelu_approximate)
+    args = {k: args[k] for k in ('img_size', 'patch_size', 'in_chans', 'num_classes')} | eva
+  elif structure['mlp'] == 'swiglu':  # timm's SwiGLUPacked: fc1 holds the gate and the value, with SiLU of its own.
     architecture = 'vit_giant_patch14_dinov2'
     args['mlp_ratio'] = 2 * structure['mlp_dim'] / structure['width']
     del args['act_layer']
@@ -332,6 +337,8 @@ def write_timm(
   model.safetensors written with safetensors' NumPy API) and returns its config."""
   config = timm_config(model, data_config) | ({'label_names': labels} if labels else {})
   tensors = timm_layout.from_release(release.to_release(params, model.structure['num_heads']))
+  if timm_layout.is_eva(model.structure):
+    tensors = timm_layout.to_eva(tensors)
   _write_folder(out, {'config.json': config}, tensors)
   return config
 

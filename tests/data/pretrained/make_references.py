@@ -9,11 +9,12 @@ reference with torch 2.13.0; the other predict references reproduce with it to 7
 
     /work/torchenv/bin/python tests/data/pretrained/make_references.py tests/data/pretrained [ROW...]
 
-`... make_references.py tests/data/pretrained predict [ROW...]` writes predict/ instead (tests/test_pretrained_commands.py):
-a PNG at the models' input size and each PREDICT row's probabilities from the library's own eval pipeline on it
-(timm: resolve_data_config + create_transform, crop_pct 1; transformers: the folder's image processor), the
-committed folders' weights loaded by the library; and for the video rows two PNG-coded clips and their probabilities
-from the folder's video processor (predict_video_references; PyAV 18.1 in that environment too).
+`... make_references.py tests/data/pretrained predict [ROW...]` writes predict/ instead (those rows' references only
+when rows are named; tests/test_pretrained_commands.py): a PNG at the models' input size and each PREDICT row's
+probabilities from the library's own eval pipeline on it (timm: resolve_data_config + create_transform, crop_pct 1;
+transformers: the folder's image processor), the committed folders' weights loaded by the library; and for the video
+rows two PNG-coded clips and their probabilities from the folder's video processor (predict_video_references; PyAV
+18.1 in that environment too).
 
 `... make_references.py tests/data/pretrained export DIR` writes export/timm_logits_NAME.npy: timm's logits on
 export/images.npy of each folder DIR/NAME that `python tests/test_pretrained_commands.py DIR` exported (our ViTs
