@@ -53,6 +53,9 @@ HF_ROWS = {
   'hf_siglip': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],  # SiglipVisionModel: MAP head.
   'hf_clip': [('features', 'pooler_output'), ('blocks', 'last_hidden_state')],  # CLIPVisionModel.
   'hf_clip_projection': [('logits', 'image_embeds'), ('blocks', 'last_hidden_state')],  # ...WithProjection.
+  # DINOv3ViTModel: rotary positions (model.rope='dinov3'), registers, LayerScale; and its gated (SiLU) MLP.
+  'hf_dinov3': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],
+  'hf_dinov3_gated': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],
 }
 
 
@@ -436,7 +439,7 @@ def hf_outputs(model, images):
   return {
     'logits': lambda: model(images),
     'features': lambda: model.features(images),
-    'tokens': lambda: model.encoder(tokens, train=False, rngs=None),
+    'tokens': lambda: model.encode(tokens),
     'blocks': lambda: model.encoder.through(tokens, len(model.encoder.blocks), train=False, rngs=None),
   }
 
@@ -533,17 +536,18 @@ def test_quick_gelu_and_norm_pre_change_the_function():
   assert max_difference(model(ref['images']), ref['logits']) > 1e-3
 
 
-@pytest.mark.parametrize('row', ['hf_dinov2_reg', 'hf_vit_model'])
+@pytest.mark.parametrize('row', ['hf_dinov2_reg', 'hf_vit_model', 'hf_dinov3'])
 def test_transformers_resampling_at_another_image_size(row):
   """DINOv2 resamples its position embeddings bicubic, antialiased: ours equal. transformers' ViT
-  (interpolate_pos_encoding) resamples bicubic without antialiasing, PyTorch's a=-0.75 kernel: close, not equal."""
+  (interpolate_pos_encoding) resamples bicubic without antialiasing, PyTorch's a=-0.75 kernel: close, not equal.
+  DINOv3 has no table: its rotary positions are those of the larger grid, ours too."""
   ref = np.load(os.path.join(DATA, row, 'reference.npz'))
   images = ref['resized_images']
   model, notes, _, _ = folder_model(row, input_shape=images.shape[1:])
   difference = max_difference(model.features(images), ref['resized_pooler_output'])
   print(f'{row} at {images.shape[1]}: max |ours - transformers| {difference:.2e}')
-  assert difference < (1e-5 if row == 'hf_dinov2_reg' else 1e-3)
-  assert any("as transformers' DINOv2 interpolates" in n for n in notes)
+  assert difference < (1e-3 if row == 'hf_vit_model' else 1e-5)
+  assert any("as transformers' DINOv2 interpolates" in n for n in notes) == (row != 'hf_dinov3')
 
 
 def test_a_transformers_4_folder_and_a_whole_clip_model_read_their_image_tower(tmp_path):
@@ -573,9 +577,22 @@ def test_transformers_refusals_are_one_line(tmp_path):
   with open(config_path) as f:
     config = json.load(f)
   for change, message in [
-    (dict(use_swiglu_ffn=True), 'use_swiglu_ffn=True disagrees with the tensors, whose MLP is plain (mlp.fc1)'),
+    (dict(use_swiglu_ffn=True), 'use_swiglu_ffn=True disagrees with the tensors, whose MLP is plain'),
     (dict(model_type='beit'), "a transformers model_type='beit' is not read into the ViT; read: vit, dinov2"),
     (dict(hidden_act='silu'), "hidden_act='silu' of the transformers config is not one of gelu"),
+  ]:
+    with open(config_path, 'w') as f:
+      json.dump(config | change, f)
+    with pytest.raises(ConfigError) as e:
+      folder_model_from(folder)
+    assert message in one_line(e)
+  folder = copy_row(tmp_path, 'hf_dinov3_gated')
+  config_path = os.path.join(folder, 'config.json')
+  with open(config_path) as f:
+    config = json.load(f)
+  for change, message in [
+    (dict(hidden_act='gelu'), "a gated MLP with hidden_act='gelu'; our ViT gates with SiLU"),
+    (dict(use_gated_mlp=False), 'use_gated_mlp=False disagrees with the tensors, whose MLP is SwiGLU'),
   ]:
     with open(config_path, 'w') as f:
       json.dump(config | change, f)

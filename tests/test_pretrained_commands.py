@@ -304,6 +304,7 @@ def test_export_transformers_refuses_what_its_vit_cannot_compute():
     (dict(pool='gap'), "model.pool='gap'; transformers' ViT computes with model.pool='tok'"),
     (dict(reg_tokens=2), 'model.reg_tokens=2'),
     (dict(activation='quick_gelu', gelu_approximate=True), "model.activation='quick_gelu' with tanh GELU"),
+    (dict(rope='axial'), "model.rope='axial'; transformers' ViT computes with model.rope=None"),  # Its table kept.
   ]:
     other = vit.ViT(10, (32, 32, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=8, rngs=nnx.Rngs(0), **keys)
     with pytest.raises(ConfigError, match=message.replace('(', r'\(').replace(')', r'\)')):

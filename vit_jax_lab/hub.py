@@ -45,6 +45,10 @@ LAYOUTS = {
     '.weight)',
     ('embeddings.patch_embedding.weight', 'encoder.layers.0.self_attn.q_proj.weight'),
   ),
+  'transformers_dinov3': (
+    "transformers' DINOv3ViTModel (embeddings.patch_embeddings.weight, layer.N.attention.q_proj.weight)",
+    ('embeddings.patch_embeddings.weight', 'layer.0.attention.q_proj.weight'),
+  ),
   'transformers_marian': (
     "transformers' MarianMTModel (opus-mt) (model.encoder.layers.N.self_attn.q_proj.weight, model.decoder.layers.N"
     '.encoder_attn.q_proj.weight)',

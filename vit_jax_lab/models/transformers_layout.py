@@ -1,10 +1,13 @@
 """Hugging Face transformers image models (a hub folder's model.safetensors) -> the release flat layout that
 `release.from_release` adapts into our ViT, and the ViT constructor keys that give the folder's model.
 
-Two layouts (hub.LAYOUTS): 'transformers_vit', `ViTModel` / `ViTForImageClassification` / `Dinov2Model` /
+Three layouts (hub.LAYOUTS): 'transformers_vit', `ViTModel` / `ViTForImageClassification` / `Dinov2Model` /
 `Dinov2WithRegistersModel` (separate query / key / value Linears under `encoder.layer.N.attention.attention`), and
 'transformers_clip', `CLIPVisionModel` / `CLIPVisionModelWithProjection` / `SiglipVisionModel` (`q_proj`, `k_proj`,
-`v_proj` under `encoder.layers.N.self_attn`). Folders written by transformers 4 (and whole `CLIPModel` /
+`v_proj` under `encoder.layers.N.self_attn`), and 'transformers_dinov3', `DINOv3ViTModel` (`q_proj`, `k_proj`,
+`v_proj`, `o_proj` under `layer.N.attention`; rotary positions, model.rope='dinov3'; no key bias, or none at all:
+zeros, the same function; its gated MLP `gate_proj` / `up_proj` / `down_proj` with SiLU, model.mlp='swiglu').
+Folders written by transformers 4 (and whole `CLIPModel` /
 `SiglipModel` folders) prefix the image tower's names with its module (`vit.`, `vision_model.`): the prefix is
 stripped, and a whole model's text tower is left out.
 
@@ -48,6 +51,7 @@ MODEL_TYPES = {
   'dinov2_with_registers': dict(hidden_act='gelu', layer_norm_eps=1e-6),
   'clip_vision_model': dict(hidden_act='quick_gelu', layer_norm_eps=1e-5),
   'siglip_vision_model': dict(hidden_act='gelu_pytorch_tanh', layer_norm_eps=1e-6),
+  'dinov3_vit': dict(hidden_act='gelu', layer_norm_eps=1e-5, rope_theta=100.0, layerscale_value=1.0),
 }
 # Whole two-tower models: their image tower's model_type; the text tower's tensors are left out.
 TWO_TOWERS = {'clip': 'clip_vision_model', 'siglip': 'siglip_vision_model'}
@@ -92,10 +96,16 @@ _BLOCK = {  # Module inside encoder.layer(s).N -> its release name inside Transf
   'mlp.up_proj': 'MlpBlock_3/Dense_0',
   'mlp.gate_proj': 'MlpBlock_3/Dense_gate',
   'mlp.down_proj': 'MlpBlock_3/Dense_1',
+  'attention.q_proj': f'{_ATTENTION}/query',  # DINOv3's.
+  'attention.k_proj': f'{_ATTENTION}/key',
+  'attention.v_proj': f'{_ATTENTION}/value',
+  'attention.o_proj': f'{_ATTENTION}/out',
 }
 _TOP = {
   'embeddings.patch_embeddings.projection': 'embedding',
   'embeddings.patch_embedding': 'embedding',
+  'embeddings.patch_embeddings': 'embedding',  # DINOv3's Conv2d.
+  'norm': 'Transformer/encoder_norm',  # DINOv3's.
   'pre_layrnorm': 'norm_pre',
   'layernorm': 'Transformer/encoder_norm',
   'post_layernorm': 'Transformer/encoder_norm',
@@ -108,7 +118,11 @@ _TOP = {
   'head.mlp.fc2': 'MAPHead_0/MlpBlock_0/Dense_1',
   'head.attention.out_proj': 'MAPHead_0/MultiHeadDotProductAttention_0/out',
 }
-_PATCH = ('embeddings.patch_embeddings.projection.weight', 'embeddings.patch_embedding.weight')
+_PATCH = (
+  'embeddings.patch_embeddings.projection.weight',
+  'embeddings.patch_embedding.weight',
+  'embeddings.patch_embeddings.weight',
+)
 _LAYER = re.compile(r'encoder\.layers?\.(\d+)\.')
 # VideoMAE's separate query and value biases (transformers 5 renames them so on loading).
 _SPLIT_BIASES = {
@@ -127,6 +141,8 @@ def _names(tensors: Mapping[str, Any]) -> dict[str, str]:
     for split, bias in _SPLIT_BIASES.items():
       if short.endswith(split):
         short = short[: -len(split)] + bias
+    if short.startswith(('layer.', 'model.layer.')):  # DINOv3's blocks (saved, in memory), named as the others'.
+      short = 'encoder.' + short.removeprefix('model.')
     if not short.startswith(_TEXT):
       out[short] = name
   return out
@@ -170,7 +186,7 @@ def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[
 
   modules = dict(_TOP)
   for i in sorted({int(m.group(1)) for n in names if (m := _LAYER.match(n))}):
-    layer = 'layer' if f'encoder.layer.{i}.attention.attention.query.weight' in names else 'layers'
+    layer = 'layer' if any(n.startswith(f'encoder.layer.{i}.') for n in names) else 'layers'
     for part, out in _BLOCK.items():
       modules[f'encoder.{layer}.{i}.{part}'] = f'Transformer/encoderblock_{i}/{out}'
     for j in (1, 2):
@@ -270,6 +286,18 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
   width, channels, patch, _ = shape(patch_name)
   height, wide = _sizes(config, config.get('image_size', 224))
   act = config['hidden_act']
+  dinov3 = config.get('model_type') == 'dinov3_vit'
+  swiglu = any(f'encoder.layer.0.mlp.{m}.weight' in names for m in ('weights_in', 'gate_proj'))
+  flag = 'use_gated_mlp' if dinov3 else 'use_swiglu_ffn'
+  if swiglu != bool(config.get(flag)):
+    raise ConfigError(
+      f"init_from: config.json's {flag}={config.get(flag)!r} disagrees with the tensors, whose MLP is "
+      f'{"SwiGLU (mlp.gate_proj / weights_in)" if swiglu else "plain"}'
+    )
+  if dinov3 and swiglu:  # DINOv3's gated MLP gates with hidden_act, ours (model.mlp='swiglu') with SiLU.
+    if act != 'silu':
+      raise ConfigError(f'init_from: a gated MLP with hidden_act={act!r}; our ViT gates with SiLU (silu)')
+    act = 'gelu'
   if act not in ACTIVATIONS:
     raise ConfigError(
       f'init_from: hidden_act={act!r} of the transformers config is not one of {", ".join(ACTIVATIONS)}'
@@ -283,12 +311,6 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
     for m in ('output.dense', 'mlp.fc2', 'mlp.weights_out', 'mlp.down_proj')
     if f'encoder.{k}.0.{m}.weight' in names
   )
-  swiglu = any(f'encoder.layer.0.mlp.{m}.weight' in names for m in ('weights_in', 'gate_proj'))
-  if swiglu != bool(config.get('use_swiglu_ffn')):
-    raise ConfigError(
-      f"init_from: config.json's use_swiglu_ffn={config.get('use_swiglu_ffn')!r} disagrees with the tensors, whose "
-      f'MLP is {"SwiGLU (mlp.weights_in)" if swiglu else "plain (mlp.fc1)"}'
-    )
   head = next((n for n in ('classifier.weight', 'visual_projection.weight') if n in names), None)
   # Dinov2ForImageClassification's classifier reads the class token beside the patch tokens' mean: pool='tok_gap'.
   both = head == 'classifier.weight' and has_cls and shape(head)[1] == 2 * width
@@ -303,7 +325,9 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
       f"init_from: config.json's pooler_act={errors.foreign(repr(config['pooler_act']), 40)}: our ViT's pre-logits "
       "layer (model.representation_size) computes tanh, transformers' default"
     )
-  return dict(
+  # DINOv3: rotary positions (centred, rows first, rotate-half pairs), no position table.
+  rope = dict(rope='dinov3', rope_temperature=float(config['rope_theta']), rope_axes='ij') if dinov3 else {}
+  return rope | dict(
     num_classes=shape(head)[0] if head else 0,
     input_shape=(height, wide, channels),
     patch_size=patch,
@@ -312,8 +336,8 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
     mlp_dim=shape(fc2)[1],
     num_heads=config['num_attention_heads'],
     pool='map' if 'head.probe' in names else 'tok_gap' if both else 'tok' if has_cls else 'gap',
-    posemb='learn',
-    posemb_prefix=not reg_tokens,  # The class token's row, if any: registers have none (folded, see to_release).
+    posemb='none' if dinov3 else 'learn',
+    posemb_prefix=dinov3 or not reg_tokens,  # The class token's row, if any: registers have none (see to_release).
     distilled=False,
     reg_tokens=reg_tokens,
     layerscale=float(config.get('layerscale_value', 1.0)) if layerscale else None,

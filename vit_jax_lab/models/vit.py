@@ -72,6 +72,7 @@ HUB_LAYOUTS = {
   'timm_vit': timm_layout,
   'transformers_vit': transformers_layout,
   'transformers_clip': transformers_layout,
+  'transformers_dinov3': transformers_layout,
 }
 
 

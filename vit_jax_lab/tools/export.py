@@ -347,6 +347,9 @@ def write_timm(
 _TRANSFORMERS_FIXED = dict(
   pool='tok',
   posemb='learn',
+  rope=None,
+  fc_norm=False,
+  class_token=None,
   posemb_prefix=True,
   distilled=False,
   reg_tokens=0,

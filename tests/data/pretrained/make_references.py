@@ -121,6 +121,20 @@ HF_ROWS = {
     'CLIPImageProcessor',
     dict(intermediate_size=64, projection_dim=16),
   ),
+  # DINOv3: rotary positions, class token and 4 registers, LayerScale, no key bias; and its gated MLP (SiLU), as
+  # the 7B's.
+  'hf_dinov3': (
+    'DINOv3ViTModel',
+    'DINOv3ViTConfig',
+    'DINOv3ViTImageProcessor',
+    dict(intermediate_size=64, num_register_tokens=4),
+  ),
+  'hf_dinov3_gated': (
+    'DINOv3ViTModel',
+    'DINOv3ViTConfig',
+    'DINOv3ViTImageProcessor',
+    dict(intermediate_size=48, num_register_tokens=2, use_gated_mlp=True, hidden_act='silu', proj_bias=False),
+  ),
 }
 # transformers video rows (clips of 4 frames of 16 x 24, tubelets 2 x 8 x 8: a 2 x 2 x 3 token grid, not square, so
 # that the order of time, height and width is checked): (model class, config class, image processor class, config).
@@ -138,7 +152,7 @@ HF_VIDEO_ROWS = {
 RESIZED = {'vit': 48, 'dinov2_reg4': 56, 'rope_axial': 48, 'rope_mixed_ape': 48, 'rope_sbb': 48, 'dinov3': 48}
 # transformers row -> another image size, the same model run on it: DINOv2 resamples its position embeddings itself
 # (bicubic, antialiased), ViT when asked (interpolate_pos_encoding; bicubic without antialiasing).
-HF_RESIZED = {'hf_dinov2_reg': 56, 'hf_vit_model': 48}
+HF_RESIZED = {'hf_dinov2_reg': 56, 'hf_vit_model': 48, 'hf_dinov3': 48}
 # Rows added later, with seeds of their own: the others keep theirs (their order in ROWS, HF_ROWS, HF_VIDEO_ROWS).
 LATER = {
   'dinov2_giant': 30,
@@ -150,6 +164,8 @@ LATER = {
   'rope_mixed_ape': 36,
   'rope_sbb': 37,
   'dinov3': 38,
+  'hf_dinov3': 39,
+  'hf_dinov3_gated': 40,
 }
 
 
