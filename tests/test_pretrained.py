@@ -39,6 +39,8 @@ ROWS = {
   'rope_mixed_ape': 'vit_small_patch16_rope_mixed_ape_224 (RoPE-Mixed: learned rope.freqs; and a position table)',
   'rope_sbb': 'vit_medium_patch16_rope_reg1_gap_256 (q and v biases, a register, mean pool + fc_norm, ref grid 16)',
   'dinov3': 'vit_small_patch16_dinov3 (centred rotate-half RoPE, class token + 4 registers, mean pool, eps 1e-5)',
+  'eva02_tiny': 'eva02_tiny_patch14_224 (SwiGLU packed in mlp.fc1, positions on a 16-patch grid, mean pool + fc_norm)',
+  'eva02_base': 'eva02_base_patch14_448 (q/k/v_proj, SwiGLU fc1_g / fc1_x with the sub-LN mlp.norm)',
 }
 # transformers row -> the outputs compared: (ours, theirs).
 HF_ROWS = {
@@ -166,13 +168,13 @@ TIMM_EVA_ARGS = (
 @pytest.mark.parametrize(
   'row, change, message',
   [
-    ('rope_axial', {'model_args': {'swiglu_mlp': True}}, 'model_args.swiglu_mlp=True, which our ViT does not compute'),
+    ('rope_axial', {'model_args': {'qk_norm': True}}, 'model_args.qk_norm=True, which our ViT does not compute'),
     ('rope_axial', {'model_args': {'rope_type': 'mrope'}}, "rope_type='mrope', which our ViT does not compute"),
     ('rope_axial', {'model_args': {'rope_rotate_half': True}}, 'rope_rotate_half=True with rope .axial.'),
     ('rope_axial', {'model_args': {'pos_embed': 'learn'}}, "model_args.pos_embed, not an argument of timm's Eva"),
     ('rope_sbb', {'model_args': {'ref_feat_shape': [16, 12]}}, 'ref_feat_shape=\\[16, 12\\]; our ViT reads square'),
     ('rope_sbb', {'model_args': {'use_fc_norm': False}}, None),  # Read from the tensors, which still hold fc_norm.
-    ('rope_axial', {'architecture': 'eva02_tiny_patch14_224'}, "eva02_tiny_patch14_224 is of timm's Eva class"),
+    ('rope_axial', {'architecture': 'eva02_base_patch16_clip_224'}, "eva02_base_patch16_clip_224 is of timm's Eva"),
     ('rope_axial', {'architecture': 'vit_small_patch16_224'}, "is of timm's Eva class, of which our ViT reads"),
   ],
 )
@@ -197,7 +199,9 @@ def test_an_eva_folder_with_a_final_norm_before_and_after_the_pool_is_refused():
     timm_layout.vit_options(weights.config, tensors)
 
 
-@pytest.mark.parametrize('row', ['vit', 'dinov2_reg4', 'rope_axial', 'rope_mixed_ape', 'rope_sbb', 'dinov3'])
+@pytest.mark.parametrize(
+  'row', ['vit', 'dinov2_reg4', 'rope_axial', 'rope_mixed_ape', 'rope_sbb', 'dinov3', 'eva02_base']
+)
 def test_another_image_size_resamples_bicubic_as_timm(row):
   """timm's own model at the larger size, loading the same state dict (its checkpoint_filter_fn resamples): the
   rotary rows turn by the larger grid's positions (rope_sbb's rescaled to its 16-patch reference grid)."""

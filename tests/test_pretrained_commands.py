@@ -161,6 +161,7 @@ EXPORTED = {
   ),
   'distilled_quickgelu': dict(distilled=True, activation='quick_gelu'),
   'swiglu_layerscale': dict(mlp='swiglu', layerscale=0.1),
+  'mlp_norm': dict(mlp_norm=True),  # timm's scale_mlp_norm.
   # Rotary ViTs, written as timm's Eva class (vit_base_patch16_rope_224; vit_base_patch16_dinov3 for epsilon 1e-5).
   # Their architectures have LayerScale, as every rotary timm ViT (one without: test_export_timm_eva_without_...).
   'rope_axial': dict(rope='axial', posemb='none', layerscale=0.1),

@@ -35,6 +35,10 @@ LAYOUTS = {
     "timm's VisionTransformer (patch_embed.proj.weight, blocks.N.attn.qkv.weight)",
     ('patch_embed.proj.weight', 'blocks.0.attn.qkv.weight'),
   ),
+  'timm_eva': (
+    "timm's Eva with separate projections (patch_embed.proj.weight, blocks.N.attn.q_proj.weight: EVA-02 base, large)",
+    ('patch_embed.proj.weight', 'blocks.0.attn.q_proj.weight'),
+  ),
   'transformers_vit': (
     "transformers' ViT / DINOv2 / ViViT / VideoMAE (embeddings.patch_embeddings.projection.weight, encoder.layer.N"
     '.attention.attention.query.weight)',

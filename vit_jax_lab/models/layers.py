@@ -422,10 +422,20 @@ class Attention(nnx.Module):
 
 class Mlp(nnx.Module):
   """Two dense layers with GELU (or ReLU, or CLIP's quick-GELU) between them; activation 'swiglu': a third, `gate`,
-  whose SiLU multiplies fc1's output (SwiGLU, Shazeer 2020; DINOv2 giant), mlp_dim wide each."""
+  whose SiLU multiplies fc1's output (SwiGLU, Shazeer 2020; DINOv2 giant), mlp_dim wide each. `norm_epsilon`: a
+  LayerNorm of this epsilon on the hidden activations before fc2 (NormFormer's; EVA-02's sub-LN, timm's
+  scale_mlp_norm)."""
 
   def __init__(
-    self, width: int, mlp_dim: int, *, dropout: float, gelu_approximate: bool, rngs: nnx.Rngs, activation: str = 'gelu'
+    self,
+    width: int,
+    mlp_dim: int,
+    *,
+    dropout: float,
+    gelu_approximate: bool,
+    rngs: nnx.Rngs,
+    activation: str = 'gelu',
+    norm_epsilon: float | None = None,
   ):
     bias_init = nnx.initializers.normal(1e-6)
     self.fc1 = nnx.Linear(width, mlp_dim, kernel_init=xavier, bias_init=bias_init, rngs=rngs)
@@ -434,6 +444,8 @@ class Mlp(nnx.Module):
     self.fc2 = nnx.Linear(mlp_dim, width, kernel_init=xavier, bias_init=bias_init, rngs=rngs)
     self.dropout = Dropout(dropout)
     self.gelu_approximate, self.activation = gelu_approximate, activation
+    if norm_epsilon is not None:
+      self.norm = nnx.LayerNorm(mlp_dim, epsilon=norm_epsilon, rngs=rngs)
 
   def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
     h = self.fc1(x)
@@ -446,7 +458,7 @@ class Mlp(nnx.Module):
     else:
       h = jax.nn.relu(h) if self.activation == 'relu' else gelu(h, self.gelu_approximate)
     h = self.dropout(h, train=train, rngs=rngs)
-    return self.fc2(h)
+    return self.fc2(self.norm(h) if hasattr(self, 'norm') else h)
 
 
 class EncoderBlock(nnx.Module):
@@ -473,6 +485,7 @@ class EncoderBlock(nnx.Module):
     attention_impl: str | None = None,
     activation: str = 'gelu',
     pattern: attention.Pattern | None = None,
+    mlp_norm: bool = False,
   ):
     self.prenorm = prenorm
     self.norm1 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
@@ -480,7 +493,15 @@ class EncoderBlock(nnx.Module):
       width, num_heads, dropout=attention_dropout, implementation=attention_impl, pattern=pattern, rngs=rngs
     )
     self.norm2 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
-    self.mlp = Mlp(width, mlp_dim, dropout=dropout, gelu_approximate=gelu_approximate, activation=activation, rngs=rngs)
+    self.mlp = Mlp(
+      width,
+      mlp_dim,
+      dropout=dropout,
+      gelu_approximate=gelu_approximate,
+      activation=activation,
+      norm_epsilon=layernorm_epsilon if mlp_norm else None,
+      rngs=rngs,
+    )
     self.dropout = Dropout(dropout)
     self.drop_path = Dropout(drop_path, per_example=True)
 
@@ -593,6 +614,7 @@ class Encoder(nnx.Module):
     attention_impl: str | None = None,
     activation: str = 'gelu',
     pattern: attention.Pattern | None = None,
+    mlp_norm: bool = False,
   ):
     self.remat, self.scan = remat, scan
     self.drop_path_rates = tuple(drop_path * i / max(depth - 1, 1) for i in range(depth))
@@ -612,6 +634,7 @@ class Encoder(nnx.Module):
         activation=activation,
         pattern=pattern,
         rngs=block_rngs,
+        **({'mlp_norm': True} if mlp_norm else {}),  # Only EncoderBlock's own MLP has one (the ViT's).
       )
 
     if scan:

@@ -85,7 +85,8 @@ def _norm(p: dict) -> dict:
 
 def _mlp_to_release(mlp: dict) -> dict:
   gate = {'Dense_gate': _dense(mlp['gate'])} if 'gate' in mlp else {}  # SwiGLU's (model.mlp): our name.
-  return {'Dense_0': _dense(mlp['fc1']), 'Dense_1': _dense(mlp['fc2'])} | gate
+  norm = {'norm': _norm(mlp['norm'])} if 'norm' in mlp else {}  # The hidden LayerNorm (model.mlp_norm): ours.
+  return {'Dense_0': _dense(mlp['fc1']), 'Dense_1': _dense(mlp['fc2'])} | gate | norm
 
 
 def _block_to_release(b: dict, num_heads: int) -> dict:
@@ -299,7 +300,8 @@ def _unflatten_like(flat: dict[str, np.ndarray], target: dict) -> dict:
     node[leaf] = v
 
   def unmlp(m):
-    return {'fc1': m['Dense_0'], 'fc2': m['Dense_1']} | ({'gate': m['Dense_gate']} if 'Dense_gate' in m else {})
+    out = {'fc1': m['Dense_0'], 'fc2': m['Dense_1']} | ({'gate': m['Dense_gate']} if 'Dense_gate' in m else {})
+    return out | ({'norm': m['norm']} if 'norm' in m else {})
 
   params = {'embedding': t['embedding'], 'head': t['head'], 'encoder': {'blocks': {}}}
   for i, like in target['encoder']['blocks'].items():

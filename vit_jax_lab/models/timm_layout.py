@@ -64,6 +64,12 @@ EVA = (
     1e-6,
   ),
   (r'vit_[a-z_]+_patch16_dinov3(_qkvb)?', dict(rope='dinov3', rope_temperature=100.0, rope_axes='ij'), 1e-5),
+  # EVA-02 (SwiGLU, sub-LN from base up; positions on its 16 x 16 pre-training grid at any fine-tuning size).
+  (
+    r'eva02_(tiny|small|base|large)_patch14_(224|336|448)',
+    dict(rope='axial', rope_temperature=1e4, rope_axes='ij', rope_ref_grid=16),
+    1e-6,
+  ),
 )
 # Every argument of timm 1.0.31's Eva (config.json's model_args of such a folder), as MODEL_ARGS for
 # VisionTransformer: a value outside the tuple, or an argument not listed, is one line.
@@ -73,9 +79,10 @@ EVA_ARGS = {
   'rope_rotate_half': 'read',
   'norm_layer': (None,),
   'attn_type': ('eva', 'rope'),  # The same computation: fused qkv, no key bias in 'eva' (the tensors show it).
-  'qkv_fused': (True,),
+  'qkv_fused': _TENSORS,  # attn.qkv, or attn.q_proj / k_proj / v_proj (layout 'timm_eva': EVA-02 base, large).
   **dict.fromkeys(('num_kv_heads', 'rope_mrope_section'), (None,)),
-  **dict.fromkeys(('swiglu_mlp', 'scale_mlp', 'scale_attn_inner', 'qk_norm', 'use_post_norm'), (False,)),
+  **dict.fromkeys(('swiglu_mlp', 'scale_mlp'), _TENSORS),  # SwiGLU's gate, the hidden LayerNorm (mlp.norm).
+  **dict.fromkeys(('scale_attn_inner', 'qk_norm', 'use_post_norm'), (False,)),
   'attn_only_layer_scale': (False,),
   'rope_grid_offset': (0, 0.0),
   **dict.fromkeys(('img_size', 'patch_size', 'in_chans', 'num_classes', 'embed_dim', 'depth', 'mlp_ratio'), _TENSORS),
@@ -94,8 +101,11 @@ _BLOCK = {
   'norm2': 'LayerNorm_2',
   'mlp.fc1': 'MlpBlock_3/Dense_0',
   'mlp.fc2': 'MlpBlock_3/Dense_1',
+  'mlp.norm': 'MlpBlock_3/norm',  # The hidden LayerNorm (scale_mlp_norm, Eva's scale_mlp): model.mlp_norm.
   'attn.proj': 'MultiHeadDotProductAttention_1/out',
 }
+# Eva's unpacked SwiGLU (with scale_mlp: EVA-02 base and large), read only.
+_EVA_SWIGLU = {'mlp.fc1_g': 'MlpBlock_3/Dense_gate', 'mlp.fc1_x': 'MlpBlock_3/Dense_0'}
 _TOP = {
   'norm': 'Transformer/encoder_norm',
   'head': 'head',
@@ -188,7 +198,7 @@ def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[
       'patch_embed.proj.bias',
     )
   for i in sorted({int(m.group(1)) for n in tensors if (m := re.match(r'blocks\.(\d+)\.', n))}):
-    for part, out in _BLOCK.items():
+    for part, out in (_BLOCK | _EVA_SWIGLU).items():
       linears[f'blocks.{i}.{part}'] = f'Transformer/encoderblock_{i}/{out}'
     fc1 = f'blocks.{i}.mlp.fc1'
     if pair(fc1) and _packed(tensors, i):  # SwiGLU: gate and value, split (views of the file's tensor).
@@ -197,11 +207,17 @@ def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[
       out = f'Transformer/encoderblock_{i}/MlpBlock_3'
       new = {f'{out}/Dense_gate/kernel': w[:h].T, f'{out}/Dense_gate/bias': b[:h]}
       put(new | {f'{out}/Dense_0/kernel': w[h:].T, f'{out}/Dense_0/bias': b[h:]}, fc1, f'{fc1}.weight', f'{fc1}.bias')
-    qkv = f'blocks.{i}.attn.qkv'
+    qkv, out = f'blocks.{i}.attn.qkv', f'Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1'
     if f'{qkv}.weight' in tensors:
-      out = f'Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1'
       bias, names = _qkv_bias(tensors, f'blocks.{i}.attn')
       put(_qkv(tensors[f'{qkv}.weight'].T, bias, out, num_heads), qkv, f'{qkv}.weight', *names)
+    separate = [f'blocks.{i}.attn.{n}_proj' for n in 'qkv']
+    if all(f'{p}.weight' in tensors for p in separate):  # Eva's unfused projections (the key's without a bias).
+      weight = np.concatenate([tensors[f'{p}.weight'] for p in separate])
+      zeros = np.zeros(weight.shape[0] // 3, weight.dtype)
+      bias = np.concatenate([tensors[f'{p}.bias'] if f'{p}.bias' in tensors else zeros for p in separate])
+      names = [f'{p}.{w}' for p in separate for w in ('weight', 'bias') if f'{p}.{w}' in tensors]
+      put(_qkv(weight.T, bias, out, num_heads), f'blocks.{i}.attn.q_proj + k_proj + v_proj', *names)
     for j in range(2):
       for name in (f'blocks.{i}.ls{j + 1}.gamma', f'blocks.{i}.gamma_{j + 1}'):  # VisionTransformer's, Eva's.
         if name in tensors:
@@ -279,7 +295,8 @@ def _eva(config: dict[str, Any], names: set[str]) -> tuple[dict[str, Any], float
   if any(n in names for n in _EVA_ONLY) or re.match(r'(eva|vit_pe_)', architecture):
     raise ConfigError(
       f"init_from: timm {errors.foreign(architecture or 'model')} is of timm's Eva class, of which our ViT reads the "
-      'RoPE ViTs (vit_*_patch16_rope_*_224, vit_*_patch16_rope_reg*_gap_256) and DINOv3 (vit_*_patch16_dinov3*)'
+      'RoPE ViTs (vit_*_patch16_rope_*_224, vit_*_patch16_rope_reg*_gap_256), DINOv3 (vit_*_patch16_dinov3*) and '
+      'EVA-02 (eva02_*_patch14_224/336/448)'
     )
   return None
 
@@ -354,6 +371,7 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
   if rows is not None and rows not in (grid, grid + prefix):  # The input size says nothing: a square grid then.
     grid = rows if math.isqrt(rows) ** 2 == rows else rows - prefix
   rope = _rope_options(eva, args, names) if eva is not None else {}
+  swiglu = _packed(tensors, 0) or 'blocks.0.mlp.fc1_g.weight' in names
   class_token = 'cls_token' in names
   gamma = 'blocks.0.ls1.gamma' in names or 'blocks.0.gamma_1' in names
   options = dict(
@@ -372,7 +390,8 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
     reg_tokens=reg_tokens,
     layerscale=(args.get('init_values') or 1e-5) if gamma else None,
     norm_pre='norm_pre.weight' in names,
-    mlp='swiglu' if _packed(tensors, 0) else 'plain',
+    mlp='swiglu' if swiglu else 'plain',
+    mlp_norm='blocks.0.mlp.norm.weight' in names,
     fc_norm='fc_norm.weight' in names,
   )
   options |= rope
@@ -494,7 +513,12 @@ def eva_args(structure: dict[str, Any], layernorm_epsilon: float, gelu_approxima
   the RoPE-ViT's 1e-6 or DINOv3's 1e-5. What Eva does not compute is one line."""
   where = '--layout timm: timm computes the rotary ViT (its Eva class) with'
   fixed = dict(
-    distilled=False, norm_pre=False, activation='gelu', mlp='plain', posemb_prefix=structure['posemb_prefix']
+    distilled=False,
+    norm_pre=False,
+    activation='gelu',
+    mlp='plain',
+    mlp_norm=False,
+    posemb_prefix=structure['posemb_prefix'],
   )
   for key, value in fixed.items():
     if structure[key] != value:

@@ -413,6 +413,8 @@ def _refuse_image_folder(weights: hub.HubWeights, folder: dict[str, Any]) -> Non
     if folder['posemb'] != 'learn'
     else "timm's LayerNorm after the mean pool (fc_norm)"
     if folder.get('fc_norm')
+    else "a LayerNorm inside each MLP (model.mlp_norm: EVA-02's sub-LN)"
+    if folder.get('mlp_norm')
     else None
   )
   if what:

@@ -57,6 +57,7 @@ STRUCTURE = (
   'norm_pre',
   'activation',
   'mlp',
+  'mlp_norm',
   'rope',
   'rope_temperature',
   'rope_axes',
@@ -70,6 +71,7 @@ FOLDER_OPTIONS = ('gelu_approximate', 'layernorm_epsilon')
 # hub layout -> the module that reads it (vit_options, to_release, notes, POSEMB_RESIZE).
 HUB_LAYOUTS = {
   'timm_vit': timm_layout,
+  'timm_eva': timm_layout,
   'transformers_vit': transformers_layout,
   'transformers_clip': transformers_layout,
   'transformers_dinov3': transformers_layout,
@@ -193,6 +195,8 @@ class ViT(base.Model):
     mlp: the encoder blocks' MLP: 'plain' (two dense layers, `activation` between them) or 'swiglu' (SwiGLU,
       Shazeer 2020: fc2(SiLU(gate(x)) * fc1(x)), gate and fc1 mlp_dim wide; DINOv2 giant's, timm's packed
       `mlp.fc1`, transformers' `mlp.weights_in`); 'swiglu' needs activation 'gelu', which it does not use.
+    mlp_norm: a LayerNorm on each MLP's hidden activations before its last layer (EVA-02's sub-LN, timm's
+      scale_mlp / scale_mlp_norm).
     rope: rotary position embeddings in every block's self-attention (models/rope.py): None, 'axial' (RoPE-ViT,
       timm's `vit_*_rope_*`), 'mixed' (learned frequencies per block and head: RoPE-Mixed) or 'dinov3'
       (DINOv3's); beside model.posemb or with posemb='none'. Not with model.attention='linear'.
@@ -236,6 +240,7 @@ class ViT(base.Model):
     norm_pre: bool = False,
     activation: str = 'gelu',
     mlp: str = 'plain',
+    mlp_norm: bool = False,
     rope: str | None = None,
     rope_temperature: float = 100.0,
     rope_axes: str = 'xy',
@@ -266,6 +271,7 @@ class ViT(base.Model):
         norm_pre=(norm_pre, (False, True)),
         activation=(activation, ('gelu', 'quick_gelu')),
         mlp=(mlp, MLPS),
+        mlp_norm=(mlp_norm, (False, True)),
         fc_norm=(fc_norm, (False, True)),
         class_token=(class_token, (None, False, True)),
       ),
@@ -314,6 +320,7 @@ class ViT(base.Model):
       norm_pre=norm_pre,
       activation=activation,
       mlp=mlp,
+      mlp_norm=mlp_norm,
       rope=rope,
       rope_temperature=rope_temperature,
       rope_axes=rope_axes,
@@ -343,6 +350,7 @@ class ViT(base.Model):
       pattern=options.pattern(self.grid, num_global=self.num_prefix),
       block=block,
       activation='swiglu' if mlp == 'swiglu' else activation,
+      mlp_norm=mlp_norm,
       rngs=rngs,
       **options.stack(),
     )

@@ -297,6 +297,7 @@ def timm_config(model: nnx.Module, data_config: ml_collections.ConfigDict) -> di
     init_values=structure['layerscale'],
     pre_norm=structure['norm_pre'],
     act_layer=activation,
+    scale_mlp_norm=structure['mlp_norm'],
   )
   low, high = data_config.value_range
   short = data_config.resize_size
@@ -350,6 +351,7 @@ _TRANSFORMERS_FIXED = dict(
   rope=None,
   fc_norm=False,
   class_token=None,
+  mlp_norm=False,
   posemb_prefix=True,
   distilled=False,
   reg_tokens=0,

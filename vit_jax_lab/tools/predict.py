@@ -519,7 +519,7 @@ def preprocessing_of(path: str, config: dict, layout: str) -> Preprocessing:
   """The folder's preprocessing: timm's `pretrained_cfg` (input_size, crop_pct, crop_mode, interpolation, mean,
   std) or transformers' preprocessor_config.json (size, crop, resample, rescale, image_mean, image_std; ViViT's
   offset, on by default as in VivitImageProcessor)."""
-  if layout == 'timm_vit':
+  if layout in ('timm_vit', 'timm_eva'):
     cfg = config.get('pretrained_cfg') or {}
     height, width = cfg.get('input_size', [3, 224, 224])[1:]
     crop_pct, mode = cfg.get('crop_pct') or 0.875, cfg.get('crop_mode', 'center')  # None or 0: timm's default.

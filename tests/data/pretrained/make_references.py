@@ -80,6 +80,10 @@ ROWS = {
   # DINOv3: centred coordinates, rotate-half pairs, class token and 4 registers, LayerNorm epsilon 1e-5; timm's
   # default pool is the patch tokens' mean beside the class token.
   'dinov3': ('vit_small_patch16_dinov3.lvd1689m', dict(img_size=32, patch_size=8, num_classes=10)),
+  # EVA-02: SwiGLU (tiny: packed in mlp.fc1; base: mlp.fc1_g / fc1_x with the sub-LN mlp.norm), positions on the 16 x
+  # 16 pre-training grid, a class token beside the mean pool and fc_norm, q and v biases.
+  'eva02_tiny': ('eva02_tiny_patch14_224.mim_in22k', dict(img_size=28, patch_size=7, num_classes=10)),
+  'eva02_base': ('eva02_base_patch14_448.mim_in22k_ft_in22k_in1k', dict(img_size=28, patch_size=7, num_classes=10)),
 }
 # transformers rows: (model class, its config class, image processor class, config overrides).
 HF_SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
@@ -149,7 +153,15 @@ HF_VIDEO_ROWS = {
   ),
 }
 # row -> another image size: the same weights loaded by timm's own filter (bicubic position-embedding resampling).
-RESIZED = {'vit': 48, 'dinov2_reg4': 56, 'rope_axial': 48, 'rope_mixed_ape': 48, 'rope_sbb': 48, 'dinov3': 48}
+RESIZED = {
+  'vit': 48,
+  'dinov2_reg4': 56,
+  'rope_axial': 48,
+  'rope_mixed_ape': 48,
+  'rope_sbb': 48,
+  'dinov3': 48,
+  'eva02_base': 42,
+}
 # transformers row -> another image size, the same model run on it: DINOv2 resamples its position embeddings itself
 # (bicubic, antialiased), ViT when asked (interpolate_pos_encoding; bicubic without antialiasing).
 HF_RESIZED = {'hf_dinov2_reg': 56, 'hf_vit_model': 48, 'hf_dinov3': 48}
@@ -166,6 +178,8 @@ LATER = {
   'dinov3': 38,
   'hf_dinov3': 39,
   'hf_dinov3_gated': 40,
+  'eva02_tiny': 41,
+  'eva02_base': 42,
 }
 
 
