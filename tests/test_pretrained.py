@@ -58,6 +58,8 @@ HF_ROWS = {
   # DINOv3ViTModel: rotary positions (model.rope='dinov3'), registers, LayerScale; and its gated (SiLU) MLP.
   'hf_dinov3': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],
   'hf_dinov3_gated': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],
+  # Siglip2VisionModel (NaFlex) at its table's own grid: a Linear on patches (our patch kernel), SigLIP's MAP head.
+  'hf_siglip2': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],
 }
 
 
@@ -540,18 +542,22 @@ def test_quick_gelu_and_norm_pre_change_the_function():
   assert max_difference(model(ref['images']), ref['logits']) > 1e-3
 
 
-@pytest.mark.parametrize('row', ['hf_dinov2_reg', 'hf_vit_model', 'hf_dinov3'])
+@pytest.mark.parametrize('row', ['hf_dinov2_reg', 'hf_vit_model', 'hf_dinov3', 'hf_siglip2'])
 def test_transformers_resampling_at_another_image_size(row):
   """DINOv2 resamples its position embeddings bicubic, antialiased: ours equal. transformers' ViT
   (interpolate_pos_encoding) resamples bicubic without antialiasing, PyTorch's a=-0.75 kernel: close, not equal.
-  DINOv3 has no table: its rotary positions are those of the larger grid, ours too."""
+  DINOv3 has no table: its rotary positions are those of the larger grid, ours too. SigLIP 2 resizes its table
+  bilinear, antialiased: ours equal."""
   ref = np.load(os.path.join(DATA, row, 'reference.npz'))
   images = ref['resized_images']
   model, notes, _, _ = folder_model(row, input_shape=images.shape[1:])
   difference = max_difference(model.features(images), ref['resized_pooler_output'])
   print(f'{row} at {images.shape[1]}: max |ours - transformers| {difference:.2e}')
   assert difference < (1e-3 if row == 'hf_vit_model' else 1e-5)
-  assert any("as transformers' DINOv2 interpolates" in n for n in notes) == (row != 'hf_dinov3')
+  says = {'hf_dinov3': None, 'hf_siglip2': "as transformers' SigLIP 2 resizes"}.get(
+    row, "as transformers' DINOv2 interpolates"
+  )
+  assert any(says in n for n in notes) if says else not any('resampled' in n for n in notes)
 
 
 def test_a_transformers_4_folder_and_a_whole_clip_model_read_their_image_tower(tmp_path):

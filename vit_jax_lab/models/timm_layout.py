@@ -439,6 +439,11 @@ def _refuse_unread(config: dict[str, Any], names: set[str], eva: bool) -> None:
     )
 
 
+def posemb_resize(config: dict[str, Any]) -> tuple[str, str]:
+  """How timm resamples the folder's position embeddings to another grid (method, why), for release.from_release."""
+  return POSEMB_RESIZE
+
+
 def notes(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> list[str]:
   """What the load notes first: the architecture read."""
   return [f'timm {errors.foreign(config.get("architecture", "ViT"))} read from its safetensors']

@@ -367,7 +367,7 @@ class Tracker(base.Model):
     mismatch = layers.first_mismatch(loaded['encoder'], ours['encoder'], ('image ViT', 'tracker'))
     assert mismatch is None, mismatch  # The structure check above makes them alike.
     grid_pos = loaded['pos_embedding'][:, image.posemb_prefix_rows :]
-    method, how = layout.POSEMB_RESIZE
+    method, how = layout.posemb_resize(weights.config)
     template_pos, search_pos = (
       release.resample_posemb(grid_pos, grid, class_token_row=False, method=method)
       for grid in (self.template_grid, self.search_grid)

@@ -3,7 +3,9 @@
 
 Three layouts (hub.LAYOUTS): 'transformers_vit', `ViTModel` / `ViTForImageClassification` / `Dinov2Model` /
 `Dinov2WithRegistersModel` (separate query / key / value Linears under `encoder.layer.N.attention.attention`), and
-'transformers_clip', `CLIPVisionModel` / `CLIPVisionModelWithProjection` / `SiglipVisionModel` (`q_proj`, `k_proj`,
+'transformers_clip', `CLIPVisionModel` / `CLIPVisionModelWithProjection` / `SiglipVisionModel` / `Siglip2VisionModel`
+(SigLIP 2's Linear on patches cut row, column, channel is our patch kernel; its square table of `num_patches`
+positions is resized bilinear, antialiased, as it does for each image) (`q_proj`, `k_proj`,
 `v_proj` under `encoder.layers.N.self_attn`), and 'transformers_dinov3', `DINOv3ViTModel` (`q_proj`, `k_proj`,
 `v_proj`, `o_proj` under `layer.N.attention`; rotary positions, model.rope='dinov3'; no key bias, or none at all:
 zeros, the same function; its gated MLP `gate_proj` / `up_proj` / `down_proj` with SiLU, model.mlp='swiglu').
@@ -28,6 +30,7 @@ average pool. `vivit_options` gives the ViViT keys of such a folder.
 ViViT model 1 as `VivitForVideoClassification` or, with VideoMAE's options, `VideoMAEForVideoClassification`.
 """
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -44,6 +47,8 @@ POSEMB_RESIZE = (
   "'bicubic', antialiased, as transformers' DINOv2 interpolates (its ViT, CLIP and SigLIP: without antialiasing, "
   'slightly different; not model.posemb_resize)',
 )
+# SigLIP 2 resizes its table to each image's patch grid bilinear, antialiased (as jax.image.resize's bilinear).
+SIGLIP2_RESIZE = ('bilinear', "'bilinear', antialiased, as transformers' SigLIP 2 resizes (not model.posemb_resize)")
 # model_type (of the image tower) -> the defaults of its config class, for a config.json that leaves them out.
 MODEL_TYPES = {
   'vit': dict(hidden_act='gelu', layer_norm_eps=1e-12),
@@ -51,10 +56,11 @@ MODEL_TYPES = {
   'dinov2_with_registers': dict(hidden_act='gelu', layer_norm_eps=1e-6),
   'clip_vision_model': dict(hidden_act='quick_gelu', layer_norm_eps=1e-5),
   'siglip_vision_model': dict(hidden_act='gelu_pytorch_tanh', layer_norm_eps=1e-6),
+  'siglip2_vision_model': dict(hidden_act='gelu_pytorch_tanh', layer_norm_eps=1e-6, num_patches=256),
   'dinov3_vit': dict(hidden_act='gelu', layer_norm_eps=1e-5, rope_theta=100.0, layerscale_value=1.0),
 }
 # Whole two-tower models: their image tower's model_type; the text tower's tensors are left out.
-TWO_TOWERS = {'clip': 'clip_vision_model', 'siglip': 'siglip_vision_model'}
+TWO_TOWERS = {'clip': 'clip_vision_model', 'siglip': 'siglip_vision_model', 'siglip2': 'siglip2_vision_model'}
 _TEXT = ('text_model.', 'text_projection.', 'logit_scale', 'logit_bias')
 # transformers' hidden_act -> our (activation, gelu_approximate).
 ACTIVATIONS = {
@@ -152,10 +158,24 @@ def _shape(tensors: Any, name: str) -> tuple[int, ...]:
   return tensors.shape(name) if hasattr(tensors, 'shape') else tuple(np.shape(tensors[name]))
 
 
+def _square(inputs: int, channels: int) -> bool:
+  """Whether a patch Linear of `inputs` features can be square patches of `channels` channels."""
+  return inputs % channels == 0 and math.isqrt(inputs // channels) ** 2 == inputs // channels
+
+
+def posemb_resize(config: dict[str, Any]) -> tuple[str, str]:
+  """How the folder's library resamples its position embeddings to another grid (method, why)."""
+  model_type = config.get('model_type')
+  return SIGLIP2_RESIZE if model_type in ('siglip2', 'siglip2_vision_model') else POSEMB_RESIZE
+
+
 def _convert(out: str, weight: np.ndarray, bias: np.ndarray | None, num_heads: int) -> dict[str, np.ndarray]:
   """One Linear, LayerNorm or the patch convolution under the release name `out`."""
   if bias is None:  # CLIP's patch embedding and projection have none: a zero one is the same function.
     bias = np.zeros(weight.shape[0], weight.dtype)
+  if out == 'embedding' and weight.ndim == 2:  # SigLIP 2's Linear on patches cut (row, column, channel).
+    side = next(math.isqrt(weight.shape[1] // c) for c in (3, 1, 4) if _square(weight.shape[1], c))
+    return {'embedding/kernel': weight.T.reshape(side, side, -1, weight.shape[0]), 'embedding/bias': bias}
   if out == 'embedding':  # A Conv2d (out, in, h, w) or a video's Conv3d (out, in, time, h, w).
     return {'embedding/kernel': weight.transpose(*range(2, weight.ndim), 1, 0), 'embedding/bias': bias}
   if weight.ndim == 1:  # A LayerNorm.
@@ -283,8 +303,22 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
     return _shape(tensors, names[short])
 
   patch_name = next(p for p in _PATCH if p in names)
-  width, channels, patch, _ = shape(patch_name)
-  height, wide = _sizes(config, config.get('image_size', 224))
+  if len(shape(patch_name)) == 2:  # SigLIP 2: a Linear on patches, a square table of num_patches positions.
+    width, channels, patch = shape(patch_name)[0], config.get('num_channels', 3), config['patch_size']
+    errors.positive_ints('init_from: the transformers config.json', {'num_patches': config['num_patches']})
+    side = math.isqrt(config['num_patches']) * patch
+    if (
+      shape(patch_name)[1] != channels * patch * patch
+      or math.isqrt(config['num_patches']) ** 2 != config['num_patches']
+    ):
+      raise ConfigError(
+        f"init_from: SigLIP 2's patch embedding takes {shape(patch_name)[1]} features, not {channels} channels of "
+        f'{patch} x {patch} patches, or num_patches={config["num_patches"]} is not a square grid'
+      )
+    height, wide = _sizes(config, side)
+  else:
+    width, channels, patch, _ = shape(patch_name)
+    height, wide = _sizes(config, config.get('image_size', 224))
   act = config['hidden_act']
   dinov3 = config.get('model_type') == 'dinov3_vit'
   swiglu = any(f'encoder.layer.0.mlp.{m}.weight' in names for m in ('weights_in', 'gate_proj'))

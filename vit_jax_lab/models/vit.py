@@ -68,7 +68,7 @@ STRUCTURE = (
 MLPS = ('plain', 'swiglu')
 # The encoder options a pretrained folder computes with (ViT.pretrained_config fills them when left at default).
 FOLDER_OPTIONS = ('gelu_approximate', 'layernorm_epsilon')
-# hub layout -> the module that reads it (vit_options, to_release, notes, POSEMB_RESIZE).
+# hub layout -> the module that reads it (vit_options, to_release, notes, posemb_resize).
 HUB_LAYOUTS = {
   'timm_vit': timm_layout,
   'timm_eva': timm_layout,
@@ -494,7 +494,9 @@ class ViT(base.Model):
     if options != theirs:
       notes.append(f"the folder's model computes with {theirs}; this model has {options}: its outputs differ")
     flat, origin = layout.to_release(weights.tensors, self.num_heads)
-    loaded, adapted = release.from_release(flat, self, params, posemb_resize=layout.POSEMB_RESIZE, origin=origin)
+    loaded, adapted = release.from_release(
+      flat, self, params, posemb_resize=layout.posemb_resize(weights.config), origin=origin
+    )
     # A folder saved in bfloat16 or float16 trains in the model's own dtype: cast (copied) tensor by tensor.
     cast = {str(a.dtype) for a, p in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)) if a.dtype != p.dtype}
     if cast:

@@ -161,6 +161,7 @@ RESIZED = {
   'rope_sbb': 48,
   'dinov3': 48,
   'eva02_base': 42,
+  'hf_siglip2': 43,
 }
 # transformers row -> another image size, the same model run on it: DINOv2 resamples its position embeddings itself
 # (bicubic, antialiased), ViT when asked (interpolate_pos_encoding; bicubic without antialiasing).
@@ -180,6 +181,7 @@ LATER = {
   'hf_dinov3_gated': 40,
   'eva02_tiny': 41,
   'eva02_base': 42,
+  'hf_siglip2': 43,
 }
 
 
@@ -240,6 +242,47 @@ def transformers_row(out: str, row: str, seed: int) -> None:
     **ref,
   )
   print(row, model_class, {k: v.shape for k, v in ref.items()})
+
+
+# SigLIP 2's image tower (NaFlex): a Linear on pre-cut patches (row, column, channel order, as its image processor
+# cuts them) and a 4 x 4 position table resized to each image's patch grid (bilinear, antialiased).
+SIGLIP2_ROWS = {'hf_siglip2': dict(intermediate_size=64, patch_size=8, num_patches=16)}
+SIGLIP2_RESIZED = {'hf_siglip2': 48}
+
+
+def siglip2_row(out: str, row: str, seed: int) -> None:
+  config = transformers.Siglip2VisionConfig(**(HF_SMALL | SIGLIP2_ROWS[row]))
+  model = transformers.Siglip2VisionModel(config).eval()
+  randomise(model, seed)
+  folder = os.path.join(out, row)
+  model.save_pretrained(folder, safe_serialization=True)
+
+  def run(images):
+    n, size, p = len(images), images.shape[1], config.patch_size
+    g = size // p
+    patches = images.reshape(n, g, p, g, p, 3).transpose(0, 1, 3, 2, 4, 5).reshape(n, g * g, p * p * 3)
+    with torch.no_grad():
+      return model(
+        pixel_values=torch.from_numpy(patches),
+        pixel_attention_mask=torch.ones(n, g * g, dtype=torch.long),
+        spatial_shapes=torch.tensor([[g, g]] * n),
+      )
+
+  images = np.random.RandomState(seed).randn(2, 32, 32, 3).astype(np.float32)
+  result = run(images)
+  ref = {'last_hidden_state': result.last_hidden_state.numpy(), 'pooler_output': result.pooler_output.numpy()}
+  big = SIGLIP2_RESIZED[row]
+  ref['resized_images'] = np.random.RandomState(seed).randn(2, big, big, 3).astype(np.float32)
+  ref['resized_pooler_output'] = run(ref['resized_images']).pooler_output.numpy()
+  np.savez_compressed(
+    os.path.join(folder, 'reference.npz'),
+    torch=torch.__version__,
+    transformers=transformers.__version__,
+    name='Siglip2VisionModel',
+    images=images,
+    **ref,
+  )
+  print(row, {k: v.shape for k, v in ref.items()})
 
 
 def transformers_video_row(out: str, row: str, seed: int) -> None:
@@ -402,6 +445,9 @@ def main(out: str, only: list[str]) -> None:
   for row in HF_VIDEO_ROWS:
     if not only or row in only:
       transformers_video_row(out, row, seed_of(row))
+  for row in SIGLIP2_ROWS:
+    if not only or row in only:
+      siglip2_row(out, row, seed_of(row))
   for row, (name, overrides) in ROWS.items():
     if only and row not in only:
       continue
