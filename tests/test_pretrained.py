@@ -41,6 +41,7 @@ ROWS = {
   'dinov3': 'vit_small_patch16_dinov3 (centred rotate-half RoPE, class token + 4 registers, mean pool, eps 1e-5)',
   'eva02_tiny': 'eva02_tiny_patch14_224 (SwiGLU packed in mlp.fc1, positions on a 16-patch grid, mean pool + fc_norm)',
   'eva02_base': 'eva02_base_patch14_448 (q/k/v_proj, SwiGLU fc1_g / fc1_x with the sub-LN mlp.norm)',
+  'pe_core': 'vit_pe_core_tiny_patch16_384 (norm_pre, 8-head attention pool over every token, RoPE offset 1)',
 }
 # transformers row -> the outputs compared: (ours, theirs).
 HF_ROWS = {
@@ -202,7 +203,7 @@ def test_an_eva_folder_with_a_final_norm_before_and_after_the_pool_is_refused():
 
 
 @pytest.mark.parametrize(
-  'row', ['vit', 'dinov2_reg4', 'rope_axial', 'rope_mixed_ape', 'rope_sbb', 'dinov3', 'eva02_base']
+  'row', ['vit', 'dinov2_reg4', 'rope_axial', 'rope_mixed_ape', 'rope_sbb', 'dinov3', 'eva02_base', 'pe_core']
 )
 def test_another_image_size_resamples_bicubic_as_timm(row):
   """timm's own model at the larger size, loading the same state dict (its checkpoint_filter_fn resamples): the

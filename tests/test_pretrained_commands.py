@@ -171,6 +171,16 @@ EXPORTED = {
   'rope_ref_grid': dict(
     rope='axial', rope_temperature=1e4, rope_axes='ij', rope_ref_grid=16, posemb='none', pool='map', layerscale=0.3
   ),
+  'rope_map_prefix': dict(  # Perception Encoder's pool: over every token, heads and MLP of its own; RoPE offset.
+    rope='axial',
+    rope_offset=1.0,
+    pool='map',
+    class_token=True,
+    map_prefix=True,
+    map_heads=2,
+    map_mlp_dim=48,
+    layerscale=0.1,
+  ),
   'rope_dinov3': dict(
     rope='dinov3',
     rope_axes='ij',

@@ -23,7 +23,9 @@ def test_scores_depend_on_the_positions_difference_alone(kind):
   """The same query and key at every patch: a score is a function of the two patches' offset, whatever kind; the
   leading (class) token is not turned."""
   head_dim = 8
-  model = rope.Rope(kind, GRID, 2, 1, head_dim, temperature=10.0, axes='ij', ref_grid=None, skip=1, rngs=nnx.Rngs(0))
+  model = rope.Rope(
+    kind, GRID, 2, 1, head_dim, temperature=10.0, axes='ij', ref_grid=None, offset=1.5, skip=1, rngs=nnx.Rngs(0)
+  )
   rotary = model()
   n = GRID[0] * GRID[1]
   q = jnp.broadcast_to(jax.random.normal(jax.random.key(1), (head_dim,)), (1, n + 1, 1, head_dim))
@@ -97,6 +99,9 @@ def test_rope_is_applied_alike_in_scanned_and_local_attention():
     (dict(rope='axial', rope_axes='yx'), "model.rope_axes='yx' is not one of 'xy', 'ij'"),
     (dict(rope='axial', rope_ref_grid=0), 'model.rope_ref_grid=0 must be a positive integer'),
     (dict(rope='axial', rope_temperature=-1.0), 'model.rope_temperature=-1.0 must be a positive number'),
+    (dict(rope='axial', rope_offset='one'), "model.rope_offset='one' must be a number"),
+    (dict(map_heads=2), 'model.map_heads, model.map_mlp_dim and model.map_prefix set the attention pool: they need'),
+    (dict(pool='map', map_heads=0), 'model.map_heads=0 must be a positive integer or None'),
     (dict(fc_norm=True), "model.fc_norm=True normalises the average pool: it needs model.pool='gap'"),
     (dict(class_token=False), "model.class_token=False, but model.pool='tok' reads the class token"),
   ],

@@ -29,8 +29,10 @@ KINDS = ('axial', 'mixed', 'dinov3')
 AXES = ('xy', 'ij')
 
 
-def check(kind: str | None, head_dim: int, temperature: float, axes: str, ref_grid: int | None) -> None:
+def check(kind: str | None, head_dim: int, temperature: float, axes: str, ref_grid: int | None, offset: float) -> None:
   """The rope keys of a model, each mistake one line."""
+  if isinstance(offset, bool) or not isinstance(offset, (int, float)):
+    raise ConfigError(f'model.rope_offset={offset!r} must be a number')
   if kind is None:
     return
   if kind not in KINDS:
@@ -48,15 +50,17 @@ def check(kind: str | None, head_dim: int, temperature: float, axes: str, ref_gr
     raise ConfigError(f'model.rope_ref_grid={ref_grid!r} must be a positive integer (patches per side) or None')
 
 
-def coordinates(grid: tuple[int, int], kind: str, axes: str, ref_grid: int | None) -> np.ndarray:
+def coordinates(grid: tuple[int, int], kind: str, axes: str, ref_grid: int | None, offset: float = 0.0) -> np.ndarray:
   """(tokens, 2) float32 coordinates of the patches in row-major order: (column, row) for 'xy', (row, column) for
-  'ij'."""
+  'ij'; `offset` added to every index first (timm's rope_grid_offset). The turned patches' scores with the unturned
+  class and register tokens see these absolute positions, so the offset matters where there are such tokens."""
   sides = grid[::-1] if axes == 'xy' else grid
+  shift = np.float32(offset)
   if kind == 'dinov3':
-    ticks = [(np.arange(s, dtype=np.float32) + np.float32(0.5)) / np.float32(s) for s in sides]
+    ticks = [(np.arange(s, dtype=np.float32) + np.float32(0.5) + shift) / np.float32(s) for s in sides]
     ticks = [np.float32(2) * t - np.float32(1) for t in ticks]
   else:
-    ticks = [np.arange(s, dtype=np.float32) for s in sides]
+    ticks = [np.arange(s, dtype=np.float32) + shift for s in sides]
     if ref_grid is not None:
       ticks = [t / np.float32(s) * np.float32(ref_grid) for t, s in zip(ticks, sides)]
   mesh = np.meshgrid(*ticks, indexing=axes)  # Each (rows, columns).
@@ -64,13 +68,19 @@ def coordinates(grid: tuple[int, int], kind: str, axes: str, ref_grid: int | Non
 
 
 def axial_angles(
-  grid: tuple[int, int], head_dim: int, kind: str, temperature: float, axes: str, ref_grid: int | None
+  grid: tuple[int, int],
+  head_dim: int,
+  kind: str,
+  temperature: float,
+  axes: str,
+  ref_grid: int | None,
+  offset: float = 0.0,
 ) -> np.ndarray:
   """(tokens, 1, head_dim / 2) float32 angles of 'axial' or 'dinov3': the first coordinate's pairs, then the
   second's."""
   n = head_dim // 4
   bands = np.float32(1) / np.float32(temperature) ** (np.arange(n, dtype=np.float32) / np.float32(n))
-  coords = coordinates(grid, kind, axes, ref_grid)
+  coords = coordinates(grid, kind, axes, ref_grid, offset)
   angles = (coords[:, :, None] * bands).reshape(len(coords), 1, 2 * n)
   return angles * np.float32(2 * math.pi) if kind == 'dinov3' else angles
 
@@ -124,15 +134,16 @@ class Rope(nnx.Module):
     temperature: float,
     axes: str,
     ref_grid: int | None,
+    offset: float,
     skip: int,
     rngs: nnx.Rngs,
   ):
     self.kind, self.skip = kind, skip
     if kind == 'mixed':
-      self.coords = coordinates(grid, kind, axes, None)
+      self.coords = coordinates(grid, kind, axes, None, offset)
       self.freqs = nnx.Param(mixed_init(rngs.params(), depth, num_heads, head_dim, temperature))
     else:
-      self.angles = axial_angles(grid, head_dim, kind, temperature, axes, ref_grid)
+      self.angles = axial_angles(grid, head_dim, kind, temperature, axes, ref_grid, offset)
 
   def __call__(self) -> Rotary:
     if self.kind == 'mixed':

@@ -56,6 +56,7 @@ MODEL_ARGS = {
 # timm 1.0.31's Eva-class ViTs (timm/models/eva.py) that our ViT computes, by architecture: the rotary embedding
 # (model.rope, rope_temperature, rope_axes, rope_ref_grid) and LayerNorm epsilon their definitions build in, which
 # config.json does not repeat. A folder's `rope.freqs` makes an axial row 'mixed' (RoPE-Mixed's learned frequencies).
+_NAMED_GRID = 'size / patch'  # An EVA row's rope_ref_grid: the architecture name's image size over its patch.
 EVA = (
   (r'vit_[a-z]+_patch16_rope_(mixed_)?(ape_)?224', dict(rope='axial', rope_temperature=100.0, rope_axes='xy'), 1e-6),
   (
@@ -64,6 +65,13 @@ EVA = (
     1e-6,
   ),
   (r'vit_[a-z_]+_patch16_dinov3(_qkvb)?', dict(rope='dinov3', rope_temperature=100.0, rope_axes='ij'), 1e-5),
+  # Perception Encoder (PE core): a CLIP image tower (norm_pre, an attention pool of 8 heads, its head a projection),
+  # positions on the grid of its architecture's own size (ref_feat_shape: 384 / 16 = 24 for tiny).
+  (
+    r'vit_pe_core_[a-z]+_patch(?P<patch>\d+)_(?P<size>\d+)',
+    dict(rope='axial', rope_temperature=1e4, rope_axes='xy', rope_ref_grid=_NAMED_GRID, rope_offset=1.0, map_heads=8),
+    1e-5,
+  ),
   # EVA-02 (SwiGLU, sub-LN from base up; positions on its 16 x 16 pre-training grid at any fine-tuning size).
   (
     r'eva02_(tiny|small|base|large)_patch14_(224|336|448)',
@@ -84,11 +92,11 @@ EVA_ARGS = {
   **dict.fromkeys(('swiglu_mlp', 'scale_mlp'), _TENSORS),  # SwiGLU's gate, the hidden LayerNorm (mlp.norm).
   **dict.fromkeys(('scale_attn_inner', 'qk_norm', 'use_post_norm'), (False,)),
   'attn_only_layer_scale': (False,),
-  'rope_grid_offset': (0, 0.0),
+  'rope_grid_offset': 'read',
   **dict.fromkeys(('img_size', 'patch_size', 'in_chans', 'num_classes', 'embed_dim', 'depth', 'mlp_ratio'), _TENSORS),
   **dict.fromkeys(('qkv_bias', 'num_reg_tokens', 'no_embed_class', 'use_abs_pos_emb'), _TENSORS),
   **dict.fromkeys(('use_pre_transformer_norm', 'use_post_transformer_norm'), _TENSORS),
-  'attn_pool_num_heads': (None,),  # The MAP head's heads are the encoder's: another count is not in the shapes.
+  'attn_pool_num_heads': 'read',  # model.map_heads: not in the shapes.
   **dict.fromkeys(('attn_pool_mlp_ratio', 'swiglu_align_to'), _TENSORS),
   **dict.fromkeys(('drop_rate', 'pos_drop_rate', 'patch_drop_rate', 'proj_drop_rate', 'attn_drop_rate'), _NEUTRAL),
   **dict.fromkeys(('drop_path_rate', 'dynamic_img_size', 'dynamic_img_pad', 'head_init_scale'), _NEUTRAL),
@@ -279,7 +287,9 @@ def clip_projection(config: dict[str, Any]) -> bool:
   `*_clip_*` architecture whose pretrained tag was not fine-tuned (`openai`, `laion2b`, but not
   `laion2b_ft_in12k_in1k`, timm's ImageNet classifiers made from CLIP towers)."""
   tag = str((config.get('pretrained_cfg') or {}).get('tag', ''))
-  return '_clip_' in str(config.get('architecture', '')) and not re.search(r'(^|_)ft(_|$)', tag)
+  architecture = str(config.get('architecture', ''))
+  clip = '_clip_' in architecture or architecture.startswith('vit_pe_core_')  # Perception Encoder is a CLIP.
+  return clip and not re.search(r'(^|_)ft(_|$)', tag)
 
 
 _EVA_ONLY = ('rope.freqs', 'blocks.0.gamma_1', 'blocks.0.attn.q_bias')
@@ -290,20 +300,27 @@ def _eva(config: dict[str, Any], names: set[str]) -> tuple[dict[str, Any], float
   a VisionTransformer; an Eva architecture not in EVA is one line."""
   architecture = str(config.get('architecture', '')).split('.')[0]
   for pattern, rope, epsilon in EVA:
-    if re.fullmatch(pattern, architecture):
+    if match := re.fullmatch(pattern, architecture):
+      if rope.get('rope_ref_grid') == _NAMED_GRID:
+        rope = rope | dict(rope_ref_grid=int(match['size']) // int(match['patch']))
       return rope, epsilon
   if any(n in names for n in _EVA_ONLY) or re.match(r'(eva|vit_pe_)', architecture):
     raise ConfigError(
       f"init_from: timm {errors.foreign(architecture or 'model')} is of timm's Eva class, of which our ViT reads the "
-      'RoPE ViTs (vit_*_patch16_rope_*_224, vit_*_patch16_rope_reg*_gap_256), DINOv3 (vit_*_patch16_dinov3*) and '
-      'EVA-02 (eva02_*_patch14_224/336/448)'
+      'RoPE ViTs (vit_*_patch16_rope_*_224, vit_*_patch16_rope_reg*_gap_256), DINOv3 (vit_*_patch16_dinov3*), '
+      'EVA-02 (eva02_*_patch14_224/336/448) and PE core (vit_pe_core_*)'
     )
   return None
 
 
 def _rope_options(eva: tuple[dict[str, Any], float], args: dict[str, Any], names: set[str]) -> dict[str, Any]:
   """model.rope and its keys of an Eva folder: its architecture's, as its model_args change them."""
-  options = dict(rope=None, rope_temperature=100.0, rope_axes='xy', rope_ref_grid=None) | eva[0]
+  options = dict(rope=None, rope_temperature=100.0, rope_axes='xy', rope_ref_grid=None, rope_offset=0.0)
+  options = options | dict(map_heads=None) | eva[0]
+  if 'rope_grid_offset' in args:
+    options['rope_offset'] = float(args['rope_grid_offset'])
+  if args.get('attn_pool_num_heads') is not None:
+    options['map_heads'] = args['attn_pool_num_heads']
   where = 'init_from: the config.json of timm'
   if args.get('use_rot_pos_emb', True) is False:
     return options | dict(rope=None)
@@ -393,8 +410,14 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
     mlp='swiglu' if swiglu else 'plain',
     mlp_norm='blocks.0.mlp.norm.weight' in names,
     fc_norm='fc_norm.weight' in names,
+    map_mlp_dim=None,
+    map_prefix=eva is not None and pool == 'map' and prefix > 0,  # Eva's pool attends over every token.
   )
+  if 'attn_pool.mlp.fc1.weight' in names and _shape(tensors, 'attn_pool.mlp.fc1.weight')[0] != options['mlp_dim']:
+    options['map_mlp_dim'] = _shape(tensors, 'attn_pool.mlp.fc1.weight')[0]
   options |= rope
+  if options.get('map_heads') == num_heads:  # The same as model.map_heads=None.
+    options['map_heads'] = None
   if eva is not None:
     return options | timm_options(config) | dict(layernorm_epsilon=eva[1])
   return options | timm_options(config)
@@ -554,6 +577,7 @@ def eva_args(structure: dict[str, Any], layernorm_epsilon: float, gelu_approxima
     rope_temperature=structure['rope_temperature'],
     rope_grid_indexing=structure['rope_axes'],
     rope_rotate_half=rope == 'dinov3',
+    rope_grid_offset=structure['rope_offset'],
     ref_feat_shape=None if structure['rope_ref_grid'] is None else [structure['rope_ref_grid']] * 2,
     # Both architectures set init_values, and timm drops a None argument: no LayerScale is written as unit gammas.
     init_values=structure['layerscale'] or 1.0,
@@ -565,6 +589,15 @@ def eva_args(structure: dict[str, Any], layernorm_epsilon: float, gelu_approxima
   )
   if rope == 'mixed':  # RoPE-Mixed takes no reference grid.
     del args['ref_feat_shape']
+  prefix = int(class_token) + structure['reg_tokens']
+  if structure['pool'] == 'map' and prefix and not structure['map_prefix']:
+    raise ConfigError(
+      f'{where} an attention pool over every token, the {prefix} before the patches too: this model '
+      'has model.map_prefix=False'
+    )
+  if structure['pool'] == 'map':
+    args['attn_pool_num_heads'] = structure['map_heads'] or structure['num_heads']
+    args['attn_pool_mlp_ratio'] = (structure['map_mlp_dim'] or structure['mlp_dim']) / structure['width']
   return architectures[layernorm_epsilon], args
 
 

@@ -62,7 +62,11 @@ STRUCTURE = (
   'rope_temperature',
   'rope_axes',
   'rope_ref_grid',
+  'rope_offset',
   'fc_norm',
+  'map_heads',
+  'map_mlp_dim',
+  'map_prefix',
 )
 # model.mlp: the encoder blocks' MLP.
 MLPS = ('plain', 'swiglu')
@@ -206,8 +210,14 @@ class ViT(base.Model):
       'ij' the row (timm's SBB ViTs, DINOv3).
     rope_ref_grid: 'axial' positions rescaled so that the model's grid spans this many patches per side (EVA's
       ref_feat_shape: a model fine-tuned at another size keeps its pre-training positions); None: patch indices.
+    rope_offset: added to every patch index before the angles (timm's rope_grid_offset; Perception Encoder: 1):
+      the class and register tokens, not turned, see the patches' absolute positions.
     fc_norm: with pool='gap', a LayerNorm on the pooled tokens in place of the encoder's final one (timm's
       fc_norm: its SBB and EVA ViTs).
+    map_heads: the 'map' pool's attention heads; None: num_heads (Perception Encoder's pool has 8 of its own).
+    map_mlp_dim: the 'map' pool's MLP width; None: mlp_dim.
+    map_prefix: the 'map' pool attends over the class and register tokens too, not the patch tokens alone (timm's
+      Eva: Perception Encoder).
     encoder: the encoder options, as keywords: layers.EncoderOptions (dropout, drop_path, attention kind, remat,
       scan, ...).
   """
@@ -245,7 +255,11 @@ class ViT(base.Model):
     rope_temperature: float = 100.0,
     rope_axes: str = 'xy',
     rope_ref_grid: int | None = None,
+    rope_offset: float = 0.0,
     fc_norm: bool = False,
+    map_heads: int | None = None,
+    map_mlp_dim: int | None = None,
+    map_prefix: bool = False,
     rngs: nnx.Rngs,
     **encoder: Any,
   ):
@@ -273,14 +287,23 @@ class ViT(base.Model):
         mlp=(mlp, MLPS),
         mlp_norm=(mlp_norm, (False, True)),
         fc_norm=(fc_norm, (False, True)),
+        map_prefix=(map_prefix, (False, True)),
         class_token=(class_token, (None, False, True)),
       ),
       {},
     )
     check_mlp(mlp, activation)
-    rotary_embeddings.check(rope, dims['width'] // dims['num_heads'], rope_temperature, rope_axes, rope_ref_grid)
+    head_dim = dims['width'] // dims['num_heads']
+    rotary_embeddings.check(rope, head_dim, rope_temperature, rope_axes, rope_ref_grid, rope_offset)
     if class_token is False and pool in ('tok', 'tok_gap'):
       raise ConfigError(f'model.class_token=False, but model.pool={pool!r} reads the class token: leave it None')
+    for key, value in dict(map_heads=map_heads, map_mlp_dim=map_mlp_dim).items():
+      if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+        raise ConfigError(f'model.{key}={value!r} must be a positive integer or None')
+    if (map_heads is not None or map_mlp_dim is not None or map_prefix) and pool != 'map':
+      raise ConfigError(
+        "model.map_heads, model.map_mlp_dim and model.map_prefix set the attention pool: they need model.pool='map'"
+      )
     if fc_norm and pool != 'gap':
       raise ConfigError("model.fc_norm=True normalises the average pool: it needs model.pool='gap'")
     if distilled and (pool != 'tok' or representation_size is not None):
@@ -303,7 +326,7 @@ class ViT(base.Model):
     self.input_shape = (height, wide, channels)
     self.num_heads = dims['num_heads']
     self.pool, self.posemb_type, self.posemb_resize = pool, posemb, posemb_resize
-    self.distilled, self.posemb_prefix = distilled, posemb_prefix
+    self.distilled, self.posemb_prefix, self.map_prefix = distilled, posemb_prefix, map_prefix
     # The tokens before the patches, and how many of them the learned position embeddings cover.
     self.class_token = pool in ('tok', 'tok_gap') if class_token is None else class_token
     self.num_prefix = int(self.class_token) + int(distilled) + reg_tokens
@@ -325,7 +348,11 @@ class ViT(base.Model):
       rope_temperature=rope_temperature,
       rope_axes=rope_axes,
       rope_ref_grid=rope_ref_grid,
+      rope_offset=rope_offset,
       fc_norm=fc_norm,
+      map_heads=map_heads,
+      map_mlp_dim=map_mlp_dim,
+      map_prefix=map_prefix,
     )
 
     self.embedding = layers.PatchEmbedding(p, channels, d, rngs=rngs)
@@ -364,6 +391,7 @@ class ViT(base.Model):
         temperature=rope_temperature,
         axes=rope_axes,
         ref_grid=rope_ref_grid,
+        offset=rope_offset,
         skip=self.num_prefix,
         rngs=rngs,
       )
@@ -373,8 +401,8 @@ class ViT(base.Model):
     if pool == 'map':
       self.map_head = layers.MAPHead(
         d,
-        dims['mlp_dim'],
-        dims['num_heads'],
+        map_mlp_dim or dims['mlp_dim'],
+        map_heads or dims['num_heads'],
         gelu_approximate=options.gelu_approximate,
         layernorm_epsilon=options.layernorm_epsilon,
         rngs=rngs,
@@ -433,7 +461,7 @@ class ViT(base.Model):
       if self.pool == 'gap':
         return x[:, self.num_prefix :].mean(axis=1)
       if self.pool == 'map':
-        return self.map_head(x[:, self.num_prefix :])
+        return self.map_head(x if self.map_prefix else x[:, self.num_prefix :])
       if self.pool == 'tok_gap':
         return jnp.concatenate([x[:, 0], x[:, self.num_prefix :].mean(axis=1)], axis=-1)
       raise KeyError(self.pool)

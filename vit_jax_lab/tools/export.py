@@ -248,7 +248,15 @@ def _name(path) -> str:
 
 
 # The ViT keys timm's VisionTransformer computes as ours only at these values (timm's LayerNorm epsilon is 1e-6).
-_TIMM_FIXED = dict(posemb='learn', prenorm=True, representation_size=None, layernorm_epsilon=1e-6)
+_TIMM_FIXED = dict(
+  posemb='learn',
+  prenorm=True,
+  representation_size=None,
+  layernorm_epsilon=1e-6,
+  map_heads=None,
+  map_mlp_dim=None,
+  map_prefix=False,
+)
 _TIMM_POOL = {'tok': 'token', 'map': 'map'}  # timm's 'avg' pools after fc_norm, not after the encoder norm as ours.
 
 
@@ -264,6 +272,9 @@ def timm_config(model: nnx.Module, data_config: ml_collections.ConfigDict) -> di
     prenorm=getattr(options, 'prenorm', True),
     representation_size=model.representation_size,
     layernorm_epsilon=options.layernorm_epsilon,
+    map_heads=structure['map_heads'],
+    map_mlp_dim=structure['map_mlp_dim'],
+    map_prefix=structure['map_prefix'],
   )
   for key, value in () if eva else _TIMM_FIXED.items():
     check(

@@ -84,6 +84,9 @@ ROWS = {
   # 16 pre-training grid, a class token beside the mean pool and fc_norm, q and v biases.
   'eva02_tiny': ('eva02_tiny_patch14_224.mim_in22k', dict(img_size=28, patch_size=7, num_classes=10)),
   'eva02_base': ('eva02_base_patch14_448.mim_in22k_ft_in22k_in1k', dict(img_size=28, patch_size=7, num_classes=10)),
+  # Perception Encoder: norm_pre, an attention pool of 8 heads (the encoder's are 4 here), epsilon 1e-5, positions on
+  # its 24 x 24 grid offset by one (no effect: scores see differences); its head CLIP's projection (to 16).
+  'pe_core': ('vit_pe_core_tiny_patch16_384.fb', dict(img_size=32, patch_size=8, num_classes=16)),
 }
 # transformers rows: (model class, its config class, image processor class, config overrides).
 HF_SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
@@ -161,7 +164,7 @@ RESIZED = {
   'rope_sbb': 48,
   'dinov3': 48,
   'eva02_base': 42,
-  'hf_siglip2': 43,
+  'pe_core': 48,
 }
 # transformers row -> another image size, the same model run on it: DINOv2 resamples its position embeddings itself
 # (bicubic, antialiased), ViT when asked (interpolate_pos_encoding; bicubic without antialiasing).
@@ -182,6 +185,7 @@ LATER = {
   'eva02_tiny': 41,
   'eva02_base': 42,
   'hf_siglip2': 43,
+  'pe_core': 44,
 }
 
 
