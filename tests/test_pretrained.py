@@ -98,17 +98,16 @@ def test_timm_folder_gives_timms_logits_and_features(row):
   assert any('the source has none' in n for n in notes) == (not has_head)
 
 
-@pytest.mark.parametrize(
-  'row, message',
-  [
-    ('vit_avg', "pools with global_pool='avg' beside a class token"),  # Then fc_norm: 1.05 off when read as 'tok'.
-    ('vit_avg_norm', "pools with global_pool='avg' beside a class token"),  # fc_norm=False: 1.39 off as 'tok'.
-  ],
-)
-def test_timm_folders_computing_what_our_vit_does_not_are_refused(row, message):
-  """Made by timm (make_references.py): read as our ViT they would load and give other logits; they are refused."""
-  with pytest.raises(ConfigError, match=message):
-    folder_model(row)
+def test_timm_mean_pool_beside_a_class_token_is_read():
+  """timm's global_pool='avg' beside a class token (its fine-tuned MAE ViTs): the patch tokens' mean, then fc_norm
+  (timm's default), or the final norm before the mean (fc_norm=False). Read as 'tok' they were 1.05 and 1.39 off;
+  now pool='gap' with class_token=True and fc_norm as the folder has it."""
+  for row, fc_norm in (('vit_avg', True), ('vit_avg_norm', False)):
+    ref = np.load(os.path.join(DATA, row, 'reference.npz'))
+    model, _, _, _ = folder_model(row)
+    assert (model.pool, model.class_token, model.structure['fc_norm']) == ('gap', True, fc_norm)
+    assert max_difference(model(ref['images']), ref['logits']) < 1e-5
+    assert max_difference(model.features(ref['images']), ref['features']) < 1e-5
 
 
 def test_timm_options_read_what_timm_builds_into_an_architecture():
@@ -177,6 +176,9 @@ TIMM_EVA_ARGS = (
     ('rope_axial', {'model_args': {'pos_embed': 'learn'}}, "model_args.pos_embed, not an argument of timm's Eva"),
     ('rope_sbb', {'model_args': {'ref_feat_shape': [16, 12]}}, 'ref_feat_shape=\\[16, 12\\]; our ViT reads square'),
     ('rope_sbb', {'model_args': {'use_fc_norm': False}}, None),  # Read from the tensors, which still hold fc_norm.
+    ('rope_sbb', {'model_args': {'rope_temperature': 'hot'}}, "rope_temperature='hot'; it must be a number"),
+    ('rope_sbb', {'model_args': {'ref_feat_shape': [0, 0]}}, 'ref_feat_shape\\[0\\]=0; it must be a positive'),
+    ('pe_core', {'model_args': {'attn_pool_num_heads': -8}}, 'attn_pool_num_heads=-8; it must be a positive'),
     ('rope_axial', {'architecture': 'eva02_base_patch16_clip_224'}, "eva02_base_patch16_clip_224 is of timm's Eva"),
     ('rope_axial', {'architecture': 'vit_small_patch16_224'}, "is of timm's Eva class, of which our ViT reads"),
   ],

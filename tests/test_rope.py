@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from vit_jax_lab import optim
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.models import layers, rope, vit
 
@@ -64,6 +65,8 @@ def test_mixed_frequencies_are_learned_and_round_trip_through_run_parameters():
   images = jax.random.normal(jax.random.key(0), (2, 24, 24, 3))
   grads = nnx.grad(lambda m: jnp.sum(m(images) ** 2))(model)
   assert float(jnp.abs(grads['rope']['freqs'][...]).max()) > 0
+  params = nnx.state(model, nnx.Param).to_pure_dict()
+  assert not optim.decay_mask(params, vit.ViT.NO_DECAY)['rope']['freqs']  # As timm: no weight decay on them.
   a, b = small(**kwargs), vit.ViT(10, (24, 24, 3), variant='mu/4', rngs=nnx.Rngs(1), **kwargs)
   pa, pb = (jax.device_get(nnx.state(m, nnx.Param).to_pure_dict()) for m in (a, b))
   assert pa['rope']['freqs'].shape == (2, 4, 4, 8) and 'fc_norm' in pa and 'cls' in pa

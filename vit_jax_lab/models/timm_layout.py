@@ -317,11 +317,16 @@ def _rope_options(eva: tuple[dict[str, Any], float], args: dict[str, Any], names
   """model.rope and its keys of an Eva folder: its architecture's, as its model_args change them."""
   options = dict(rope=None, rope_temperature=100.0, rope_axes='xy', rope_ref_grid=None, rope_offset=0.0)
   options = options | dict(map_heads=None) | eva[0]
+  where = 'init_from: the config.json of timm'
+  for key in ('rope_grid_offset', 'rope_temperature'):
+    value = args.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+      raise ConfigError(f'{where} has model_args.{key}={errors.foreign(repr(value), 40)}; it must be a number')
   if 'rope_grid_offset' in args:
     options['rope_offset'] = float(args['rope_grid_offset'])
   if args.get('attn_pool_num_heads') is not None:
+    errors.positive_ints(where, {'model_args.attn_pool_num_heads': args['attn_pool_num_heads']})
     options['map_heads'] = args['attn_pool_num_heads']
-  where = 'init_from: the config.json of timm'
   if args.get('use_rot_pos_emb', True) is False:
     return options | dict(rope=None)
   if 'rope_type' in args:
@@ -339,9 +344,11 @@ def _rope_options(eva: tuple[dict[str, Any], float], args: dict[str, Any], names
     options['rope_axes'] = args['rope_grid_indexing']
   if 'ref_feat_shape' in args:
     ref = args['ref_feat_shape']
-    ref = [ref, ref] if isinstance(ref, int) or ref is None else list(ref)
-    if ref[0] != ref[1]:
+    ref = [ref, ref] if isinstance(ref, int) or ref is None else list(ref) if isinstance(ref, list) else [ref]
+    if len(ref) != 2 or ref[0] != ref[1]:
       raise ConfigError(f'{where} has model_args.ref_feat_shape={errors.foreign(ref, 40)}; our ViT reads square ones')
+    if ref[0] is not None:
+      errors.positive_ints(where, {'model_args.ref_feat_shape[0]': ref[0]})
     options['rope_ref_grid'] = ref[0]
   half = args.get('rope_rotate_half', options['rope'] == 'dinov3')
   if half != (options['rope'] == 'dinov3'):
@@ -378,7 +385,8 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
   errors.positive_ints(where, {'model_args.num_heads': num_heads, 'pretrained_cfg.input_size[1]': height})
   errors.positive_ints(where, {'pretrained_cfg.input_size[2]': wide})
   if eva is None:
-    pool = 'map' if 'attn_pool.latent' in names else 'tok' if 'cls_token' in names else 'gap'
+    mean = args.get('global_pool', config.get('global_pool')) == 'avg'  # Beside a class token: timm's fine-tuned MAE.
+    pool = 'map' if 'attn_pool.latent' in names else 'tok' if 'cls_token' in names and not mean else 'gap'
   else:
     pool = {'token': 'tok', 'avg': 'gap', 'map': 'map'}[args.get('global_pool', config.get('global_pool') or 'avg')]
   reg_tokens = _shape(tensors, 'reg_token')[1] if 'reg_token' in names else 0
@@ -444,15 +452,9 @@ def _refuse_unread(config: dict[str, Any], names: set[str], eva: bool) -> None:
         f'{where} has model_args.{key}={errors.foreign(repr(value), 60)}, which our ViT does not compute (it reads '
         f'{", ".join(map(repr, how))})'
       )
-  if not eva and pool in ('avg', 'max', 'avgmax') and 'cls_token' in names:
-    raise ConfigError(
-      f'{where} pools with global_pool={pool!r} beside a class token (the class token left out of the pool), which '
-      "our ViT does not compute: pool='gap' has no class token"
-    )
-  if pool not in ('token', 'avg', 'map', '', None) or (not eva and 'fc_norm.weight' in names) or (eva and pool == ''):
-    what = 'a LayerNorm after the pooling (fc_norm)' if 'fc_norm.weight' in names else f'global_pool={pool!r}'
-    raise ConfigError(f'{where} has {what}, which our ViT does not compute')
-  if eva and ('norm.weight' in names) == ('fc_norm.weight' in names):
+  if pool not in ('token', 'avg', 'map', '', None) or (eva and pool == ''):
+    raise ConfigError(f'{where} has global_pool={pool!r}, which our ViT does not compute')
+  if ('norm.weight' in names) == ('fc_norm.weight' in names):
     which = 'both before and after' if 'norm.weight' in names else 'neither before nor after'
     raise ConfigError(f'{where} has a final LayerNorm {which} the pooling, which our ViT does not compute')
   if 'pos_embed' not in names and not (eva and args.get('use_rot_pos_emb', True)):

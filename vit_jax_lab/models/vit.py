@@ -222,7 +222,7 @@ class ViT(base.Model):
       scan, ...).
   """
 
-  NO_DECAY = ('pos_embedding', 'cls', 'dist', 'reg')
+  NO_DECAY = ('pos_embedding', 'cls', 'dist', 'reg', 'rope')  # rope: RoPE-Mixed's frequencies, as timm's.
   PRETRAINED = ('npz', 'run', *HUB_LAYOUTS)
   RELEASE_LAYOUT = 'vision_transformer'
 
