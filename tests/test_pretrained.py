@@ -68,7 +68,7 @@ def folder_model(row, num_classes=None, input_shape=None, family=vit.ViT, **over
   """Our `family` model (ViT, or ViViT for a video folder) of the folder's shape (its class count and input size
   unless given) with the folder's weights, and the load notes."""
   weights = hub.read(os.path.join(DATA, row))  # A row's name, or a folder's path.
-  reader = vit.HUB_LAYOUTS[weights.layout]
+  reader = hub.reader(weights.layout)
   options = (reader.vit_options if family is vit.ViT else reader.vivit_options)(weights.config, weights.tensors)
   classes, shape = options.pop('num_classes'), options.pop('input_shape')
   model = family(num_classes or classes or 7, input_shape or shape, rngs=nnx.Rngs(0), **(options | overrides))
@@ -108,6 +108,64 @@ def test_timm_mean_pool_beside_a_class_token_is_read():
     assert (model.pool, model.class_token, model.structure['fc_norm']) == ('gap', True, fc_norm)
     assert max_difference(model(ref['images']), ref['logits']) < 1e-5
     assert max_difference(model.features(ref['images']), ref['features']) < 1e-5
+
+
+# A toy layout's reader module: timm's names under 'toy/', read by timm's reader.
+TOY_READER = """from vit_jax_lab.models import timm_layout
+
+
+def _plain(tensors):
+  return {name.removeprefix('toy/'): tensors[name] for name in tensors}
+
+
+def vit_options(config, tensors):
+  return timm_layout.vit_options(config['timm'], _plain(tensors))
+
+
+def to_release(tensors, num_heads):
+  return timm_layout.to_release(_plain(tensors), num_heads)
+
+
+def notes(config, tensors):
+  return ['a toy folder read']
+
+
+def posemb_resize(config):
+  return timm_layout.posemb_resize(config['timm'])
+
+
+def preprocessing(path, config):
+  return timm_layout.preprocessing(path, config['timm'])
+"""
+
+
+def test_a_new_layout_is_its_reader_module_and_its_row(tmp_path, monkeypatch):
+  """All a layout needs is its reader module and its row in hub.LAYOUTS (which names the families that read it):
+  a toy layout, timm's tensors under 'toy/', is recognised, accepted by the ViT's init_from check and not by the
+  ViViT's, and gives the timm folder's logits; nothing else in the package knows it."""
+  (tmp_path / 'toy_reader.py').write_text(TOY_READER)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  row = hub.Layout(
+    'a toy layout (toy/patch_embed.proj.weight)', ('toy/patch_embed.proj.weight',), 'toy_reader', ('ViT',)
+  )
+  monkeypatch.setitem(hub.LAYOUTS, 'toy', row)
+  timm = hub.read(os.path.join(DATA, 'vit'))
+  folder = tmp_path / 'toy'
+  folder.mkdir()
+  (folder / 'config.json').write_text(json.dumps({'timm': timm.config}))
+  safetensors.numpy.save_file(
+    {f'toy/{k}': np.asarray(timm.tensors[k]) for k in timm.tensors}, folder / 'model.safetensors'
+  )
+  assert hub.read(str(folder)).layout == 'toy'
+  assert 'toy' in vit.ViT.pretrained() and 'toy' not in vivit.ViViT.pretrained()
+  checkpoints.check_init_from(str(folder), vit.ViT.pretrained())
+  with pytest.raises(ConfigError, match='holds a toy layout .* weights, which this model does not read'):
+    checkpoints.check_init_from(str(folder), vivit.ViViT.pretrained())
+  ref = np.load(os.path.join(DATA, 'vit', 'reference.npz'))
+  model, notes, _, _ = folder_model(str(folder))
+  assert notes[0] == 'a toy folder read'
+  assert max_difference(model(ref['images']), ref['logits']) < 1e-5
+  assert hub.reader('toy').preprocessing(str(folder), {'timm': timm.config}).crop == (32, 32)
 
 
 def test_timm_options_read_what_timm_builds_into_an_architecture():
@@ -353,15 +411,15 @@ def test_misshaped_and_unexpected_tensors_are_named(tmp_path):
   message = one_line(e)
   assert 'unexpected: extra.weight' in message
   assert 'mis-shaped: Transformer/encoderblock_1/MlpBlock_3/Dense_1/bias (from blocks.1.mlp.fc2) (31,)' in message
-  tensors['fc_norm.weight'] = np.ones(32, np.float32)  # MAE fine-tuning's norm after average pooling: refused.
+  tensors['fc_norm.weight'] = np.ones(32, np.float32)  # A norm after the pooling beside the final one: refused.
   safetensors.numpy.save_file(tensors, path)
-  with pytest.raises(ConfigError, match='has a LayerNorm after the pooling \\(fc_norm\\), which our ViT does not'):
+  with pytest.raises(ConfigError, match='has a final LayerNorm both before and after the pooling, which our ViT'):
     folder_model_from(folder)
 
 
 def folder_model_from(folder, **overrides):
   weights = hub.read(folder)
-  options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors) | overrides
+  options = hub.reader(weights.layout).vit_options(weights.config, weights.tensors) | overrides
   classes, shape = options.pop('num_classes'), options.pop('input_shape')
   model = vit.ViT(classes or 7, shape, rngs=nnx.Rngs(0), **options)
   return model.load_pretrained(weights, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()))
@@ -484,7 +542,7 @@ def test_transformers_folder_gives_the_models_outputs(row):
 )
 def test_folder_options_come_from_its_config_and_tensors(row, expected):
   weights = hub.read(os.path.join(DATA, row))
-  options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+  options = hub.reader(weights.layout).vit_options(weights.config, weights.tensors)
   assert {k: options[k] for k in expected} == expected
   assert (options['width'], options['depth'], options['mlp_dim'], options['num_heads']) == (32, 2, 64, 4)
 
@@ -497,7 +555,7 @@ def test_swiglu_folders_read_the_gate_first_and_keep_the_order(row, mlp_dim, pac
   """DINOv2 giant's MLP: mlp='swiglu' with mlp_dim the width of each half of the packed fc1 (the gate's rows
   first, SiLU applied to them); the halves swapped, or the gate dropped, give another function."""
   weights = hub.read(os.path.join(DATA, row))
-  options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+  options = hub.reader(weights.layout).vit_options(weights.config, weights.tensors)
   assert (options['mlp'], options['mlp_dim'], options['activation']) == ('swiglu', mlp_dim, 'gelu')
   model, _, _, params = folder_model(row)
   for i in (0, 1):
@@ -935,7 +993,7 @@ def folder_tracker(row, template=None, **overrides):
   """A tracker of the folder's backbone shape (template crop of 2 patches unless given, search crop at the folder's
   image size) with the folder's weights: (model, notes, initial parameters, loaded parameters, the folder's options)."""
   weights = hub.read(os.path.join(DATA, row))
-  options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+  options = hub.reader(weights.layout).vit_options(weights.config, weights.tensors)
   kwargs = {k: options[k] for k in TRACKER_KEYS} | overrides
   height, _, channels = options['input_shape']
   model = tracker.Tracker(template or 2 * options['patch_size'], height, channels, rngs=nnx.Rngs(0), **kwargs)
@@ -1013,7 +1071,7 @@ def test_the_tracker_refuses_what_it_cannot_start_from_in_one_line(row, override
 
 def test_a_grey_tracker_refuses_a_colour_folder_in_one_line():
   weights = hub.read(os.path.join(DATA, 'mae'))
-  options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+  options = hub.reader(weights.layout).vit_options(weights.config, weights.tensors)
   model = tracker.Tracker(16, 32, 1, rngs=nnx.Rngs(0), **{k: options[k] for k in TRACKER_KEYS})
   with pytest.raises(ConfigError) as e:
     model.load_pretrained(weights, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()))

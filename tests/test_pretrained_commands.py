@@ -19,7 +19,7 @@ from PIL import Image
 from conftest import load_config
 from vit_jax_lab import checkpoints, hub, train
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.models import transformers_layout, vit, vivit
+from vit_jax_lab.models import timm_layout, transformers_layout, vit, vivit
 from vit_jax_lab.tools import export, predict
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'pretrained')
@@ -274,7 +274,7 @@ def test_export_timm_eva_without_layerscale_writes_unit_gammas(tmp_path):
   ]:
     other = vit.ViT(10, (32, 32, 3), rngs=nnx.Rngs(0), **(kwargs | extra))
     with pytest.raises(ConfigError, match=message):
-      export.timm_config(other, data)
+      timm_layout.folder_config(other, data)
 
 
 @pytest.mark.parametrize('name', EXPORTED_TRANSFORMERS)
@@ -319,7 +319,7 @@ def test_export_transformers_refuses_what_its_vit_cannot_compute():
   ]:
     other = vit.ViT(10, (32, 32, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=8, rngs=nnx.Rngs(0), **keys)
     with pytest.raises(ConfigError, match=message.replace('(', r'\(').replace(')', r'\)')):
-      export.transformers_config(other, data)
+      transformers_layout.folder_config(other, data)
 
 
 # Exported ViViTs (model 1, clips of 4 frames of 16 x 24, tubelets 2 x 8 x 8: a 2 x 2 x 3 token grid, as the reading
@@ -412,7 +412,7 @@ def test_export_transformers_video_preprocessing_is_the_runs_evaluation():
   """A run that resizes the shorter side and crops the centre: the image processor does the same."""
   model, _ = _random_vivit('hf_vivit_tanh')
   data = ml_collections.ConfigDict(dict(value_range=(0.0, 1.0), resize_size=20, image_size=16))
-  _, processor = export.transformers_video_config(model, data)
+  _, processor = transformers_layout.video_folder_config(model, data)
   assert processor['image_processor_type'] == 'VivitImageProcessor' and processor['offset'] is False
   assert (processor['size'], processor['do_center_crop'], processor['crop_size']) == (
     dict(shortest_edge=20),
@@ -440,7 +440,7 @@ def test_export_transformers_refuses_what_its_vivit_and_videomae_cannot_compute(
   ]:
     other, _ = _random_vivit(None, **keys)
     with pytest.raises(ConfigError, match=message.replace('(', r'\(').replace(')', r'\)')) as error:
-      export.transformers_video_config(other, data)
+      transformers_layout.video_folder_config(other, data)
     assert '\n' not in str(error.value)
 
 
@@ -525,7 +525,7 @@ def test_export_safetensors_mistakes_are_one_line(tmp_path, capsys):
     10, (32, 32, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=8, pool='gap', rngs=nnx.Rngs(0)
   )
   with pytest.raises(ConfigError, match="model.pool='gap'; timm's ViT pools 'tok' or 'map'"):
-    export.timm_config(other, ml_collections.ConfigDict(dict(value_range=(0.0, 1.0), resize_size=None)))
+    timm_layout.folder_config(other, ml_collections.ConfigDict(dict(value_range=(0.0, 1.0), resize_size=None)))
 
 
 if __name__ == '__main__':  # The folders make_references.py's `export DIR` mode loads with timm or transformers.
@@ -556,7 +556,7 @@ def test_predict_pretrained_crops_a_timm_folder_as_torchvision_rounds():
   """torchvision's center_crop (timm's eval pipeline) rounds the offset half to even: 7 rows of room leave 4 above
   (round(3.5) = 4); transformers' image processors leave 3 (floor)."""
   image = tf.constant(np.arange(12 * 4, dtype=np.float32).reshape(12, 4, 1) % 256)
-  timm_like = predict.Preprocessing(None, (5, 4), 'bilinear', 1.0, (0.0,), (1.0,), crop_round=True)
-  hf_like = predict.Preprocessing(None, (5, 4), 'bilinear', 1.0, (0.0,), (1.0,))
+  timm_like = hub.Preprocessing(None, (5, 4), 'bilinear', 1.0, (0.0,), (1.0,), crop_round=True)
+  hf_like = hub.Preprocessing(None, (5, 4), 'bilinear', 1.0, (0.0,), (1.0,))
   assert float(predict._preprocess(timm_like, image)[0][0, 0, 0]) == 4 * 4  # Row 4 first.
   assert float(predict._preprocess(hf_like, image)[0][0, 0, 0]) == 3 * 4  # Row 3 first.

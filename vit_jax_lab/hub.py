@@ -4,15 +4,18 @@ memory-mapped file, made when asked for (safetensors' own NumPy `get_tensor` cop
 converting a folder copies only what its layout reshapes, and `place` reads each device's shard of a parameter alone.
 Nothing is ever unpickled and torch is never imported.
 
-A folder's layout is recognised from its tensor names (LAYOUTS); converting a layout into a model's parameters is
-the model's business (its `load_pretrained` takes a `HubWeights`).
+A folder's layout is recognised from its tensor names (LAYOUTS, one row per layout: its description, the tensors
+that tell it, its reader module and the model classes that read it); the reader maps the layout onto the model's
+names, and the model's `load_pretrained` takes a `HubWeights`. A new layout is its row and its reader.
 """
 
 import collections.abc
 import contextlib
 import dataclasses
+import importlib
 import json
 import os
+import types
 from typing import Any, Iterator
 
 import jax
@@ -28,37 +31,138 @@ WEIGHTS = 'model.safetensors'
 INDEX = 'model.safetensors.index.json'
 PICKLED = ('.bin', '.pt', '.pth', '.ckpt', '.pkl')
 
-# layout -> (description for messages, tensor names that identify it, also under a module prefix such as 'vit.' or
-# 'vision_model.').
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """A hub folder layout: its row in LAYOUTS and its reader module are all a new layout needs.
+
+  Attributes:
+    description: what the folder is, for messages (its library's classes and the tensor names that tell it).
+    identifying: tensor names the folder has (also under a module prefix such as 'vit.' or 'vision_model.').
+    reader: the module (dotted path) that reads it and writes it: for an image or video layout `vit_options(config,
+      tensors)` (or `vivit_options`: the model keys), `to_release(tensors, num_heads)` (names onto the release
+      layout, and each one's origin), `notes(config, tensors)`, `posemb_resize(config)` (how its library resamples
+      position embeddings), `preprocessing(path, config)` (what `predict --pretrained` applies); Marian's its own.
+    families: the model classes that read it (their `pretrained()`: ViT, ViViT, Tracker, Transformer).
+  """
+
+  description: str
+  identifying: tuple[str, ...]
+  reader: str
+  families: tuple[str, ...]
+
+
+_TIMM, _TRANSFORMERS = 'vit_jax_lab.models.timm_layout', 'vit_jax_lab.models.transformers_layout'
+_IMAGE = ('ViT', 'Tracker')
 LAYOUTS = {
-  'timm_vit': (
+  'timm_vit': Layout(
     "timm's VisionTransformer (patch_embed.proj.weight, blocks.N.attn.qkv.weight)",
     ('patch_embed.proj.weight', 'blocks.0.attn.qkv.weight'),
+    _TIMM,
+    _IMAGE,
   ),
-  'timm_eva': (
+  'timm_eva': Layout(
     "timm's Eva with separate projections (patch_embed.proj.weight, blocks.N.attn.q_proj.weight: EVA-02 base, large)",
     ('patch_embed.proj.weight', 'blocks.0.attn.q_proj.weight'),
+    _TIMM,
+    _IMAGE,
   ),
-  'transformers_vit': (
+  'transformers_vit': Layout(
     "transformers' ViT / DINOv2 / ViViT / VideoMAE (embeddings.patch_embeddings.projection.weight, encoder.layer.N"
     '.attention.attention.query.weight)',
     ('embeddings.patch_embeddings.projection.weight', 'encoder.layer.0.attention.attention.query.weight'),
+    _TRANSFORMERS,
+    (*_IMAGE, 'ViViT'),
   ),
-  'transformers_clip': (
+  'transformers_clip': Layout(
     "transformers' CLIP / SigLIP image tower (embeddings.patch_embedding.weight, encoder.layers.N.self_attn.q_proj"
     '.weight)',
     ('embeddings.patch_embedding.weight', 'encoder.layers.0.self_attn.q_proj.weight'),
+    _TRANSFORMERS,
+    _IMAGE,
   ),
-  'transformers_dinov3': (
+  'transformers_dinov3': Layout(
     "transformers' DINOv3ViTModel (embeddings.patch_embeddings.weight, layer.N.attention.q_proj.weight)",
     ('embeddings.patch_embeddings.weight', 'layer.0.attention.q_proj.weight'),
+    _TRANSFORMERS,
+    _IMAGE,
   ),
-  'transformers_marian': (
+  'transformers_marian': Layout(
     "transformers' MarianMTModel (opus-mt) (model.encoder.layers.N.self_attn.q_proj.weight, model.decoder.layers.N"
     '.encoder_attn.q_proj.weight)',
     ('encoder.layers.0.self_attn.q_proj.weight', 'decoder.layers.0.encoder_attn.q_proj.weight'),
+    'vit_jax_lab.models.marian_layout',
+    ('Transformer',),
   ),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class Preprocessing:
+  """A hub folder's evaluation preprocessing of an image (or of each frame of a clip), as its library applies it:
+  resize (an int: the shorter side to it; a pair: to that size; None: none), a central crop to `crop`, then
+  (value * scale - offset - mean) / std per channel. The resize is TensorFlow's (antialiased, rounded to uint8 as
+  PIL's), not PIL's or torchvision's: equal to the library's only where the image already has that size."""
+
+  resize: int | tuple[int, int] | None
+  crop: tuple[int, int] | None
+  method: str
+  scale: float
+  mean: tuple[float, ...]
+  std: tuple[float, ...]
+  offset: float = 0.0  # Subtracted after the scale: VivitImageProcessor's `offset` (value * scale - 1).
+  # The crop's offset rounded half to even, as torchvision's center_crop (timm) rounds it; else down (transformers).
+  crop_round: bool = False
+
+  def __post_init__(self):
+    values = (*self.mean, *self.std, self.scale)
+    errors.check(
+      all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values) and min(self.std) > 0,
+      f"--pretrained: the folder's preprocessing has mean {errors.foreign(self.mean, 60)} and std "
+      f'{errors.foreign(self.std, 60)}: they must be numbers, the std positive',
+    )
+    sizes = {'resize': self.resize, 'crop': self.crop}
+    errors.positive_ints(
+      "--pretrained: the folder's preprocessing",
+      {f'{k}[{i}]': v for k, size in sizes.items() if size is not None for i, v in enumerate(size_pair(size))},
+    )
+
+
+def size_pair(value: Any) -> tuple[int, int]:
+  """(height, width) of an image size written as an int, a pair or transformers' {'height', 'width'}."""
+  if isinstance(value, dict):
+    return value['height'], value['width']
+  return (value, value) if isinstance(value, int) else tuple(value)
+
+
+def reader(layout: str) -> types.ModuleType:
+  """The module that reads and writes `layout` (its row's `reader`), imported when first asked for."""
+  return importlib.import_module(LAYOUTS[layout].reader)
+
+
+def reads(family: str) -> tuple[str, ...]:
+  """The layouts the model class named `family` reads (the rows that name it)."""
+  return tuple(name for name, row in LAYOUTS.items() if family in row.families)
+
+
+def reader_of(weights: 'HubWeights', family: str, name: str) -> types.ModuleType:
+  """The reader of the folder `weights` for the model class `family` (called `name` in messages); a layout it does
+  not read is one line."""
+  if weights.layout not in reads(family):
+    raise ConfigError(
+      f'init_from={weights.path!r} holds {LAYOUTS[weights.layout].description} weights, which the {name} does not read'
+    )
+  return reader(weights.layout)
+
+
+def cast_like(loaded: Any, params: Any) -> tuple[Any, list[str]]:
+  """A folder's parameters `loaded` in the dtypes of the model's `params` (a folder saved in bfloat16 or float16
+  trains in the model's own dtype), copied tensor by tensor where they differ; and the note that says so."""
+  cast = {str(a.dtype) for a, p in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)) if a.dtype != p.dtype}
+  if not cast:
+    return loaded, []
+  loaded = jax.tree.map(lambda a, p: a if a.dtype == p.dtype else np.asarray(a).astype(p.dtype), loaded, params)
+  return loaded, [f"{' and '.join(sorted(cast))} tensors cast to the model's parameter dtype"]
 
 
 def _conversion_hint(name: str) -> str:
@@ -205,7 +309,7 @@ def check(path: str, accepted: tuple[str, ...] | None = None) -> None:
   layout = read(path).layout
   if accepted is not None and layout not in accepted:
     raise ConfigError(
-      f'init_from={path!r} holds {LAYOUTS[layout][0]} weights, which this model does not read (it reads: '
+      f'init_from={path!r} holds {LAYOUTS[layout].description} weights, which this model does not read (it reads: '
       f'{", ".join(accepted) or "nothing"})'
     )
 
@@ -238,11 +342,11 @@ def read(path: str) -> HubWeights:
 def layout_of(path: str, names: collections.abc.Iterable[str]) -> str:
   """The key of LAYOUTS whose identifying tensors the folder has; otherwise the first names and the known layouts."""
   names = list(names)
-  for layout, (_, needed) in LAYOUTS.items():
-    if all(any(name == n or name.endswith('.' + n) for name in names) for n in needed):
+  for layout, row in LAYOUTS.items():
+    if all(any(name == n or name.endswith('.' + n) for name in names) for n in row.identifying):
       return layout
   first = ', '.join(sorted(names)[:5]) or 'no tensors'
-  known = '; '.join(description for description, _ in LAYOUTS.values())
+  known = '; '.join(row.description for row in LAYOUTS.values())
   raise ConfigError(f'init_from={path!r}: weights of an unknown layout (first names: {first}); known layouts: {known}')
 
 

@@ -195,7 +195,7 @@ def setup(
       f'init_from: a {config.model.name} model cannot start from other weights (it has no load_pretrained): unset '
       'init_from, or rerun the run itself in its own workdir to continue it',
     )
-    checkpoints.check_init_from(config.init_from, family.PRETRAINED)
+    checkpoints.check_init_from(config.init_from, family.pretrained())
   return Setup(config, mesh, task, builder, info, graphdef, tx, abstract_state, state_shardings)
 
 

@@ -23,11 +23,11 @@ import time
 from experiments import common
 
 README = os.path.join(common.ROOT, 'README.md')
-# What a library prints: absl's C++ log prefix (I/W/E + date), its pre-InitializeLog warning, TensorFlow's and
-# XLA's Python warnings, CUDA / cuDNN / oneDNN notices.
+# What a library prints: absl's C++ log prefix (I/W/E/F, then the date), its warning before InitializeLog, a Python
+# warning (file:line: SomethingWarning), TensorFlow's oneDNN, TF-TRT and CUDA registration notices.
 LIBRARY = re.compile(
-  r'^([IWEF]\d{4} |WARNING: All log messages|.*(oneDNN|cuda|cuDNN|TF-TRT|tensorflow|absl|UserWarning|'
-  r'DeprecationWarning|FutureWarning))'
+  r'^([IWEF]\d{4} \d|WARNING: All log messages|\S+\.py:\d+: \w*Warning)|oneDNN custom operations|TF-TRT|'
+  r'Unable to register cu|computation placer'
 )
 TIMEOUT = 40 * 60
 
@@ -72,7 +72,7 @@ def main() -> None:
   rows, total = [], time.perf_counter()
   for i, (command, stated) in enumerate(readme_commands()):
     code, seconds, lines = run(command, tmp, env, os.path.join(tmp, 'logs', f'{i:02d}.txt'))
-    library = sum(bool(LIBRARY.match(line)) for line in lines)
+    library = sum(bool(LIBRARY.search(line)) for line in lines)
     last = lines[-1].strip() if lines else ''
     last = (last[:97] + '...') if len(last) > 100 else last
     print(f"{command}: exit {code}, {seconds / 60:.1f} min, {len(lines)} lines, {library} a library's", flush=True)

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+import vit_jax_lab.hub as hub
 import vit_jax_lab.models.layers as layers
 
 
@@ -22,15 +23,22 @@ class Model(nnx.Module):
   TENSOR_PARALLEL: ClassVar[dict[str, str]] = layers.TENSOR_PARALLEL
   # Parameter names kept out of weight decay, besides every 1-D array (biases, norms).
   NO_DECAY: ClassVar[tuple[str, ...]] = ()
-  # The weights `load_pretrained` reads, for init_from: 'npz' (a vision_transformer / big_vision release .npz),
-  # 'run' (one of our workdirs of another shape or family), a hub folder's layout (a key of hub.LAYOUTS: 'timm_vit').
-  # (): none; the family resumes only its own runs.
+  # The weights `load_pretrained` reads besides hub folders, for init_from: 'npz' (a vision_transformer / big_vision
+  # release .npz), 'run' (one of our workdirs of another shape or family). The hub layouts a family reads are the
+  # rows of hub.LAYOUTS that name its class (`pretrained()` gives both). (): none, nor a layout: the family resumes
+  # only its own runs.
   PRETRAINED: ClassVar[tuple[str, ...]] = ()
   # The encoder options the family takes as `**encoder` keywords, with its defaults (layers.EncoderOptions, or a
   # subclass): config keys beside its constructor's own.
   ENCODER: ClassVar[type[layers.EncoderOptions]] = layers.EncoderOptions
   # The .npz layout `release_params` writes (`tools.export --format npz`); None: the family has none.
   RELEASE_LAYOUT: ClassVar[str | None] = None
+
+  @classmethod
+  def pretrained(cls) -> tuple[str, ...]:
+    """Every kind of weights init_from may name for this family: PRETRAINED, then the hub layouts whose rows name
+    its class."""
+    return (*cls.PRETRAINED, *hub.reads(cls.__name__))
 
   @classmethod
   def offers(cls, ability: str) -> bool:

@@ -11,7 +11,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 import vit_jax_lab.models.attention as patterns
@@ -191,7 +190,7 @@ class Transformer(base.Model):
 
   NO_DECAY = ('input_posemb', 'target_posemb', 'image_posemb')
   ENCODER = TransformerOptions
-  PRETRAINED = ('transformers_marian',)
+  PRETRAINED = ()  # Marian folders: hub.LAYOUTS names the Transformer.
 
   def __init__(
     self,
@@ -387,7 +386,7 @@ class Transformer(base.Model):
     """A Marian folder's shape into config.model: each size the config leaves unset (model.variant=None and no
     value) and each of STRUCTURE and FOLDER_OPTIONS it leaves at the constructor's default takes the folder's
     value; one set otherwise is one ConfigError line naming both values."""
-    if weights.layout not in cls.PRETRAINED:
+    if weights.layout not in cls.pretrained():
       return []  # checkpoints.check_init_from refuses it in one line.
     folder = marian_layout.options(weights)
     preset = dict(zip(SIZES, PRESETS.get(model_config.get('variant'), ())))
@@ -418,8 +417,8 @@ class Transformer(base.Model):
   def load_pretrained(self, source: Any, params: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """A transformers MarianMTModel folder (hub.HubWeights): its shape and options must be this model's (one line
     naming the first key that differs), and its vocabulary the data's (data.vocab=the folder)."""
-    if not isinstance(source, hub.HubWeights) or source.layout not in self.PRETRAINED:
-      what = hub.LAYOUTS[source.layout][0] if isinstance(source, hub.HubWeights) else 'a release .npz or a run'
+    if not isinstance(source, hub.HubWeights) or source.layout not in self.pretrained():
+      what = hub.LAYOUTS[source.layout].description if isinstance(source, hub.HubWeights) else 'a release .npz or a run'
       raise ConfigError(
         f"init_from: the Transformer reads Marian folders only (transformers' MarianMTModel), not {what}; to "
         'continue one of its runs, rerun it in its own workdir'
@@ -444,11 +443,8 @@ class Transformer(base.Model):
         'its outputs differ slightly'
       )
     loaded = layers.scanned_like(loaded, params)
-    cast = {str(a.dtype) for a, p in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)) if a.dtype != p.dtype}
-    if cast:
-      loaded = jax.tree.map(lambda a, p: a if a.dtype == p.dtype else np.asarray(a).astype(p.dtype), loaded, params)
-      notes.append(f"{' and '.join(sorted(cast))} tensors cast to the model's parameter dtype")
-    return loaded, notes
+    loaded, cast = hub.cast_like(loaded, params)
+    return loaded, notes + cast
 
   # --- Cached decoding -------------------------------------------------------------------------------------------
 

@@ -8,6 +8,12 @@ MAPHead's fused qkv split in two. timm's ViTs use the exact GELU and LayerNorm e
 bias, the exact GELU or (`*_quickgelu_*`) quick-GELU, and their `head` is CLIP's output projection. DINOv2 giant's
 SwiGLU MLP (`SwiGLUPacked`) keeps the names `mlp.fc1` / `mlp.fc2`, its fc1 packing the gate (first half of the
 outputs, through SiLU) and the value (second half): fc1 twice as wide as fc2's input tells it (model.mlp='swiglu').
+
+timm's Eva class (its rotary ViTs, DINOv3, EVA-02, Perception Encoder: the rows of EVA) is read into the same ViT:
+LayerScale `gamma_1` / `gamma_2`, q and v biases (no key bias) or separate q / k / v projections (layout 'timm_eva'),
+SwiGLU as `fc1_g` / `fc1_x` and the MLP's hidden LayerNorm `mlp.norm`, RoPE-Mixed's `rope.freqs`. The way back,
+for `tools.export --layout timm`: `from_release` (with `to_eva`) and `folder_config`, VisionTransformer's or Eva's
+(`eva_args`); what `predict --pretrained` applies: `preprocessing`.
 """
 
 import math
@@ -17,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from vit_jax_lab import errors
+from vit_jax_lab import errors, hub
 from vit_jax_lab.errors import ConfigError
 
 TIMM_OPTIONS = dict(gelu_approximate=False, layernorm_epsilon=1e-6)
@@ -464,6 +470,31 @@ def _refuse_unread(config: dict[str, Any], names: set[str], eva: bool) -> None:
     )
 
 
+TIMM_MEAN, TIMM_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # timm's defaults (ImageNet's).
+
+
+def preprocessing(path: str, config: dict[str, Any]) -> hub.Preprocessing:
+  """The folder's evaluation preprocessing as timm's eval transform applies it, from its `pretrained_cfg`
+  (input_size, crop_pct, crop_mode, interpolation, mean, std)."""
+  cfg = config.get('pretrained_cfg') or {}
+  height, width = cfg.get('input_size', [3, 224, 224])[1:]
+  crop_pct, mode = cfg.get('crop_pct') or 0.875, cfg.get('crop_mode', 'center')  # None or 0: timm's default.
+  errors.check(
+    isinstance(crop_pct, (int, float)) and not isinstance(crop_pct, bool) and crop_pct > 0,
+    f'--pretrained {path}: pretrained_cfg.crop_pct={errors.foreign(crop_pct, 60)} must be a positive number',
+  )
+  errors.check(mode in ('center', 'squash'), f'--pretrained {path}: pretrained_cfg.crop_mode={mode!r} is not read')
+  # timm's transforms_factory: the shorter side to size / crop_pct for a square input, else both sides.
+  scaled = (math.floor(height / crop_pct), math.floor(width / crop_pct))
+  resize = scaled[0] if height == width and mode == 'center' else scaled
+  method = cfg.get('interpolation', 'bilinear')
+  errors.check(
+    method in ('bicubic', 'bilinear', 'nearest'), f'--pretrained {path}: interpolation={method!r} is not read'
+  )
+  mean, std = cfg.get('mean', TIMM_MEAN), cfg.get('std', TIMM_STD)
+  return hub.Preprocessing(resize, (height, width), method, 1 / 255, tuple(mean), tuple(std), crop_round=True)
+
+
 def posemb_resize(config: dict[str, Any]) -> tuple[str, str]:
   """How timm resamples the folder's position embeddings to another grid (method, why), for release.from_release."""
   return POSEMB_RESIZE
@@ -611,3 +642,100 @@ def to_eva(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     for gamma in (name.replace('norm1.weight', 'gamma_1'), name.replace('norm1.weight', 'gamma_2')):
       out.setdefault(gamma, np.ones_like(tensors[name]))
   return out
+
+
+# The ViT keys timm's VisionTransformer computes as ours only at these values (timm's LayerNorm epsilon is 1e-6).
+_TIMM_FIXED = dict(
+  posemb='learn',
+  prenorm=True,
+  representation_size=None,
+  layernorm_epsilon=1e-6,
+  map_heads=None,
+  map_mlp_dim=None,
+  map_prefix=False,
+)
+_TIMM_POOL = {'tok': 'token', 'map': 'map'}  # timm's 'avg' pools after fc_norm, not after the encoder norm as ours.
+
+
+def folder_config(model: Any, data_config: Any) -> dict:
+  """A ViT's timm config.json: its architecture and `model_args` (every size, so `timm.create_model(architecture,
+  **model_args)` builds it), and `pretrained_cfg` from the run's evaluation preprocessing (data.resize_size: the
+  shorter side, then a central crop, crop_pct = image size / resize size; else squashed to the input size;
+  data.value_range as mean / std). A key timm computes otherwise is one line."""
+  structure, options = model.structure, model.options
+  eva = is_eva(structure)  # Written as timm's Eva class: eva_args checks the keys.
+  mine = dict(
+    posemb=structure['posemb'],
+    prenorm=getattr(options, 'prenorm', True),
+    representation_size=model.representation_size,
+    layernorm_epsilon=options.layernorm_epsilon,
+    map_heads=structure['map_heads'],
+    map_mlp_dim=structure['map_mlp_dim'],
+    map_prefix=structure['map_prefix'],
+  )
+  for key, value in () if eva else _TIMM_FIXED.items():
+    errors.check(
+      mine[key] == value,
+      f'--layout timm: model.{key}={mine[key]!r}; timm computes the ViT with model.{key}={value!r}',
+    )
+  pool = structure['pool']
+  errors.check(
+    not structure['distilled'] or structure['posemb_prefix'],
+    "--layout timm: timm's distilled ViT has position rows for its tokens: model.posemb_prefix=False is not written",
+  )
+  errors.check(eva or pool in _TIMM_POOL, f"--layout timm: model.pool={pool!r}; timm's ViT pools 'tok' or 'map'")
+  channels = model.embedding.kernel.shape[-2]
+  patch = structure['patch_size']
+  height, width = model.grid[0] * patch, model.grid[1] * patch
+  activation = 'gelu_tanh' if options.gelu_approximate else structure['activation']
+  num_classes = model.head.out_features
+  args = dict(
+    img_size=[height, width],
+    patch_size=patch,
+    in_chans=channels,
+    num_classes=num_classes,
+    global_pool=_TIMM_POOL.get(pool),
+    class_token=pool == 'tok',
+    embed_dim=structure['width'],
+    depth=structure['depth'],
+    num_heads=structure['num_heads'],
+    mlp_ratio=structure['mlp_dim'] / structure['width'],
+    reg_tokens=structure['reg_tokens'],
+    no_embed_class=not structure['posemb_prefix'],
+    init_values=structure['layerscale'],
+    pre_norm=structure['norm_pre'],
+    act_layer=activation,
+    scale_mlp_norm=structure['mlp_norm'],
+  )
+  low, high = data_config.value_range
+  short = data_config.resize_size
+  pretrained_cfg = dict(
+    input_size=[channels, height, width],
+    interpolation='bilinear',  # tf.image.resize's default, as our pipeline resizes.
+    crop_pct=1.0 if short is None else min(height, width) / short,
+    crop_mode='center' if short is not None else 'squash',
+    mean=[-low / (high - low)] * channels,
+    std=[1 / (high - low)] * channels,
+    num_classes=num_classes,
+    first_conv='patch_embed.proj',
+    classifier='head',
+  )
+  architecture = 'deit_base_distilled_patch16_224' if structure['distilled'] else 'vit_base_patch16_224'
+  if eva:
+    errors.check(
+      model.representation_size is None, '--layout timm: timm has no pre-logits layer (model.representation_size)'
+    )
+    architecture, eva = eva_args(structure, options.layernorm_epsilon, options.gelu_approximate)
+    args = {k: args[k] for k in ('img_size', 'patch_size', 'in_chans', 'num_classes')} | eva
+  elif structure['mlp'] == 'swiglu':  # timm's SwiGLUPacked: fc1 holds the gate and the value, with SiLU of its own.
+    architecture = 'vit_giant_patch14_dinov2'
+    args['mlp_ratio'] = 2 * structure['mlp_dim'] / structure['width']
+    del args['act_layer']
+  return dict(
+    architecture=architecture,
+    num_classes=num_classes,
+    num_features=structure['width'],
+    global_pool=args['global_pool'],
+    model_args=args,
+    pretrained_cfg=pretrained_cfg,
+  )

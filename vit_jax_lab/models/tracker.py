@@ -106,7 +106,7 @@ class Tracker(base.Model):
   """
 
   NO_DECAY = ('template_pos', 'search_pos', 'cls', 'reg')
-  PRETRAINED = ('npz', 'run', *vit.HUB_LAYOUTS)
+  PRETRAINED = ('npz', 'run')
   ENCODER = TrackerOptions
   # The keys beside the sizes that an image folder fixes (pretrained_config).
   STRUCTURE = ('layerscale', 'mlp')
@@ -259,7 +259,7 @@ class Tracker(base.Model):
   def pretrained_config(cls, model_config: Any, weights: hub.HubWeights) -> list[str]:
     """A timm or transformers image folder's backbone shape into config.model, as the ViT's (vit.folder_into_config:
     sizes, layerscale, mlp, the GELU form and LayerNorm epsilon); what the tracker cannot be is one line first."""
-    if weights.layout in vit.HUB_LAYOUTS:
+    if weights.layout in hub.reads('Tracker'):
       _refuse_image_folder(weights, vit.folder_options(weights))
     return vit.folder_into_config(cls, model_config, weights, cls.STRUCTURE)
 
@@ -333,11 +333,7 @@ class Tracker(base.Model):
     zero-sized views, and the folder's tensors views of the mapped files); its patch embedding and encoder taken,
     its patch position embeddings resampled to the template and search grids."""
     path = weights.path
-    if weights.layout not in vit.HUB_LAYOUTS:
-      raise ConfigError(
-        f'init_from={path!r} holds {hub.LAYOUTS[weights.layout][0]} weights, which the tracker does not read'
-      )
-    layout = vit.HUB_LAYOUTS[weights.layout]
+    layout = hub.reader_of(weights, 'Tracker', 'tracker')
     folder = vit.folder_options(weights)
     _refuse_image_folder(weights, folder)
     if self.stem != 'patch':

@@ -26,18 +26,20 @@ Conv3d tubelet embedding (out, in, time, h, w), VideoMAE's query and value biase
 none: a zero one is the same function, softmax being blind to a constant per query) and its `fc_norm` after the
 average pool. `vivit_options` gives the ViViT keys of such a folder.
 
-`from_release` is the way back, for `tools.export --layout transformers`: a ViT as `ViTForImageClassification`, a
+`from_release` is the way back, for `tools.export --layout transformers` (config.json and preprocessor_config.json by
+`folder_config` and `video_folder_config`): a ViT as `ViTForImageClassification`, a
 ViViT model 1 as `VivitForVideoClassification` or, with VideoMAE's options, `VideoMAEForVideoClassification`.
 """
 
 import math
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from vit_jax_lab import errors
+from vit_jax_lab import errors, hub
 from vit_jax_lab.errors import ConfigError
 
 # How transformers' DINOv2 resamples position embeddings (bicubic, antialiased: as jax.image.resize's bicubic).
@@ -161,6 +163,35 @@ def _shape(tensors: Any, name: str) -> tuple[int, ...]:
 def _square(inputs: int, channels: int) -> bool:
   """Whether a patch Linear of `inputs` features can be square patches of `channels` channels."""
   return inputs % channels == 0 and math.isqrt(inputs // channels) ** 2 == inputs // channels
+
+
+# transformers' resample codes (PIL's) -> tf.image.resize's methods.
+RESAMPLE = {0: 'nearest', 1: 'lanczos3', 2: 'bilinear', 3: 'bicubic', 4: 'area', 5: 'bilinear'}
+
+
+def preprocessing(path: str, config: dict[str, Any]) -> hub.Preprocessing:
+  """The folder's evaluation preprocessing as its image processor applies it, from preprocessor_config.json
+  (size, crop, resample, rescale, image_mean, image_std; ViViT's offset, on by default as in
+  VivitImageProcessor)."""
+  file = os.path.join(path, 'preprocessor_config.json')
+  errors.check(
+    os.path.isfile(file), f'--pretrained {path} has no preprocessor_config.json: its preprocessing is unknown'
+  )
+  p = errors.read_json(file, '--pretrained: the preprocessing')
+  size = p.get('size') if p.get('do_resize', True) else None
+  resize = size['shortest_edge'] if isinstance(size, dict) and 'shortest_edge' in size else size and hub.size_pair(size)
+  crop = hub.size_pair(p['crop_size']) if p.get('do_center_crop') and p.get('crop_size') else None
+  normalise, rescale = p.get('do_normalize', True), p.get('do_rescale', True)
+  offset = rescale and p.get('offset', str(p.get('image_processor_type', '')).startswith('Vivit'))
+  return hub.Preprocessing(
+    resize,
+    crop,
+    RESAMPLE.get(p.get('resample', 2), 'bilinear'),
+    p.get('rescale_factor', 1 / 255) if rescale else 1.0,
+    tuple(p.get('image_mean', (0.5, 0.5, 0.5))) if normalise else (0.0,),
+    tuple(p.get('image_std', (0.5, 0.5, 0.5))) if normalise else (1.0,),
+    1.0 if offset else 0.0,
+  )
 
 
 def posemb_resize(config: dict[str, Any]) -> tuple[str, str]:
@@ -523,3 +554,156 @@ def from_release(flat: Mapping[str, np.ndarray], model_type: str = 'vit') -> dic
       f'{" ..." if len(left) > 5 else ""}'
     )
   return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+# The ViT keys transformers' ViTForImageClassification computes as ours only at these values.
+_TRANSFORMERS_FIXED = dict(
+  pool='tok',
+  posemb='learn',
+  rope=None,
+  fc_norm=False,
+  class_token=None,
+  mlp_norm=False,
+  posemb_prefix=True,
+  distilled=False,
+  reg_tokens=0,
+  layerscale=None,
+  norm_pre=False,
+  mlp='plain',
+)
+_HIDDEN_ACT = {('gelu', False): 'gelu', ('gelu', True): 'gelu_pytorch_tanh', ('quick_gelu', False): 'quick_gelu'}
+
+
+def folder_config(model: Any, data_config: Any, labels: list[str] | None = None) -> tuple[dict, dict]:
+  """A ViT's transformers config.json (`ViTForImageClassification`: every size, the activation, LayerNorm epsilon,
+  class names) and preprocessor_config.json (`ViTImageProcessor`: resized to the input size, scaled by 1/255,
+  normalised so that data.value_range comes out). A key transformers' ViT computes otherwise is one line."""
+  structure, options = model.structure, model.options
+  for key, value in _TRANSFORMERS_FIXED.items():
+    errors.check(
+      structure[key] == value,
+      f"--layout transformers: model.{key}={structure[key]!r}; transformers' ViT computes with model.{key}={value!r} "
+      '(--layout timm writes it)',
+    )
+  errors.check(
+    options.prenorm and model.representation_size is None,
+    "--layout transformers: transformers' ViT has LayerNorms before each branch and no pre-logits layer",
+  )
+  activation = (structure['activation'], options.gelu_approximate)
+  errors.check(activation in _HIDDEN_ACT, f'--layout transformers: model.activation={activation[0]!r} with tanh GELU')
+  channels, patch = model.embedding.kernel.shape[-2], structure['patch_size']
+  height, width = model.grid[0] * patch, model.grid[1] * patch
+  config = dict(
+    architectures=['ViTForImageClassification'],
+    model_type='vit',
+    hidden_size=structure['width'],
+    num_hidden_layers=structure['depth'],
+    num_attention_heads=structure['num_heads'],
+    intermediate_size=structure['mlp_dim'],
+    hidden_act=_HIDDEN_ACT[activation],
+    layer_norm_eps=options.layernorm_epsilon,
+    image_size=height if height == width else [height, width],
+    patch_size=patch,
+    num_channels=channels,
+    qkv_bias=True,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+  ) | _label_maps(labels, model.head.out_features)
+  low, high = data_config.value_range
+  preprocessor = dict(
+    image_processor_type='ViTImageProcessor',
+    do_resize=True,
+    size=dict(height=height, width=width),  # Squashed: ViTImageProcessor cuts no central crop.
+    resample=2,  # Bilinear, as our pipeline resizes.
+    do_rescale=True,
+    rescale_factor=1 / 255,
+    do_normalize=True,
+    image_mean=[-low / (high - low)] * channels,
+    image_std=[1 / (high - low)] * channels,
+  )
+  return config, preprocessor
+
+
+def _label_maps(labels: list[str] | None, num_classes: int) -> dict:
+  names = labels or [f'LABEL_{i}' for i in range(num_classes)]
+  return dict(id2label={str(i): n for i, n in enumerate(names)}, label2id={n: i for i, n in enumerate(names)})
+
+
+# A ViViT model 1's (pool, posemb, fc_norm) -> the transformers video classifier computing it.
+_VIDEO_TYPES = {('tok', 'learn', False): 'vivit', ('gap', 'sincos_flat', True): 'videomae'}
+_VIDEO_FIXED = dict(model='spatiotemporal', embedding='tubelet')
+
+
+def video_folder_config(model: Any, data_config: Any, labels: list[str] | None = None) -> tuple[dict, dict]:
+  """A ViViT's transformers config.json (`VivitForVideoClassification`: model 1, class token, learned positions; or
+  `VideoMAEForVideoClassification`: VideoMAE's fixed positions, average pool and fc_norm) and preprocessor_config.json
+  (its image processor: each frame's shorter side resized to data.resize_size, then the central crop, as our
+  evaluation; or squashed to the input size; scaled by 1/255 and normalised so that data.value_range comes out).
+  What neither computes as ours is one line."""
+  structure, options = model.structure, model.options
+  for key, value in _VIDEO_FIXED.items():
+    errors.check(
+      structure[key] == value,
+      f"--layout transformers: model.{key}={structure[key]!r}; transformers' ViViT and VideoMAE compute with "
+      f'model.{key}={value!r}',
+    )
+  errors.check(
+    options.attention == 'full' and options.prenorm,
+    f"--layout transformers: model.attention={options.attention!r}, model.prenorm={options.prenorm!r}; transformers' "
+    "ViViT and VideoMAE attend over every token ('full') with LayerNorms before each branch",
+  )
+  kind = (structure['pool'], structure['posemb'], structure['fc_norm'])
+  epsilon = model.fc_norm.epsilon if model.fc_norm is not None else None
+  theirs = FC_NORM_EPSILON
+  errors.check(
+    kind in _VIDEO_TYPES,
+    f'--layout transformers: model.pool={kind[0]!r} with model.posemb={kind[1]!r} and model.fc_norm={epsilon!r}; '
+    "transformers' ViViT pools its class token with learned positions (pool='tok', posemb='learn', fc_norm=None), "
+    f"its VideoMAE averages with fixed ones (pool='gap', posemb='sincos_flat', fc_norm={theirs})",
+  )
+  model_type = _VIDEO_TYPES[kind]
+  errors.check(
+    epsilon in (None, theirs),
+    f"--layout transformers: model.fc_norm={epsilon!r}; VideoMAE's fc_norm computes with epsilon {theirs} "
+    "(PyTorch's default)",
+  )
+  channels, patch, time = model.embedding.kernel.shape[-2], structure['patch_size'], structure['tubelet_time']
+  height, width = model.space_grid[0] * patch, model.space_grid[1] * patch
+  config = dict(
+    architectures=[CLASSIFIERS[model_type][1]],
+    model_type=model_type,
+    hidden_size=structure['width'],
+    num_hidden_layers=structure['depth'],
+    num_attention_heads=structure['num_heads'],
+    intermediate_size=structure['mlp_dim'],
+    hidden_act='gelu_fast' if options.gelu_approximate else 'gelu',  # gelu_fast: ViViT's own tanh GELU.
+    layer_norm_eps=options.layernorm_epsilon,
+    image_size=height if height == width else [height, width],
+    num_frames=model.grid[0] * time,
+    num_channels=channels,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+  )
+  if model_type == 'vivit':
+    config |= dict(tubelet_size=[time, patch, patch], qkv_bias=True)
+  else:
+    config |= dict(patch_size=patch, tubelet_size=time, qv_bias=True, use_mean_pooling=True)
+  config |= _label_maps(labels, model.head.out_features)
+  low, high = data_config.value_range
+  short = data_config.get('resize_size') or data_config.get('image_size')
+  preprocessor = dict(
+    image_processor_type='VivitImageProcessor' if model_type == 'vivit' else 'VideoMAEImageProcessor',
+    do_resize=True,
+    size=dict(height=height, width=width) if short is None else dict(shortest_edge=short),
+    resample=2,  # Bilinear, as our pipeline resizes.
+    do_center_crop=short is not None,
+    crop_size=dict(height=height, width=width),
+    do_rescale=True,
+    rescale_factor=1 / 255,
+    do_normalize=True,
+    image_mean=[-low / (high - low)] * channels,
+    image_std=[1 / (high - low)] * channels,
+  )
+  if model_type == 'vivit':
+    preprocessor['offset'] = False  # Its default maps to [-1, 1] by itself; mean and std do it here.
+  return config, preprocessor

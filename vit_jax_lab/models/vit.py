@@ -7,7 +7,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 import vit_jax_lab.hub as hub
@@ -15,8 +14,6 @@ import vit_jax_lab.models.base as base
 import vit_jax_lab.models.layers as layers
 import vit_jax_lab.models.release as release
 import vit_jax_lab.models.rope as rotary_embeddings
-import vit_jax_lab.models.timm_layout as timm_layout
-import vit_jax_lab.models.transformers_layout as transformers_layout
 from vit_jax_lab.errors import ConfigError
 
 # width, depth, mlp_dim, num_heads. "mu" is a tiny size for small images and tests.
@@ -72,27 +69,19 @@ STRUCTURE = (
 MLPS = ('plain', 'swiglu')
 # The encoder options a pretrained folder computes with (ViT.pretrained_config fills them when left at default).
 FOLDER_OPTIONS = ('gelu_approximate', 'layernorm_epsilon')
-# hub layout -> the module that reads it (vit_options, to_release, notes, posemb_resize).
-HUB_LAYOUTS = {
-  'timm_vit': timm_layout,
-  'timm_eva': timm_layout,
-  'transformers_vit': transformers_layout,
-  'transformers_clip': transformers_layout,
-  'transformers_dinov3': transformers_layout,
-}
 
 
 def folder_options(weights: hub.HubWeights) -> dict[str, Any]:
   """The ViT keys of an image folder (its layout's `vit_options`), with the constructor's defaults for the
   STRUCTURE keys its layout never sets (a transformers folder has no rotary embedding)."""
   defaults = {k: p.default for k, p in inspect.signature(ViT.__init__).parameters.items() if k in STRUCTURE}
-  return defaults | HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+  return defaults | hub.reader(weights.layout).vit_options(weights.config, weights.tensors)
 
 
 def folder_into_config(family: type[base.Model], model_config: Any, weights: hub.HubWeights, keys: tuple) -> list[str]:
   """A timm or transformers image folder's shape into config.model of `family` (the ViT, or a family whose backbone
   is one: the tracker), by `fill_config`. Returns the notes."""
-  if weights.layout not in HUB_LAYOUTS:
+  if weights.layout not in hub.reads('ViT'):
     return []  # checkpoints.check_init_from refuses it in one line.
   folder = folder_options(weights)
   preset = decode_variant(model_config.get('variant'))
@@ -223,7 +212,7 @@ class ViT(base.Model):
   """
 
   NO_DECAY = ('pos_embedding', 'cls', 'dist', 'reg', 'rope')  # rope: RoPE-Mixed's frequencies, as timm's.
-  PRETRAINED = ('npz', 'run', *HUB_LAYOUTS)
+  PRETRAINED = ('npz', 'run')
   RELEASE_LAYOUT = 'vision_transformer'
 
   def __init__(
@@ -504,11 +493,7 @@ class ViT(base.Model):
     """A timm or transformers folder: its shape must be this model's (one line naming the first key that differs);
     its class count and image size may differ (head replaced, position embeddings resampled bicubic as the library
     does)."""
-    if weights.layout not in HUB_LAYOUTS:
-      raise ConfigError(
-        f'init_from={weights.path!r} holds {hub.LAYOUTS[weights.layout][0]} weights, which the ViT does not read'
-      )
-    layout = HUB_LAYOUTS[weights.layout]
+    layout = hub.reader_of(weights, 'ViT', 'ViT')
     folder = folder_options(weights)
     for key, mine in self.structure.items():
       if (folder[key] != mine) if key != 'layerscale' else ((folder[key] is None) != (mine is None)):
@@ -525,12 +510,8 @@ class ViT(base.Model):
     loaded, adapted = release.from_release(
       flat, self, params, posemb_resize=layout.posemb_resize(weights.config), origin=origin
     )
-    # A folder saved in bfloat16 or float16 trains in the model's own dtype: cast (copied) tensor by tensor.
-    cast = {str(a.dtype) for a, p in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)) if a.dtype != p.dtype}
-    if cast:
-      loaded = jax.tree.map(lambda a, p: a if a.dtype == p.dtype else np.asarray(a).astype(p.dtype), loaded, params)
-      notes.append(f"{' and '.join(sorted(cast))} tensors cast to the model's parameter dtype")
-    return loaded, notes + adapted
+    loaded, cast = hub.cast_like(loaded, params)
+    return loaded, notes + cast + adapted
 
   @classmethod
   def release_params(cls, params: dict, model_config: Any) -> dict:

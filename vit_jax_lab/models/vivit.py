@@ -31,13 +31,11 @@ import vit_jax_lab.models.attention as attention
 import vit_jax_lab.models.base as base
 import vit_jax_lab.models.layers as layers
 import vit_jax_lab.models.release as release
-import vit_jax_lab.models.transformers_layout as transformers_layout
 import vit_jax_lab.models.vit as vit
 from vit_jax_lab.errors import ConfigError
 
 MODELS = ('spatiotemporal', 'factorised_encoder', 'factorised_self_attention', 'factorised_dot_product')
 # hub layout -> the module that reads it (vivit_options, to_release, notes).
-HUB_LAYOUTS = {'transformers_vit': transformers_layout}
 # What a hub folder fixes beside the sizes (ViViT.pretrained_config fills each left unset or at its default).
 SIZES = ('patch_size', 'width', 'depth', 'mlp_dim', 'num_heads')
 STRUCTURE = ('model', 'embedding', 'tubelet_time', 'pool', 'posemb', 'fc_norm')
@@ -233,7 +231,7 @@ class ViViT(base.Model):
   """
 
   NO_DECAY = ('pos_embedding', 'cls', 'temporal_pos_embedding', 'temporal_cls')
-  PRETRAINED = ('npz', 'run', *HUB_LAYOUTS)
+  PRETRAINED = ('npz', 'run')
 
   def __init__(
     self,
@@ -437,20 +435,16 @@ class ViViT(base.Model):
     value) and each of STRUCTURE it leaves at the constructor's default takes the folder's value; one set otherwise
     is one ConfigError line naming both values. The GELU form and LayerNorm epsilon take the folder's when left at
     their defaults. The clip's frames and size come from the data (learned positions resampled when they differ)."""
-    if weights.layout not in HUB_LAYOUTS:
+    if weights.layout not in hub.reads('ViViT'):
       return []  # checkpoints.check_init_from refuses it in one line.
-    folder = HUB_LAYOUTS[weights.layout].vivit_options(weights.config, weights.tensors)
+    folder = hub.reader(weights.layout).vivit_options(weights.config, weights.tensors)
     preset = decode_variant(model_config.get('variant'))
     return vit.fill_config(cls, model_config, weights.path, folder, preset, (*SIZES, *STRUCTURE), ('fc_norm',))
 
   def _load_hub(self, weights: hub.HubWeights, params: dict) -> tuple[dict, list[str]]:
     """A transformers ViViT or VideoMAE folder: its shape must be this model's (one line naming the first key that
     differs); its class count and clip size may differ (head replaced; learned positions resampled)."""
-    if weights.layout not in HUB_LAYOUTS:
-      raise ConfigError(
-        f'init_from={weights.path!r} holds {hub.LAYOUTS[weights.layout][0]} weights, which the ViViT does not read'
-      )
-    layout = HUB_LAYOUTS[weights.layout]
+    layout = hub.reader_of(weights, 'ViViT', 'ViViT')
     folder = layout.vivit_options(weights.config, weights.tensors)
     for key, mine in self.structure.items():
       theirs = folder[key] is not None if key == 'fc_norm' else folder[key]
@@ -490,12 +484,8 @@ class ViViT(base.Model):
           f'{np.shape(params["fc_norm"]["scale"])})'
         )
       loaded['fc_norm'] = fc_norm
-    # A folder saved in bfloat16 or float16 trains in the model's own dtype: cast (copied) tensor by tensor.
-    cast = {str(a.dtype) for a, p in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)) if a.dtype != p.dtype}
-    if cast:
-      loaded = jax.tree.map(lambda a, p: a if a.dtype == p.dtype else np.asarray(a).astype(p.dtype), loaded, params)
-      notes.append(f"{' and '.join(sorted(cast))} tensors cast to the model's parameter dtype")
-    return loaded, notes + adapted
+    loaded, cast = hub.cast_like(loaded, params)
+    return loaded, notes + cast + adapted
 
   def _resample_positions(self, pos: np.ndarray, grid: tuple[int, int, int]) -> np.ndarray:
     """Learned positions (1, [1 +] nt * h * w, D) of the token grid `grid` (nt, h, w) -> this model's grid: each

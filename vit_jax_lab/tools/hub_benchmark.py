@@ -101,7 +101,7 @@ def measure(path: str, fsdp_min_size: int = 2**14) -> dict[str, Any]:
   from vit_jax_lab.models import vit  # The models import hub: not at this module's top.
 
   weights = hub.read(path)
-  options = vit.HUB_LAYOUTS[weights.layout].vit_options(weights.config, weights.tensors)
+  options = hub.reader(weights.layout).vit_options(weights.config, weights.tensors)
   classes, shape = options.pop('num_classes'), options.pop('input_shape')
   abstract = nnx.eval_shape(lambda: vit.ViT(classes, shape, rngs=nnx.Rngs(0), **options))  # Not timed.
   params = nnx.state(abstract, nnx.Param).to_pure_dict()

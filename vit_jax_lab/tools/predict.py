@@ -37,7 +37,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import sys
 import time
@@ -473,88 +472,14 @@ def load(args: argparse.Namespace, overrides: list[str], devices=None) -> Predic
 
 # --- A hub folder as it is ----------------------------------------------------------------------------------------
 
-# transformers' resample codes (PIL's) -> tf.image.resize's methods.
-_RESAMPLE = {0: 'nearest', 1: 'lanczos3', 2: 'bilinear', 3: 'bicubic', 4: 'area', 5: 'bilinear'}
-_TIMM_MEAN, _TIMM_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # timm's defaults (ImageNet's).
+
+def preprocessing_of(path: str, config: dict, layout: str) -> hub.Preprocessing:
+  """The folder's preprocessing, as its layout's reader reads it (timm's pretrained_cfg, transformers'
+  preprocessor_config.json)."""
+  return hub.reader(layout).preprocessing(path, config)
 
 
-@dataclasses.dataclass(frozen=True)
-class Preprocessing:
-  """A hub folder's evaluation preprocessing of an image (or of each frame of a clip), as its library applies it:
-  resize (an int: the shorter side to it; a pair: to that size; None: none), a central crop to `crop`, then
-  (value * scale - offset - mean) / std per channel. The resize is TensorFlow's (antialiased, rounded to uint8 as
-  PIL's), not PIL's or torchvision's: equal to the library's only where the image already has that size."""
-
-  resize: int | tuple[int, int] | None
-  crop: tuple[int, int] | None
-  method: str
-  scale: float
-  mean: tuple[float, ...]
-  std: tuple[float, ...]
-  offset: float = 0.0  # Subtracted after the scale: VivitImageProcessor's `offset` (value * scale - 1).
-  # The crop's offset rounded half to even, as torchvision's center_crop (timm) rounds it; else down (transformers).
-  crop_round: bool = False
-
-  def __post_init__(self):
-    values = (*self.mean, *self.std, self.scale)
-    check(
-      all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values) and min(self.std) > 0,
-      f"--pretrained: the folder's preprocessing has mean {errors.foreign(self.mean, 60)} and std "
-      f'{errors.foreign(self.std, 60)}: they must be numbers, the std positive',
-    )
-    sizes = {'resize': self.resize, 'crop': self.crop}
-    errors.positive_ints(
-      "--pretrained: the folder's preprocessing",
-      {f'{k}[{i}]': v for k, size in sizes.items() if size is not None for i, v in enumerate(_pair(size))},
-    )
-
-
-def _pair(value: Any) -> tuple[int, int]:
-  if isinstance(value, dict):
-    return value['height'], value['width']
-  return (value, value) if isinstance(value, int) else tuple(value)
-
-
-def preprocessing_of(path: str, config: dict, layout: str) -> Preprocessing:
-  """The folder's preprocessing: timm's `pretrained_cfg` (input_size, crop_pct, crop_mode, interpolation, mean,
-  std) or transformers' preprocessor_config.json (size, crop, resample, rescale, image_mean, image_std; ViViT's
-  offset, on by default as in VivitImageProcessor)."""
-  if layout in ('timm_vit', 'timm_eva'):
-    cfg = config.get('pretrained_cfg') or {}
-    height, width = cfg.get('input_size', [3, 224, 224])[1:]
-    crop_pct, mode = cfg.get('crop_pct') or 0.875, cfg.get('crop_mode', 'center')  # None or 0: timm's default.
-    check(
-      isinstance(crop_pct, (int, float)) and not isinstance(crop_pct, bool) and crop_pct > 0,
-      f'--pretrained {path}: pretrained_cfg.crop_pct={errors.foreign(crop_pct, 60)} must be a positive number',
-    )
-    check(mode in ('center', 'squash'), f'--pretrained {path}: pretrained_cfg.crop_mode={mode!r} is not read')
-    # timm's transforms_factory: the shorter side to size / crop_pct for a square input, else both sides.
-    scaled = (math.floor(height / crop_pct), math.floor(width / crop_pct))
-    resize = scaled[0] if height == width and mode == 'center' else scaled
-    method = cfg.get('interpolation', 'bilinear')
-    check(method in ('bicubic', 'bilinear', 'nearest'), f'--pretrained {path}: interpolation={method!r} is not read')
-    mean, std = cfg.get('mean', _TIMM_MEAN), cfg.get('std', _TIMM_STD)
-    return Preprocessing(resize, (height, width), method, 1 / 255, tuple(mean), tuple(std), crop_round=True)
-  file = os.path.join(path, 'preprocessor_config.json')
-  check(os.path.isfile(file), f'--pretrained {path} has no preprocessor_config.json: its preprocessing is unknown')
-  p = errors.read_json(file, '--pretrained: the preprocessing')
-  size = p.get('size') if p.get('do_resize', True) else None
-  resize = size['shortest_edge'] if isinstance(size, dict) and 'shortest_edge' in size else size and _pair(size)
-  crop = _pair(p['crop_size']) if p.get('do_center_crop') and p.get('crop_size') else None
-  normalise, rescale = p.get('do_normalize', True), p.get('do_rescale', True)
-  offset = rescale and p.get('offset', str(p.get('image_processor_type', '')).startswith('Vivit'))
-  return Preprocessing(
-    resize,
-    crop,
-    _RESAMPLE.get(p.get('resample', 2), 'bilinear'),
-    p.get('rescale_factor', 1 / 255) if rescale else 1.0,
-    tuple(p.get('image_mean', (0.5, 0.5, 0.5))) if normalise else (0.0,),
-    tuple(p.get('image_std', (0.5, 0.5, 0.5))) if normalise else (1.0,),
-    1.0 if offset else 0.0,
-  )
-
-
-def _preprocess(p: Preprocessing, image: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+def _preprocess(p: hub.Preprocessing, image: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
   """An image (uint8, H x W x C) or a clip's frames (T x H x W x C) through `p`; and whether it was resized (or its
   crop cut or padded anything)."""
   x, shape = tf.cast(image, tf.float32), tf.shape(image)[-3:-1]
@@ -621,7 +546,7 @@ class HubPredictor(Predictor):
 
   model: Any = None
   input_shape: tuple[int, ...] = ()
-  preprocessing: Preprocessing | None = None
+  preprocessing: hub.Preprocessing | None = None
 
   def __post_init__(self):
     self.classify = True
@@ -741,7 +666,7 @@ def _folder_predictor(path: str, weights: hub.HubWeights, top_k: int, kind: str)
   """A hub folder with a classification head as it is: for `kind` 'image' the ViT, for 'video' the ViViT, of its
   shape (the family's pretrained_config), input and class count with its weights, label names and preprocessing."""
   name, family = ('vit', vit.ViT) if kind == 'image' else ('vivit', vivit.ViViT)
-  reader = (vit if kind == 'image' else vivit).HUB_LAYOUTS[weights.layout]
+  reader = hub.reader(weights.layout)
   options = (reader.vit_options if kind == 'image' else reader.vivit_options)(weights.config, weights.tensors)
   num_classes, input_shape = options['num_classes'], options['input_shape']
   projection = timm_layout.clip_projection(weights.config) or 'Projection' in str(weights.config.get('architectures'))
@@ -769,9 +694,12 @@ def load_hub(path: str, top_k: int) -> Predictor:
 
 def _load_hub(path: str, top_k: int) -> Predictor:
   weights = hub.read(path)
-  if weights.layout in seq2seq.Transformer.PRETRAINED:
+  if weights.layout in seq2seq.Transformer.pretrained():
     return load_marian(path, weights)
-  check(weights.layout in vit.HUB_LAYOUTS, f'--pretrained {path}: {hub.LAYOUTS[weights.layout][0]} is not read')
+  check(
+    weights.layout in vit.ViT.pretrained(),
+    f'--pretrained {path}: {hub.LAYOUTS[weights.layout].description} is not read',
+  )
   if weights.config.get('model_type') in transformers_layout.VIDEO_TYPES:
     return _folder_predictor(path, weights, top_k, 'video')
   return _folder_predictor(path, weights, top_k, 'image')
