@@ -91,6 +91,14 @@ def test_missing_config_file(capsys):
   assert "no config file 'configs/vit/nope.py' here or in " in capsys.readouterr().err
 
 
+def test_a_config_that_is_not_a_python_file_is_one_line(capsys):
+  """--config README.md used to end in a 22-line AttributeError traceback (Python finds no loader for it)."""
+  assert main.main(['--config', 'README.md', '--workdir', 'w']) == 2
+  err = capsys.readouterr().err
+  assert err == 'error: --config: README.md is not a Python file; a config is a .py file defining get_config(arg)\n'
+  assert not os.path.exists('w')
+
+
 def test_a_config_resolves_from_any_folder(tmp_path, monkeypatch):
   """From another folder, the clone's configs/vit/digits.py, and its short form vit/digits."""
   monkeypatch.chdir(tmp_path)

@@ -103,6 +103,8 @@ def test_rope_is_applied_alike_in_scanned_and_local_attention():
     (dict(rope='axial', rope_ref_grid=0), 'model.rope_ref_grid=0 must be a positive integer'),
     (dict(rope='axial', rope_temperature=-1.0), 'model.rope_temperature=-1.0 must be a positive number'),
     (dict(rope='axial', rope_offset='one'), "model.rope_offset='one' must be a number"),
+    (dict(rope_temperature=-1.0), 'model.rope_temperature=-1.0 must be a positive number'),  # Without model.rope too.
+    (dict(rope_axes='yx'), "model.rope_axes='yx' is not one of 'xy', 'ij'"),
     (dict(map_heads=2), 'model.map_heads, model.map_mlp_dim and model.map_prefix set the attention pool: they need'),
     (dict(pool='map', map_heads=0), 'model.map_heads=0 must be a positive integer or None'),
     (dict(fc_norm=True), "model.fc_norm=True normalises the average pool: it needs model.pool='gap'"),

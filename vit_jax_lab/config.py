@@ -111,6 +111,8 @@ def load(spec: str) -> ml_collections.ConfigDict:
       f'--config: no config file {given!r} here or in {CONFIGS}; e.g. --config vit/digits (its configs/vit/digits.py)'
     )
   module_spec = importlib.util.spec_from_file_location('_experiment_config', path)
+  if module_spec is None:  # Not a Python file (README.md): Python finds no loader for it.
+    raise ConfigError(f'--config: {path} is not a Python file; a config is a .py file defining get_config(arg)')
   module = importlib.util.module_from_spec(module_spec)
   with _config_file_errors(path):
     module_spec.loader.exec_module(module)

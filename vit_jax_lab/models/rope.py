@@ -30,16 +30,14 @@ AXES = ('xy', 'ij')
 
 
 def check(kind: str | None, head_dim: int, temperature: float, axes: str, ref_grid: int | None, offset: float) -> None:
-  """The rope keys of a model, each mistake one line."""
+  """The rope keys of a model, each mistake one line, whether or not model.rope is set."""
   if isinstance(offset, bool) or not isinstance(offset, (int, float)):
     raise ConfigError(f'model.rope_offset={offset!r} must be a number')
-  if kind is None:
-    return
-  if kind not in KINDS:
+  if kind is not None and kind not in KINDS:
     raise ConfigError(f'model.rope={kind!r} is not one of None, {", ".join(map(repr, KINDS))}')
   if axes not in AXES:
     raise ConfigError(f'model.rope_axes={axes!r} is not one of {", ".join(map(repr, AXES))}')
-  if head_dim % 4:
+  if kind is not None and head_dim % 4:
     raise ConfigError(
       f'model.rope={kind!r} turns pairs of channels by two coordinates: the head width {head_dim} '
       'must be a multiple of 4 (model.width / model.num_heads)'
