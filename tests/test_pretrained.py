@@ -17,7 +17,7 @@ from flax import nnx
 from conftest import load_config
 from vit_jax_lab import checkpoints, hub, models, tasks, train
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.models import release, timm_layout, tracker, transformers_layout, vit, vivit
+from vit_jax_lab.models import layers, release, timm_layout, tracker, transformers_layout, vit, vivit
 from vit_jax_lab.tools import hub_benchmark
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'pretrained')
@@ -71,6 +71,7 @@ def folder_model(row, num_classes=None, input_shape=None, family=vit.ViT, **over
   reader = hub.reader(weights.layout)
   options = (reader.vit_options if family is vit.ViT else reader.vivit_options)(weights.config, weights.tensors)
   classes, shape = options.pop('num_classes'), options.pop('input_shape')
+  options = {k: v for k, v in options.items() if not (family is vivit.ViViT and k in vivit.OPEN and v is None)}
   model = family(num_classes or classes or 7, input_shape or shape, rngs=nnx.Rngs(0), **(options | overrides))
   initial = jax.device_get(nnx.state(model, nnx.Param).to_pure_dict())
   params, notes = model.load_pretrained(weights, initial)
@@ -934,6 +935,90 @@ def test_new_vivit_keys_are_validated(kwargs, message):
     vivit.ViViT(10, (4, 16, 16, 3), variant='mu/8x2', rngs=nnx.Rngs(0), **kwargs)
 
 
+# V-JEPA 2 rows (make_references.py VJEPA2_ROWS): clips of 4 frames of 24 x 24, tubelets 2 x 8 x 8 (a 2 x 3 x 3
+# grid), heads 26 wide (8 channels turned per axis, 2 not); references also at crop_size 40 on 6-frame clips.
+def test_vjepa2_classifier_gives_the_librarys_logits_at_its_size_and_another():
+  ref = np.load(os.path.join(DATA, 'hf_vjepa2_cls', 'reference.npz'))
+  model, notes, _, _ = video_model('hf_vjepa2_cls')
+  difference = max_difference(model(ref['videos']), ref['logits'])
+  resized, _, _, _ = video_model('hf_vjepa2_cls', input_shape=(6, 40, 40, 3))
+  other = max_difference(resized(ref['resized_videos']), ref['resized_logits'])
+  print(f'hf_vjepa2_cls: max |ours - transformers| logits {difference:.2e}; 6 x 40 x 40 clips {other:.2e}')
+  assert difference < 1e-5 and other < 1e-5
+  assert np.abs(ref['logits']).max() > 0.1
+  assert notes == [
+    'transformers VJEPA2ForVideoClassification read from its safetensors',
+    'predictor left out (23 tensors: masked pretraining only)',
+  ]
+
+
+def test_vjepa2_backbone_gives_the_librarys_tokens_under_any_pool():
+  """A VJEPA2Model folder (encoder and predictor, no pool, no head): last_hidden_state, with a new attentive pool
+  (V-JEPA 2's frozen evaluation) or the average."""
+  ref = np.load(os.path.join(DATA, 'hf_vjepa2', 'reference.npz'))
+  model, notes, initial, params = video_model('hf_vjepa2', pool='attentive', pool_depth=1)
+  difference = max_difference(model.encode(ref['videos']), ref['last_hidden_state'])
+  assert 'the attentive pool initialised: the source has none (a backbone)' in notes
+  jax.tree.map(np.testing.assert_array_equal, params['pooler'], initial['pooler'])
+  resized, _, _, _ = video_model('hf_vjepa2', input_shape=(6, 40, 40, 3), pool='gap')
+  other = max_difference(resized.encode(ref['resized_videos']), ref['resized_last_hidden_state'])
+  print(f'hf_vjepa2: max |ours - transformers| last_hidden_state {difference:.2e}; 6 x 40 x 40 clips {other:.2e}')
+  assert difference < 1e-5 and other < 1e-5
+
+
+def test_vjepa2_folder_into_the_config_and_its_refusals():
+  """pretrained_config, as train.setup runs it for --config.init_from=DIR: rope, posemb, pool and the sizes from the
+  folder; a backbone leaves the pool to the config; a key set otherwise is one line."""
+  config = models.config('vivit')
+  notes = vivit.ViViT.pretrained_config(config, hub.read(os.path.join(DATA, 'hf_vjepa2_cls')))
+  expected = dict(rope='vjepa2', posemb='none', pool='attentive', pool_depth=2, pool_mlp_dim=208, mlp_dim=104)
+  assert {k: config[k] for k in expected} == expected and "model.rope='vjepa2' from the folder" in notes
+  assert config.num_heads == 2 and config.tubelet_time == 2 and config.gelu_approximate is False
+  backbone = models.config('vivit', pool='gap')
+  vivit.ViViT.pretrained_config(backbone, hub.read(os.path.join(DATA, 'hf_vjepa2')))
+  assert backbone.pool == 'gap' and backbone.rope == 'vjepa2'
+  with pytest.raises(ConfigError) as e:
+    vivit.ViViT.pretrained_config(models.config('vivit', pool='tok'), hub.read(os.path.join(DATA, 'hf_vjepa2_cls')))
+  assert "is a model with model.pool='attentive', the config sets model.pool='tok'" in one_line(e)
+  with pytest.raises(ConfigError) as e:
+    video_model('hf_vjepa2_cls', pool_depth=3)
+  assert 'model.pool_depth=2, this model has model.pool_depth=3' in one_line(e)
+
+
+@pytest.mark.parametrize(
+  'kwargs,message',
+  [
+    (dict(rope='vjepa2', model='factorised_self_attention'), "model.rope='vjepa2' turns the queries and keys of"),
+    (dict(rope='vjepa2', attention='linear'), "this is model 'spatiotemporal' with model.attention='linear'"),
+    (dict(rope='axial'), "model.rope='axial' is not one of None, 'vjepa2'"),
+    (dict(rope='vjepa2', num_heads=8), 'the head width 4 must be at least 6'),
+    (dict(posemb='none'), "model.posemb='none' leaves the tokens without positions: set model.rope"),
+    (dict(pool='attentive', model='factorised_encoder'), "model.pool='attentive' is not one of 'tok', 'gap'"),
+    (dict(pool='attentive', pool_depth=-1), 'model.pool_depth=-1 must be a non-negative integer'),
+    (dict(pool='attentive', pool_mlp_dim=0), 'model.pool_mlp_dim=0 must be a positive integer or None'),
+  ],
+)
+def test_vivit_rope_and_attentive_pool_keys_are_validated(kwargs, message):
+  with pytest.raises(ConfigError) as e:
+    vivit.ViViT(10, (4, 16, 16, 3), variant='mu/8x2', rngs=nnx.Rngs(0), **(dict(width=32, num_heads=4) | kwargs))
+  assert message in one_line(e)
+
+
+def test_a_vivit_with_rope_and_the_attentive_pool_trains_scanned_alike():
+  """Gradients reach the pool's query, and model.scan=True computes what the unscanned blocks do."""
+  kwargs = dict(variant='mu/8x2', width=48, num_heads=4, rope='vjepa2', posemb='none', pool='attentive', pool_depth=1)
+  plain = vivit.ViViT(3, (4, 16, 16, 3), head_zero_init=False, rngs=nnx.Rngs(0), **kwargs)
+  scanned = vivit.ViViT(3, (4, 16, 16, 3), head_zero_init=False, scan=True, rngs=nnx.Rngs(0), **kwargs)
+  params = jax.device_get(nnx.state(plain, nnx.Param).to_pure_dict())
+  state = nnx.state(scanned, nnx.Param)
+  state.replace_by_pure_dict(layers.scanned_like(params, state.to_pure_dict()))
+  nnx.update(scanned, state)
+  videos = np.random.RandomState(0).randn(2, 4, 16, 16, 3).astype(np.float32)
+  assert max_difference(plain(videos), scanned(videos)) < 1e-5
+  grads = nnx.grad(lambda m: m(videos).sum())(plain)
+  assert np.abs(grads['pooler']['query'][...]).max() > 0
+
+
 def test_default_vivit_parameters_are_unchanged():
   model = vivit.ViViT(10, (4, 16, 16, 3), variant='mu/8x2', rngs=nnx.Rngs(0))
   params = nnx.state(model, nnx.Param).to_pure_dict()
@@ -969,6 +1054,24 @@ def test_init_from_a_video_folder_in_a_run_takes_the_folders_shape(tmp_path, row
   if row == 'hf_videomae':
     assert (config.model.pool, config.model.posemb, config.model.fc_norm) == ('gap', 'sincos_flat', 1e-5)
     assert "model.posemb='sincos_flat' from the folder" in out and 'model.layernorm_epsilon=1e-12 from' in out
+
+
+@pytest.mark.slow
+def test_init_from_a_vjepa2_folder_in_a_run_takes_rope_and_the_attentive_pool(tmp_path, capsys):
+  """`python -m main --config configs/vivit/moving_digits.py --config.init_from=DIR` of a V-JEPA 2 classifier:
+  rope, posemb and the attentive pool come from the folder, and the run starts from its logits."""
+  config = load_config(
+    'configs/vivit/moving_digits.py:spatiotemporal,smoke', str(tmp_path), init_from=os.path.join(DATA, 'hf_vjepa2_cls')
+  )
+  config.model.update(dict.fromkeys((*SIZES, 'tubelet_time', 'pool')), dropout=0.0, drop_path=0.0)
+  info, _ = tasks.build(config.task).synthetic_batch('4,24,24,3,10', config.data.batch_size)
+  s = train.setup(config, data=(None, info))
+  model = nnx.merge(s.graphdef, train.init_state(s).params)
+  out = capsys.readouterr().out
+  ref = np.load(os.path.join(DATA, 'hf_vjepa2_cls', 'reference.npz'))
+  assert max_difference(model(ref['videos']), ref['logits']) < 1e-5
+  assert (config.model.rope, config.model.posemb, config.model.pool) == ('vjepa2', 'none', 'attentive')
+  assert "model.rope='vjepa2' from the folder" in out and 'predictor left out' in out
 
 
 def test_a_video_key_the_config_sets_otherwise_is_one_line(tmp_path):

@@ -115,6 +115,21 @@ def test_predict_pretrained_video_resizes_and_crops_as_the_folder_says(row, tmp_
   assert difference < LARGE_CLIP_TOLERANCE
 
 
+def test_predict_pretrained_vjepa2_gives_the_librarys_probabilities(tmp_path, capsys):
+  """V-JEPA 2's classifier on a 24 x 40 clip, its processor's shorter side at 24 (the identity) and its central
+  24 x 24 crop, 4 of 6 frames sampled evenly: transformers' probabilities (make_references.py predict_vjepa2)."""
+  folder = tmp_path / 'hf_vjepa2_cls'
+  shutil.copytree(os.path.join(DATA, 'hf_vjepa2_cls'), folder)
+  processor = json.loads((folder / 'video_preprocessor_config.json').read_text())
+  (folder / 'video_preprocessor_config.json').write_text(json.dumps(processor | dict(size=dict(shortest_edge=24))))
+  reference = np.load(os.path.join(DATA, 'predict', 'hf_vjepa2_cls_clip_large.npy'))[0]
+  top_k = _video_probabilities(str(folder), 'clip_large.mov', tmp_path)
+  ours = np.array([dict(top_k)[f'LABEL_{i}'] for i in range(10)])
+  assert '1 inputs resized or cut' in capsys.readouterr().err  # The crop cut 16 columns.
+  print(f'hf_vjepa2_cls: max |ours - library| probability {max_difference(ours, reference):.2e}')
+  np.testing.assert_allclose(ours, reference, atol=1e-5, rtol=0)
+
+
 LARGE_CLIP_TOLERANCE = 1e-3  # Measured 1.7e-4 (ViViT) and 1.5e-4 (VideoMAE) with TF 2 and torchvision 0.29.
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from vit_jax_lab import optim
+from vit_jax_lab import config as config_lib, optim, tasks, train
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.models import layers, rope, vit
 
@@ -114,3 +114,38 @@ def test_rope_is_applied_alike_in_scanned_and_local_attention():
 def test_rope_and_pool_keys_refuse_in_one_line(kwargs, message):
   with pytest.raises(ConfigError, match=message):
     small(**kwargs)
+
+
+def test_vjepa2_turns_three_slices_by_time_row_and_column_and_leaves_the_rest():
+  """'vjepa2' (the ViViT's): head_dim 26 -> slices of 8 channels turned by the tubelet's time, row and column index,
+  the last 2 channels as they are; a slice's output depends on its own coordinate alone."""
+  grid, head_dim = (2, 3, 4), 26
+  rotary = rope.Rope(
+    'vjepa2', grid, 1, 1, head_dim, temperature=1e4, axes='ij', ref_grid=None, offset=0.0, skip=0, rngs=nnx.Rngs(0)
+  )()
+  n = int(np.prod(grid))
+  q = jnp.broadcast_to(jax.random.normal(jax.random.key(1), (head_dim,)), (1, n, 1, head_dim))
+  turned = np.asarray(rotary(q, 0))[0, :, 0].reshape(*grid, head_dim)
+  np.testing.assert_array_equal(turned[..., 24:], np.broadcast_to(np.asarray(q)[0, 0, 0, 24:], (*grid, 2)))
+  for axis in range(3):
+    part = np.moveaxis(turned[..., axis * 8 : (axis + 1) * 8], axis, 0)
+    assert np.ptp(part.reshape(grid[axis], -1, 8), axis=1).max() < 1e-6  # The same wherever the other two are.
+    assert np.ptp(part[:, ...].reshape(grid[axis], -1)[:, :8], axis=0).max() > 1e-3  # And turns with its own.
+  np.testing.assert_allclose(turned[0, 0, 0], np.asarray(q)[0, 0, 0], atol=1e-7)  # Index (0, 0, 0): angle 0.
+
+
+def test_vjepa2_is_the_videos_and_the_others_the_images():
+  with pytest.raises(ConfigError, match="model.rope='vjepa2' is not one of None, 'axial', 'mixed', 'dinov3'"):
+    vit.ViT(10, (32, 32, 3), variant='mu/8', rope='vjepa2', rngs=nnx.Rngs(0))
+
+
+def test_a_rotary_vit_sets_up_as_a_run_from_the_command_line(smoke_config):
+  """train.setup / init_state as `python -m main --config.model.rope=axial --config.model.posemb=none` runs them
+  (the command line reads none as None: the same key): the angles are no state of the run, the rotary model trains."""
+  config = smoke_config()
+  config_lib.apply_overrides(config, ['--config.model.rope=axial', '--config.model.posemb=none'])
+  info, _ = tasks.build(config.task).synthetic_batch('32,32,3,10', config.data.batch_size)
+  s = train.setup(config, data=(None, info))
+  params = jax.device_get(train.init_state(s).params.to_pure_dict())
+  assert 'rope' not in params and 'pos_embedding' not in params
+  assert nnx.merge(s.graphdef, train.init_state(s).params).posemb_type == 'none'

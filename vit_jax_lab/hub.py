@@ -87,6 +87,13 @@ LAYOUTS = {
     _TRANSFORMERS,
     _IMAGE,
   ),
+  'transformers_vjepa2': Layout(
+    "transformers' VJEPA2Model / VJEPA2ForVideoClassification (encoder.embeddings.patch_embeddings.proj.weight, "
+    'encoder.layer.N.attention.query.weight)',
+    ('encoder.embeddings.patch_embeddings.proj.weight', 'encoder.layer.0.attention.query.weight'),
+    'vit_jax_lab.models.vjepa2_layout',
+    ('ViViT',),
+  ),
   'transformers_marian': Layout(
     "transformers' MarianMTModel (opus-mt) (model.encoder.layers.N.self_attn.q_proj.weight, model.decoder.layers.N"
     '.encoder_attn.q_proj.weight)',

@@ -306,6 +306,7 @@ class Attention(nnx.Module):
   'xla', or 'cudnn', fused flash attention on NVIDIA GPUs in bf16/fp16) except when attention dropout
   is active, which needs the weights explicitly, and on CPU, where explicit heads-major products run faster.
   `pattern` makes self-attention 'local', 'sparse' or 'linear' (models/attention.py); cross-attention is full.
+  `projection=False`: the heads are concatenated with no output projection (V-JEPA 2's pooling cross-attention).
   """
 
   def __init__(
@@ -316,12 +317,13 @@ class Attention(nnx.Module):
     dropout: float = 0.0,
     implementation: str | None = None,
     pattern: attention.Pattern | None = None,
+    projection: bool = True,
     rngs: nnx.Rngs,
   ):
-    self.num_heads, self.implementation = num_heads, implementation
+    self.num_heads, self.implementation, self.width = num_heads, implementation, width
     self.pattern = pattern if pattern is not None and pattern.kind != 'full' else None
     self.qkv = nnx.Linear(width, 3 * width, kernel_init=xavier, rngs=rngs)
-    self.out = nnx.Linear(width, width, kernel_init=xavier, rngs=rngs)
+    self.out = nnx.Linear(width, width, kernel_init=xavier, rngs=rngs) if projection else None
     self.dropout = Dropout(dropout)
 
   def heads(self, x: jax.Array, context: jax.Array | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -332,7 +334,7 @@ class Attention(nnx.Module):
 
   def _split(self, y: jax.Array) -> jax.Array:
     """(..., k * width) -> (..., k, heads, head_dim)."""
-    return y.reshape(*y.shape[:-1], -1, self.num_heads, self.out.in_features // self.num_heads)
+    return y.reshape(*y.shape[:-1], -1, self.num_heads, self.width // self.num_heads)
 
   def queries(self, x: jax.Array) -> jax.Array:
     """The queries of tokens `x` alone (cross-attention), (batch, tokens, heads, head_dim)."""
@@ -417,7 +419,8 @@ class Attention(nnx.Module):
 
   def output(self, y: jax.Array) -> jax.Array:
     """Attention outputs (batch, tokens, heads, head_dim) -> the output projection (batch, tokens, width)."""
-    return self.out(y.reshape(*y.shape[:-2], -1))
+    y = y.reshape(*y.shape[:-2], -1)
+    return y if self.out is None else self.out(y)
 
 
 class Mlp(nnx.Module):

@@ -106,7 +106,7 @@ def to_release(params: dict, num_heads: int) -> dict[str, np.ndarray]:
   Google layout lacks keeps our names: the distillation token `dist` and its head `head_dist`, register tokens
   `reg`, LayerScale gammas `LayerScale_0/gamma` and `LayerScale_1/gamma` in each block, a SwiGLU MLP's gate
   `MlpBlock_3/Dense_gate`, the LayerNorms before the encoder `norm_pre` (CLIP) and after the pooling `fc_norm`, the
-  learned rotary frequencies `rope/freqs`."""
+  learned rotary frequencies `rope/freqs`, the ViViT's attentive pool `pooler/...`."""
   params = layers.unscanned(params)
   tree = {'embedding': _dense(params['embedding']), 'head': _dense(params['head'])}
   tree['Transformer'] = {
@@ -127,6 +127,8 @@ def to_release(params: dict, num_heads: int) -> dict[str, np.ndarray]:
       tree[key] = _norm(params[key])
   if 'rope' in params:  # RoPE-Mixed's learned frequencies (model.rope='mixed').
     tree['rope'] = {'freqs': params['rope']['freqs']}
+  if 'pooler' in params:  # The ViViT's attentive pool (model.pool='attentive'), in our names.
+    tree['pooler'] = params['pooler']
   if 'map_head' in params:
     m = params['map_head']
     tree['MAPHead_0'] = {
@@ -135,13 +137,13 @@ def to_release(params: dict, num_heads: int) -> dict[str, np.ndarray]:
       'MlpBlock_0': _mlp_to_release(m['mlp']),
       'MultiHeadDotProductAttention_0': _attention_to_release(m['attn'], num_heads),
     }
-  return {k: np.asarray(v) for k, v in _flatten(tree).items()}
+  return {k: np.asarray(v) for k, v in flatten(tree).items()}
 
 
-def _flatten(tree: dict, prefix: str = '') -> dict:
+def flatten(tree: dict, prefix: str = '') -> dict:
   out = {}
   for k, v in tree.items():
-    out |= _flatten(v, f'{prefix}{k}/') if isinstance(v, dict) else {f'{prefix}{k}': v}
+    out |= flatten(v, f'{prefix}{k}/') if isinstance(v, dict) else {f'{prefix}{k}': v}
   return out
 
 
@@ -321,6 +323,8 @@ def _unflatten_like(flat: dict[str, np.ndarray], target: dict) -> dict:
   for key in ('cls', 'dist', 'reg', 'pre_logits', 'head_dist', 'norm_pre', 'fc_norm', 'rope'):
     if key in target:
       params[key] = t[key]
+  if 'pooler' in target:
+    params['pooler'] = _like(t['pooler'], target['pooler'])
   if 'map_head' in target:
     m = t['MAPHead_0']
     params['map_head'] = {
@@ -330,3 +334,8 @@ def _unflatten_like(flat: dict[str, np.ndarray], target: dict) -> dict:
       'attn': _attention_from_release(m['MultiHeadDotProductAttention_0']),
     }
   return params
+
+
+def _like(tree: dict, target: dict) -> dict:
+  """A tree unflattened from '/'-joined names (layer numbers as strings) keyed as `target` is."""
+  return {k: _like(tree[str(k)], v) if isinstance(v, dict) else tree[str(k)] for k, v in target.items()}

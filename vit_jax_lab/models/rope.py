@@ -1,4 +1,5 @@
-"""Rotary position embeddings (RoPE, Su et al. 2021) over a 2-D patch grid, as timm's and DINOv3's ViTs define them.
+"""Rotary position embeddings (RoPE, Su et al. 2021) over a 2-D patch grid, as timm's and DINOv3's ViTs define them,
+and over a video's 3-D tubelet grid, as V-JEPA 2 does.
 
 Each attention head's queries and keys are turned, pair of channels by pair, by angles that grow with the patch's
 position; their dot product then depends on the positions' difference alone. The leading tokens (class, register)
@@ -12,6 +13,10 @@ are not turned. Three kinds (model.rope):
   checkpoint holds), each pair turning by f_x x + f_y y.
 - 'dinov3' (Siméoni et al. 2025): the axial frequencies on coordinates centred in their patch and spread over
   [-1, 1], times 2 pi; pair i is channels (i, i + head_dim / 2) (rotate-half).
+- 'vjepa2' (Assran et al. 2025, the ViViT's): three equal slices of d = 2 floor(head_dim / 6) channels turn with the
+  tubelet's time, row and column index, the rest unturned. In each slice channel j turns at 10000^(-(j mod d/2) /
+  (d/2)) and pairs are adjacent channels, so the two channels of a pair turn at different rates: V-JEPA 2's own
+  (and transformers') arithmetic, which is not a rotation; its scores are not a function of offsets alone.
 
 Another image size computes the angles of its own grid, as timm does for a model built at that size.
 """
@@ -25,16 +30,22 @@ from flax import nnx
 
 from vit_jax_lab.errors import ConfigError
 
-KINDS = ('axial', 'mixed', 'dinov3')
+KINDS = ('axial', 'mixed', 'dinov3')  # Over an image's patches (the ViT's).
+VIDEO_KINDS = ('vjepa2',)  # Over a video's tubelets (the ViViT's).
 AXES = ('xy', 'ij')
 
 
+def check_kind(kind: str | None, kinds: tuple[str, ...]) -> None:
+  """model.rope is None or one of `kinds` (the family's), in one line."""
+  if kind is not None and kind not in kinds:
+    raise ConfigError(f'model.rope={kind!r} is not one of None, {", ".join(map(repr, kinds))}')
+
+
 def check(kind: str | None, head_dim: int, temperature: float, axes: str, ref_grid: int | None, offset: float) -> None:
-  """The rope keys of a model, each mistake one line, whether or not model.rope is set."""
+  """The rope keys of a ViT, each mistake one line, whether or not model.rope is set."""
   if isinstance(offset, bool) or not isinstance(offset, (int, float)):
     raise ConfigError(f'model.rope_offset={offset!r} must be a number')
-  if kind is not None and kind not in KINDS:
-    raise ConfigError(f'model.rope={kind!r} is not one of None, {", ".join(map(repr, KINDS))}')
+  check_kind(kind, KINDS)
   if axes not in AXES:
     raise ConfigError(f'model.rope_axes={axes!r} is not one of {", ".join(map(repr, AXES))}')
   if kind is not None and head_dim % 4:
@@ -93,10 +104,31 @@ def mixed_init(key: jax.Array, depth: int, num_heads: int, head_dim: int, temper
   return jnp.stack([fx, fy])
 
 
+def vjepa2_angles(grid: tuple[int, int, int], head_dim: int) -> np.ndarray:
+  """(tokens, 1, head_dim) float32 angles of each channel of V-JEPA 2's tubelets on `grid` (time, rows, columns),
+  time-major: for each axis a slice of d = 2 floor(head_dim / 6) channels, channel j at its index times
+  10000^(-(j mod d/2) / (d/2)); zero (unturned) past the three slices."""
+  d = 2 * (head_dim // 6)
+  bands = np.float32(1) / np.float32(10_000) ** (np.arange(d // 2, dtype=np.float32) / np.float32(d // 2))
+  coords = np.stack(np.meshgrid(*(np.arange(s, dtype=np.float32) for s in grid), indexing='ij'), -1).reshape(-1, 3)
+  angles = np.zeros((len(coords), 1, head_dim), np.float32)
+  for axis in range(3):
+    angles[:, 0, axis * d : (axis + 1) * d] = coords[:, axis : axis + 1] * np.tile(bands, 2)
+  return angles
+
+
+def per_channel(angles: jax.Array | np.ndarray, half: bool) -> jax.Array | np.ndarray:
+  """Angles per pair (..., head_dim / 2) -> per channel (..., head_dim): both channels of pair i, (2i, 2i + 1), or
+  (i, i + head_dim / 2) when `half`."""
+  xp = jnp if isinstance(angles, jax.Array) else np
+  return xp.concatenate([angles, angles], axis=-1) if half else xp.repeat(angles, 2, axis=-1)
+
+
 class Rotary:
   """The angles of one model's tokens, applied to the queries and keys of every block (`layers.Attention`):
-  `sin`, `cos` (depth or 1, tokens, heads or 1, head_dim / 2); `half`: pairs (i, i + head_dim / 2), else
-  (2i, 2i + 1); `skip`: the leading tokens left unturned."""
+  `sin`, `cos` (depth or 1, tokens, heads or 1, head_dim), per channel; channel c is turned with its partner, c's
+  pair (2i, 2i + 1), or (i, i + head_dim / 2) when `half`, as x_c cos_c -+ x_partner sin_c; `skip`: the leading
+  tokens left unturned."""
 
   def __init__(self, angles: jax.Array, half: bool, skip: int):
     self.sin, self.cos, self.half, self.skip = jnp.sin(angles), jnp.cos(angles), half, skip
@@ -109,22 +141,21 @@ class Rotary:
     head, tail = x[:, : self.skip], x[:, self.skip :]
     if self.half:
       a, b = jnp.split(tail, 2, axis=-1)
-      turned = jnp.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+      partner = jnp.concatenate([-b, a], axis=-1)
     else:
       pairs = tail.reshape(*tail.shape[:-1], -1, 2)
-      a, b = pairs[..., 0], pairs[..., 1]
-      turned = jnp.stack([a * cos - b * sin, b * cos + a * sin], axis=-1).reshape(tail.shape)
-    return jnp.concatenate([head, turned], axis=1)
+      partner = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(tail.shape)
+    return jnp.concatenate([head, tail * cos + partner * sin], axis=1)
 
 
 class Rope(nnx.Module):
-  """A ViT's rotary embedding: the fixed angles of 'axial' and 'dinov3', or 'mixed''s learned frequencies
-  `freqs` (2, depth, heads, head_dim / 2)."""
+  """A model's rotary embedding: the fixed angles of 'axial', 'dinov3' and 'vjepa2' (`grid`: time, rows, columns),
+  or 'mixed''s learned frequencies `freqs` (2, depth, heads, head_dim / 2)."""
 
   def __init__(
     self,
     kind: str,
-    grid: tuple[int, int],
+    grid: tuple[int, ...],
     depth: int,
     num_heads: int,
     head_dim: int,
@@ -136,16 +167,21 @@ class Rope(nnx.Module):
     skip: int,
     rngs: nnx.Rngs,
   ):
-    self.kind, self.skip = kind, skip
+    # Only static values: the angles are computed when called (constants of the trace), never state.
+    self.kind, self.skip, self.grid, self.head_dim = kind, skip, tuple(grid), head_dim
+    self.temperature, self.axes, self.ref_grid, self.offset = temperature, axes, ref_grid, offset
     if kind == 'mixed':
-      self.coords = coordinates(grid, kind, axes, None, offset)
       self.freqs = nnx.Param(mixed_init(rngs.params(), depth, num_heads, head_dim, temperature))
-    else:
-      self.angles = axial_angles(grid, head_dim, kind, temperature, axes, ref_grid, offset)
 
   def __call__(self) -> Rotary:
     if self.kind == 'mixed':
+      coords = coordinates(self.grid, self.kind, self.axes, None, self.offset)
       f = self.freqs[...].astype(jnp.float32)
-      x, y = (jnp.asarray(self.coords[:, i])[None, :, None, None] for i in (0, 1))
-      return Rotary(x * f[0][:, None] + y * f[1][:, None], half=False, skip=self.skip)
-    return Rotary(jnp.asarray(self.angles)[None], half=self.kind == 'dinov3', skip=self.skip)
+      x, y = (jnp.asarray(coords[:, i])[None, :, None, None] for i in (0, 1))
+      return Rotary(per_channel(x * f[0][:, None] + y * f[1][:, None], False), half=False, skip=self.skip)
+    if self.kind == 'vjepa2':
+      angles = vjepa2_angles(self.grid, self.head_dim)
+    else:
+      pairs = axial_angles(self.grid, self.head_dim, self.kind, self.temperature, self.axes, self.ref_grid, self.offset)
+      angles = per_channel(pairs, self.kind == 'dinov3')
+    return Rotary(jnp.asarray(angles)[None], half=self.kind == 'dinov3', skip=self.skip)

@@ -169,14 +169,14 @@ def _square(inputs: int, channels: int) -> bool:
 RESAMPLE = {0: 'nearest', 1: 'lanczos3', 2: 'bilinear', 3: 'bicubic', 4: 'area', 5: 'bilinear'}
 
 
-def preprocessing(path: str, config: dict[str, Any]) -> hub.Preprocessing:
-  """The folder's evaluation preprocessing as its image processor applies it, from preprocessor_config.json
-  (size, crop, resample, rescale, image_mean, image_std; ViViT's offset, on by default as in
-  VivitImageProcessor)."""
-  file = os.path.join(path, 'preprocessor_config.json')
-  errors.check(
-    os.path.isfile(file), f'--pretrained {path} has no preprocessor_config.json: its preprocessing is unknown'
-  )
+def preprocessing(
+  path: str, config: dict[str, Any], files: tuple[str, ...] = ('preprocessor_config.json',)
+) -> hub.Preprocessing:
+  """The folder's evaluation preprocessing as its image processor applies it, from preprocessor_config.json (or the
+  first of `files` there: a video processor's) (size, crop, resample, rescale, image_mean, image_std; ViViT's offset,
+  on by default as in VivitImageProcessor)."""
+  file = next((f for f in (os.path.join(path, n) for n in files) if os.path.isfile(f)), None)
+  errors.check(file is not None, f'--pretrained {path} has no {" or ".join(files)}: its preprocessing is unknown')
   p = errors.read_json(file, '--pretrained: the preprocessing')
   size = p.get('size') if p.get('do_resize', True) else None
   resize = size['shortest_edge'] if isinstance(size, dict) and 'shortest_edge' in size else size and hub.size_pair(size)
@@ -200,7 +200,7 @@ def posemb_resize(config: dict[str, Any]) -> tuple[str, str]:
   return SIGLIP2_RESIZE if model_type in ('siglip2', 'siglip2_vision_model') else POSEMB_RESIZE
 
 
-def _convert(out: str, weight: np.ndarray, bias: np.ndarray | None, num_heads: int) -> dict[str, np.ndarray]:
+def convert(out: str, weight: np.ndarray, bias: np.ndarray | None, num_heads: int) -> dict[str, np.ndarray]:
   """One Linear, LayerNorm or the patch convolution under the release name `out`."""
   if bias is None:  # CLIP's patch embedding and projection have none: a zero one is the same function.
     bias = np.zeros(weight.shape[0], weight.dtype)
@@ -257,7 +257,7 @@ def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[
   for module, out in modules.items():
     weight, bias = f'{module}.weight', f'{module}.bias'
     if weight in names:
-      new = _convert(out, get(weight), get(bias) if bias in names else None, num_heads)
+      new = convert(out, get(weight), get(bias) if bias in names else None, num_heads)
       put(new, module, weight, bias)
 
   tokens = {}
@@ -469,6 +469,9 @@ def vivit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> 
     # VideoMAE's position table is a fixed buffer, never saved.
     posemb='learn' if 'embeddings.position_embeddings' in names else 'sincos_flat',
     fc_norm=FC_NORM_EPSILON if model_type == 'videomae' else None,
+    rope=None,
+    pool_depth=None,
+    pool_mlp_dim=None,
     gelu_approximate=approximate,
     layernorm_epsilon=float(config['layer_norm_eps']),
   )

@@ -228,7 +228,7 @@ class ViT(base.Model):
     num_heads: int | None = None,
     pool: str = 'tok',
     class_token: bool | None = None,
-    posemb: str = 'learn',
+    posemb: str | None = 'learn',
     posemb_resize: str = 'zoom',
     representation_size: int | None = None,
     head_zero_init: bool = True,
@@ -263,6 +263,7 @@ class ViT(base.Model):
       dict(patch_size=patch_size, width=width, depth=depth, mlp_dim=mlp_dim, num_heads=num_heads),
       'Ti/16',
     )
+    posemb = 'none' if posemb is None else posemb  # The command line reads --config.model.posemb=none as None.
     layers.check_patch(dims['patch_size'], (height, wide))
     layers.check_options(
       dict(

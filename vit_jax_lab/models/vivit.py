@@ -14,7 +14,8 @@ class token is outweighed nt : 1 by the copies, so with one it holds only for nt
 
 Hugging Face transformers' video classifiers load too (`init_from` a hub folder; transformers_layout): ViViT
 (model 1, class token, learned positions) and VideoMAE (model 1, fixed sine-cosine positions over the token index,
-mean pooling and `fc_norm`), each giving the library's logits.
+mean pooling and `fc_norm`), each giving the library's logits; and V-JEPA 2 (vjepa2_layout: model 1, rotary positions
+over time, rows and columns, no position table, its attentive pool).
 """
 
 import functools
@@ -31,6 +32,7 @@ import vit_jax_lab.models.attention as attention
 import vit_jax_lab.models.base as base
 import vit_jax_lab.models.layers as layers
 import vit_jax_lab.models.release as release
+import vit_jax_lab.models.rope as rotary_embeddings
 import vit_jax_lab.models.vit as vit
 from vit_jax_lab.errors import ConfigError
 
@@ -38,7 +40,9 @@ MODELS = ('spatiotemporal', 'factorised_encoder', 'factorised_self_attention', '
 # hub layout -> the module that reads it (vivit_options, to_release, notes).
 # What a hub folder fixes beside the sizes (ViViT.pretrained_config fills each left unset or at its default).
 SIZES = ('patch_size', 'width', 'depth', 'mlp_dim', 'num_heads')
-STRUCTURE = ('model', 'embedding', 'tubelet_time', 'pool', 'posemb', 'fc_norm')
+STRUCTURE = ('model', 'embedding', 'tubelet_time', 'pool', 'posemb', 'fc_norm', 'rope', 'pool_depth', 'pool_mlp_dim')
+# Keys a folder may leave open (None): a backbone without its pool takes any.
+OPEN = ('pool', 'pool_depth', 'pool_mlp_dim')
 # The encoder options a folder computes with (taken from it when left at their defaults).
 FOLDER_OPTIONS = ('gelu_approximate', 'layernorm_epsilon')
 
@@ -187,6 +191,54 @@ class FactorisedSelfAttentionBlock(layers.EncoderBlock):
     return x
 
 
+class AttentivePooler(nnx.Module):
+  """V-JEPA's attentive probe (Bardes et al. 2024; transformers' VJEPA2AttentivePooler): `depth` pre-norm
+  self-attention blocks over the tokens, then a learned `query` attends over them (keys and values normalised by
+  `norm1`, the heads concatenated with no output projection), a residual on the query, then a residual MLP."""
+
+  def __init__(
+    self,
+    width: int,
+    mlp_dim: int,
+    num_heads: int,
+    depth: int,
+    *,
+    dropout: float,
+    attention_dropout: float,
+    gelu_approximate: bool,
+    layernorm_epsilon: float,
+    rngs: nnx.Rngs,
+  ):
+    self.query = nnx.Param(nnx.initializers.truncated_normal(0.02)(rngs.params(), (1, 1, width)))
+    self.blocks = nnx.List(
+      layers.EncoderBlock(
+        width,
+        mlp_dim,
+        num_heads,
+        dropout=dropout,
+        attention_dropout=attention_dropout,
+        drop_path=0.0,
+        prenorm=True,
+        gelu_approximate=gelu_approximate,
+        layernorm_epsilon=layernorm_epsilon,
+        rngs=rngs,
+      )
+      for _ in range(depth)
+    )
+    self.norm1 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
+    self.attn = layers.Attention(width, num_heads, dropout=attention_dropout, projection=False, rngs=rngs)
+    self.norm2 = nnx.LayerNorm(width, epsilon=layernorm_epsilon, rngs=rngs)
+    self.mlp = layers.Mlp(width, mlp_dim, dropout=dropout, gelu_approximate=gelu_approximate, rngs=rngs)
+
+  def __call__(self, x: jax.Array, *, train: bool, rngs: nnx.Rngs | None) -> jax.Array:
+    """Tokens (B, N, D) -> (B, D)."""
+    for i, block in enumerate(self.blocks):
+      x = block(x, train=train, rngs=rngs, layer=i)
+    query = jnp.broadcast_to(self.query[...], (x.shape[0], 1, x.shape[-1])).astype(x.dtype)
+    y = query + self.attn(query, context=self.norm1(x), train=train, rngs=rngs)
+    return (y + self.mlp(self.norm2(y), train=train, rngs=rngs))[:, 0]
+
+
 class ViViT(base.Model):
   """Video clips (B, T, H, W, C) -> class logits (B, num_classes).
 
@@ -206,12 +258,18 @@ class ViViT(base.Model):
     num_heads: attention heads; must divide width (and be even for model 4).
     temporal_depth: blocks of model 2's temporal encoder.
     attention_order: model 3's order within a block: 'time_space' or 'space_time'.
-    pool: 'tok' (class token) or 'gap' (average of the tokens); None: as the paper, 'tok' for models 1
-      and 2 (model 2 pools each time step and then the clip the same way), 'gap' for 3 and 4, which keep
-      tokens on the time x space grid and so have no class token.
+    pool: 'tok' (class token), 'gap' (average of the tokens) or 'attentive' (V-JEPA's attentive probe,
+      AttentivePooler; not model 2); None: as the paper, 'tok' for models 1 and 2 (model 2 pools each time step
+      and then the clip the same way), 'gap' for 3 and 4, which keep tokens on the time x space grid and so have no
+      class token.
+    pool_depth: the self-attention blocks of the 'attentive' pool before its query attends; None: 3 (V-JEPA 2's).
+    pool_mlp_dim: the hidden size of the 'attentive' pool's MLPs; None: mlp_dim (V-JEPA 2's: 4 x width, whatever
+      the encoder's).
     posemb: 'learn' (learned; spatio-temporal, or spatial and temporal for model 2), 'sincos' (fixed: 2-D
-      sine-cosine over space plus 1-D over time) or 'sincos_flat' (fixed: 1-D sine-cosine over the tokens' index,
-      time-major, sines and cosines interleaved: VideoMAE's; not model 2).
+      sine-cosine over space plus 1-D over time), 'sincos_flat' (fixed: 1-D sine-cosine over the tokens' index,
+      time-major, sines and cosines interleaved: VideoMAE's; not model 2) or 'none' (positions from model.rope).
+    rope: rotary position embeddings in every block's self-attention (models/rope.py): None or 'vjepa2' (V-JEPA 2's
+      over each tubelet's time, row and column index; model 1, softmax attention). A class token is not turned.
     posemb_resize: initialising from an image ViT of another patch grid, how its position embeddings are
       resampled over space: 'zoom' (scipy.ndimage.zoom, as the releases), 'bilinear' or 'bicubic' (as the ViT's).
     head_zero_init: start the classification head at zero.
@@ -250,7 +308,10 @@ class ViViT(base.Model):
     temporal_depth: int = 4,
     attention_order: str = 'time_space',
     pool: str | None = None,
-    posemb: str = 'learn',
+    pool_depth: int | None = None,
+    pool_mlp_dim: int | None = None,
+    posemb: str | None = 'learn',
+    rope: str | None = None,
     posemb_resize: str = 'zoom',
     head_zero_init: bool = True,
     fc_norm: float | None = None,
@@ -265,14 +326,18 @@ class ViViT(base.Model):
         'use a video dataset, or model.name="vit" for images'
       )
     frames, height, wide, channels = input_shape
+    posemb = 'none' if posemb is None else posemb  # The command line reads --config.model.posemb=none as None.
     pool = pool or ('tok' if model in MODELS[:2] else 'gap')
     layers.check_options(
       dict(
         model=(model, MODELS),
         embedding=(embedding, ('tubelet', 'frames')),
-        posemb=(posemb, ('learn', 'sincos', 'sincos_flat')),
+        posemb=(posemb, ('learn', 'sincos', 'sincos_flat', 'none')),
         posemb_resize=(posemb_resize, tuple(release.POSEMB_RESIZE)),
-        pool=(pool, ('tok', 'gap') if model in MODELS[:2] else ('gap',)),
+        pool=(
+          pool,
+          {MODELS[0]: ('tok', 'gap', 'attentive'), MODELS[1]: ('tok', 'gap')}.get(model, ('gap', 'attentive')),
+        ),
         attention_order=(attention_order, ('time_space', 'space_time')),
         tubelet_init=(tubelet_init, ('central_frame', 'inflate')),
         temporal_attention_init=(temporal_attention_init, ('zero', 'copy')),
@@ -309,6 +374,26 @@ class ViViT(base.Model):
         "model.posemb='sincos_flat' numbers the tokens of one grid; model 'factorised_encoder' has two: use "
         "model.posemb='sincos' or 'learn'"
       )
+    rotary_embeddings.check_kind(rope, rotary_embeddings.VIDEO_KINDS)
+    if rope is not None and (model != 'spatiotemporal' or options.attention == 'linear'):
+      raise ConfigError(
+        f"model.rope={rope!r} turns the queries and keys of model 'spatiotemporal''s softmax attention over every "
+        f'tubelet; this is model {model!r} with model.attention={options.attention!r}'
+      )
+    if rope is not None and dims['width'] // dims['num_heads'] < 6:
+      raise ConfigError(
+        f"model.rope={rope!r} turns three slices of each head's channels: the head width "
+        f'{dims["width"] // dims["num_heads"]} must be at least 6 (model.width / model.num_heads)'
+      )
+    if posemb == 'none' and rope is None:
+      raise ConfigError("model.posemb='none' leaves the tokens without positions: set model.rope, or another posemb")
+    pool_depth = 3 if pool_depth is None else pool_depth
+    if isinstance(pool_depth, bool) or not isinstance(pool_depth, int) or pool_depth < 0:
+      raise ConfigError(f'model.pool_depth={pool_depth!r} must be a non-negative integer')
+    if pool_mlp_dim is not None and (
+      isinstance(pool_mlp_dim, bool) or not isinstance(pool_mlp_dim, int) or pool_mlp_dim < 1
+    ):
+      raise ConfigError(f'model.pool_mlp_dim={pool_mlp_dim!r} must be a positive integer or None (model.mlp_dim)')
     if fc_norm is not None and (isinstance(fc_norm, bool) or not isinstance(fc_norm, (int, float)) or fc_norm <= 0):
       raise ConfigError(f'model.fc_norm={fc_norm!r} must be a positive number (its LayerNorm epsilon) or None')
     if fc_norm is not None and pool != 'gap':
@@ -327,7 +412,11 @@ class ViViT(base.Model):
       pool=pool,
       posemb=posemb,
       fc_norm=fc_norm is not None,
+      rope=rope,
     )
+    pool_mlp_dim = pool_mlp_dim or dims['mlp_dim']
+    if pool == 'attentive':
+      self.structure |= dict(pool_depth=pool_depth, pool_mlp_dim=pool_mlp_dim)
     nt, ns = self.grid
     init = nnx.initializers.normal(0.02)
 
@@ -369,6 +458,23 @@ class ViViT(base.Model):
     else:
       self.pos_embedding = learned(nt * ns + (pool == 'tok'))
       self.encoder = encoder(dims['depth'], block=block, pattern=pattern((nt, *self.space_grid)))
+    rotary = functools.partial(
+      rotary_embeddings.Rope, temperature=10_000.0, axes='ij', ref_grid=None, offset=0.0, skip=int(pool == 'tok')
+    )
+    self.rope = (
+      None
+      if rope is None
+      else rotary(rope, (nt, *self.space_grid), dims['depth'], self.num_heads, d // self.num_heads, rngs=rngs)
+    )
+    pooler = functools.partial(
+      AttentivePooler,
+      dropout=options.dropout,
+      attention_dropout=options.attention_dropout,
+      gelu_approximate=options.gelu_approximate,
+      layernorm_epsilon=options.layernorm_epsilon,
+      rngs=rngs,
+    )
+    self.pooler = pooler(d, pool_mlp_dim, self.num_heads, pool_depth) if pool == 'attentive' else None
     self.fc_norm = None if fc_norm is None else nnx.LayerNorm(d, epsilon=fc_norm, rngs=rngs)
     if fc_norm is not None:  # The pooled vector is normalised instead of each token.
       (self.temporal_encoder if model == 'factorised_encoder' else self.encoder).norm = None
@@ -380,24 +486,44 @@ class ViViT(base.Model):
 
   def features(self, video: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
     """(B, width): the pooled representation the head classifies; what few-shot linear evaluation reads."""
-    x = self.embedding(video)
-    b, nt, ns, d = x.shape
-    sincos = self.posemb_type == 'sincos'
-    space = layers.sincos_2d(*self.space_grid, d) if sincos else None
-    time = layers.sincos_1d(nt, d) if sincos else None
     if self.model == 'factorised_encoder':
+      x = self.embedding(video)
+      b, nt, ns, d = x.shape
+      space, time = (layers.sincos_2d(*self.space_grid, d), layers.sincos_1d(nt, d)) if self.sincos else (None, None)
       x = self._encode(x.reshape(b * nt, ns, d), self.encoder, self.cls, self.pos_embedding, space, train, rngs)
       x = self._encode(
         x.reshape(b, nt, d), self.temporal_encoder, self.temporal_cls, self.temporal_pos_embedding, time, train, rngs
       )
     else:
-      fixed = (space[None] + time[:, None]).reshape(nt * ns, d) if sincos else None
-      fixed = sincos_flat(nt * ns, d) if self.posemb_type == 'sincos_flat' else fixed
-      x = self._encode(x.reshape(b, nt * ns, d), self.encoder, self.cls, self.pos_embedding, fixed, train, rngs)
+      x = self.encode(video, train=train, rngs=rngs)
+      if self.cls is not None:
+        x = x[:, 0]
+      else:
+        x = x.mean(axis=1) if self.pooler is None else self.pooler(x, train=train, rngs=rngs)
     return self.fc_norm(x) if self.fc_norm is not None else x
 
+  def encode(self, video: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
+    """The encoder's output tokens (B, [1 +] nt * ns, D) of models 1, 3 and 4, before pooling (transformers'
+    last_hidden_state)."""
+    if self.model == 'factorised_encoder':
+      raise ConfigError("ViViT.encode: model 'factorised_encoder' has two encoders, not one grid of output tokens")
+    x = self.embedding(video)
+    b, nt, ns, d = x.shape
+    fixed = None
+    if self.sincos:
+      fixed = (layers.sincos_2d(*self.space_grid, d)[None] + layers.sincos_1d(nt, d)[:, None]).reshape(nt * ns, d)
+    if self.posemb_type == 'sincos_flat':
+      fixed = sincos_flat(nt * ns, d)
+    x = layers.add_positions(x.reshape(b, nt * ns, d), fixed=fixed, cls=self.cls, learned=self.pos_embedding)
+    turn = {'rotary': self.rope()} if self.rope is not None else {}
+    return self.encoder(self.dropout(x, train=train, rngs=rngs), train=train, rngs=rngs, **turn)
+
+  @property
+  def sincos(self) -> bool:
+    return self.posemb_type == 'sincos'
+
   def _encode(self, x, encoder, cls, learned, fixed, train, rngs) -> jax.Array:
-    """Tokens (B, N, D) -> one pooled vector per row: class token or average."""
+    """Model 2's tokens (B, N, D) -> one pooled vector per row: class token or average."""
     x = self.dropout(layers.add_positions(x, fixed=fixed, cls=cls, learned=learned), train=train, rngs=rngs)
     x = encoder(x, train=train, rngs=rngs)
     return x[:, 0] if cls is not None else x.mean(axis=1)
@@ -439,7 +565,8 @@ class ViViT(base.Model):
       return []  # checkpoints.check_init_from refuses it in one line.
     folder = hub.reader(weights.layout).vivit_options(weights.config, weights.tensors)
     preset = decode_variant(model_config.get('variant'))
-    return vit.fill_config(cls, model_config, weights.path, folder, preset, (*SIZES, *STRUCTURE), ('fc_norm',))
+    keys = tuple(k for k in (*SIZES, *STRUCTURE) if not (k in OPEN and folder[k] is None))
+    return vit.fill_config(cls, model_config, weights.path, folder, preset, keys, ('fc_norm',))
 
   def _load_hub(self, weights: hub.HubWeights, params: dict) -> tuple[dict, list[str]]:
     """A transformers ViViT or VideoMAE folder: its shape must be this model's (one line naming the first key that
@@ -448,7 +575,7 @@ class ViViT(base.Model):
     folder = layout.vivit_options(weights.config, weights.tensors)
     for key, mine in self.structure.items():
       theirs = folder[key] is not None if key == 'fc_norm' else folder[key]
-      if theirs != mine:
+      if theirs != mine and not (key in OPEN and theirs is None):
         mine = (self.fc_norm.epsilon if self.fc_norm is not None else None) if key == 'fc_norm' else mine
         raise ConfigError(
           f'init_from={weights.path!r} is a model with model.{key}={folder[key]!r}, this model has '
@@ -475,6 +602,9 @@ class ViViT(base.Model):
         'bicubic, over time linear (antialiased when shrinking)'
       )
       flat[pos] = resized
+    if 'pooler' in params and not any(k.startswith('pooler/') for k in flat):
+      notes.append('the attentive pool initialised: the source has none (a backbone)')
+      flat |= release.flatten({'pooler': params['pooler']})
     target = {k: v for k, v in params.items() if k != 'fc_norm'}
     loaded, adapted = release.from_release(flat, self, target, origin=origin)
     if fc_norm is not None:

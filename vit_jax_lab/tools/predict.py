@@ -696,11 +696,9 @@ def _load_hub(path: str, top_k: int) -> Predictor:
   weights = hub.read(path)
   if weights.layout in seq2seq.Transformer.pretrained():
     return load_marian(path, weights)
-  check(
-    weights.layout in vit.ViT.pretrained(),
-    f'--pretrained {path}: {hub.LAYOUTS[weights.layout].description} is not read',
-  )
-  if weights.config.get('model_type') in transformers_layout.VIDEO_TYPES:
+  image, video = weights.layout in vit.ViT.pretrained(), weights.layout in vivit.ViViT.pretrained()
+  check(image or video, f'--pretrained {path}: {hub.LAYOUTS[weights.layout].description} is not read')
+  if video and (not image or weights.config.get('model_type') in transformers_layout.VIDEO_TYPES):
     return _folder_predictor(path, weights, top_k, 'video')
   return _folder_predictor(path, weights, top_k, 'image')
 

@@ -186,6 +186,8 @@ LATER = {
   'eva02_base': 42,
   'hf_siglip2': 43,
   'pe_core': 44,
+  'hf_vjepa2_cls': 45,
+  'hf_vjepa2': 46,
 }
 
 
@@ -314,6 +316,59 @@ def transformers_video_row(out: str, row: str, seed: int) -> None:
   print(row, model_class, logits.shape)
 
 
+# V-JEPA 2 rows: clips of 4 frames of 24 x 24, tubelets 2 x 8 x 8 (a 2 x 3 x 3 grid); heads 26 wide, so that each
+# axis turns 8 channels at 4 rates (pairs at two rates: V-JEPA 2's arithmetic) and 2 channels are left unturned. The
+# classifier is also run built at crop_size 40 on 6-frame clips (another grid; transformers numbers positions with
+# the config's crop_size). A VJEPA2Model (backbone and predictor) gives last_hidden_state.
+VJEPA2 = dict(
+  hidden_size=52,
+  num_attention_heads=2,
+  num_hidden_layers=2,
+  mlp_ratio=2.0,
+  patch_size=8,
+  tubelet_size=2,
+  crop_size=24,
+  frames_per_clip=4,
+  num_pooler_layers=2,
+  pred_hidden_size=24,
+  pred_num_attention_heads=2,
+  pred_num_hidden_layers=1,
+  num_labels=10,
+)
+VJEPA2_ROWS = {'hf_vjepa2_cls': 'VJEPA2ForVideoClassification', 'hf_vjepa2': 'VJEPA2Model'}
+
+
+def vjepa2_row(out: str, row: str, seed: int) -> None:
+  config = transformers.VJEPA2Config(**VJEPA2)
+  model = getattr(transformers, VJEPA2_ROWS[row])(config).eval()
+  randomise(model, seed)
+  folder = os.path.join(out, row)
+  model.save_pretrained(folder, safe_serialization=True)
+  transformers.VJEPA2VideoProcessor(crop_size=config.crop_size).save_pretrained(folder)
+  rs = np.random.RandomState(seed)
+  ref = {'videos': rs.randn(2, 4, 24, 24, 3).astype(np.float32), 'resized_videos': rs.randn(2, 6, 40, 40, 3)}
+  ref['resized_videos'] = ref['resized_videos'].astype(np.float32)
+
+  def run(m, videos):
+    with torch.no_grad():
+      result = m(pixel_values_videos=torch.from_numpy(videos).permute(0, 1, 4, 2, 3))
+    return (result.logits if row == 'hf_vjepa2_cls' else result.last_hidden_state).numpy()
+
+  key = 'logits' if row == 'hf_vjepa2_cls' else 'last_hidden_state'
+  ref[key] = run(model, ref['videos'])
+  other = getattr(transformers, VJEPA2_ROWS[row])(transformers.VJEPA2Config(**(VJEPA2 | dict(crop_size=40)))).eval()
+  other.load_state_dict(model.state_dict())
+  ref[f'resized_{key}'] = run(other, ref['resized_videos'])
+  np.savez_compressed(
+    os.path.join(folder, 'reference.npz'),
+    torch=torch.__version__,
+    transformers=transformers.__version__,
+    name=VJEPA2_ROWS[row],
+    **ref,
+  )
+  print(row, {k: v.shape for k, v in ref.items()})
+
+
 # Folders with a head whose eval pipeline is the identity on a 32x32 image (timm's at crop_pct 1).
 PREDICT = ('vit', 'deit_distilled', 'clip_ft', 'hf_vit', 'rope_mixed_ape', 'rope_sbb')
 
@@ -395,6 +450,24 @@ def predict_video_references(out: str, folder: str) -> None:
       print(file, type(processor).__name__, tuple(pixels.shape), probabilities.max())
 
 
+def predict_vjepa2_reference(out: str) -> None:
+  """The V-JEPA 2 classifier's probabilities on clip_large.mov (6 frames of 24 x 40) as VJEPA2VideoProcessor reads it
+  with its shorter side at 24 (the identity) and the central 24 x 24 crop, 4 frames sampled evenly."""
+  import av
+
+  folder, row = os.path.join(out, 'predict'), 'hf_vjepa2_cls'
+  model = transformers.VJEPA2ForVideoClassification.from_pretrained(os.path.join(out, row)).eval()
+  processor = transformers.AutoVideoProcessor.from_pretrained(os.path.join(out, row))
+  with av.open(os.path.join(folder, 'clip_large.mov')) as container:
+    frames = np.stack([f.to_ndarray(format='rgb24') for f in container.decode(video=0)])
+  kwargs = dict(num_frames=4, do_sample_frames=True, size={'shortest_edge': 24}, return_tensors='pt')
+  pixels = processor(frames, **kwargs)['pixel_values_videos']
+  with torch.no_grad():
+    probabilities = torch.softmax(model(pixel_values_videos=pixels).logits, -1).numpy()
+  np.save(os.path.join(folder, f'{row}_clip_large.npy'), probabilities)
+  print(row, type(processor).__name__, tuple(pixels.shape), probabilities.max())
+
+
 def export_references(out: str, folders: str) -> None:
   images = torch.from_numpy(np.load(os.path.join(out, 'export', 'images.npy'))).permute(0, 3, 1, 2)
   videos_file = os.path.join(out, 'export', 'videos.npy')
@@ -441,6 +514,8 @@ def export_references(out: str, folders: str) -> None:
 def main(out: str, only: list[str]) -> None:
   if only[:1] == ['predict']:
     return predict_references(out, only[1:])
+  if only[:1] == ['predict_vjepa2']:
+    return predict_vjepa2_reference(out)
   if only[:1] == ['export']:
     return export_references(out, only[1])
   for row in HF_ROWS:
@@ -452,6 +527,9 @@ def main(out: str, only: list[str]) -> None:
   for row in SIGLIP2_ROWS:
     if not only or row in only:
       siglip2_row(out, row, seed_of(row))
+  for row in VJEPA2_ROWS:
+    if not only or row in only:
+      vjepa2_row(out, row, seed_of(row))
   for row, (name, overrides) in ROWS.items():
     if only and row not in only:
       continue
