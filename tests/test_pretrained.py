@@ -1096,7 +1096,7 @@ def folder_tracker(row, template=None, **overrides):
   """A tracker of the folder's backbone shape (template crop of 2 patches unless given, search crop at the folder's
   image size) with the folder's weights: (model, notes, initial parameters, loaded parameters, the folder's options)."""
   weights = hub.read(os.path.join(DATA, row))
-  options = hub.reader(weights.layout).vit_options(weights.config, weights.tensors)
+  options = vit.folder_options(weights)
   kwargs = {k: options[k] for k in TRACKER_KEYS} | overrides
   height, _, channels = options['input_shape']
   model = tracker.Tracker(template or 2 * options['patch_size'], height, channels, rngs=nnx.Rngs(0), **kwargs)
@@ -1136,6 +1136,53 @@ def test_a_folder_into_the_tracker_gives_the_vits_backbone(row):
   assert logit.shape == (2,) and box.shape == (2, 4) and np.isfinite(box).all()
 
 
+ROTARY_TRACKER_ROWS = ('rope_axial', 'rope_mixed_ape', 'rope_sbb', 'dinov3', 'eva02_base', 'hf_dinov3')
+
+
+@pytest.mark.parametrize('row', ROTARY_TRACKER_ROWS)
+def test_a_rotary_folder_into_the_tracker_turns_the_search_crop_as_the_image(row):
+  """RoPE ViTs, DINOv3, EVA-02 (sub-LN, separate q/k/v) into the tracker: patch embedding, encoder and RoPE-Mixed's
+  frequencies are the ViT's loaded from the folder (fc_norm becomes the encoder's final LayerNorm); the search
+  crop's patches (at the folder's size) turn by the image model's angles, the template's span the same extent."""
+  model, notes, initial, params, options = folder_tracker(row)
+  image_model, _, _, image = folder_model(row)
+  encoder = image['encoder'] | ({'norm': image['fc_norm']} if 'fc_norm' in image else {})
+  for part, theirs in (('embedding', image['embedding']), ('encoder', encoder), ('rope', image.get('rope'))):
+    jax.tree.map(np.testing.assert_array_equal, params.get(part), theirs)
+  assert ('search_pos' in params) == (options['posemb'] == 'learn')
+  if options['posemb'] == 'learn':
+    np.testing.assert_array_equal(params['search_pos'], image['pos_embedding'][:, options['posemb_prefix'] :])
+  state = nnx.state(model, nnx.Param)
+  state.replace_by_pure_dict(params)
+  nnx.update(model, state)
+  ours, theirs = model.rope(), image_model.rope()
+  template = model.template_grid[0] * model.template_grid[1]
+  np.testing.assert_allclose(ours.sin[:, template:], theirs.sin, atol=1e-6)
+  np.testing.assert_allclose(ours.cos[:, template:], theirs.cos, atol=1e-6)
+  side = model.search_grid[0]
+  if options['rope'] != 'dinov3':  # The template's patch (1, 1) of 2 x 2 sits where the search's (S/2, S/2) does.
+    np.testing.assert_allclose(ours.sin[:, template - 1], theirs.sin[:, side // 2 * (side + 1)], atol=1e-5)
+  assert any(n.startswith('rotary positions: the template grid (2, 2)') for n in notes)
+  x = np.random.RandomState(0).randn(2, side * options['patch_size'], side * options['patch_size'], 3)
+  x = x.astype(np.float32)
+  logit, box = model(x[:, : 2 * options['patch_size'], : 2 * options['patch_size']], x)
+  assert logit.shape == (2,) and np.isfinite(box).all()
+  cls, _ = model.search_attention(x[:, : 2 * options['patch_size'], : 2 * options['patch_size']], x)
+  np.testing.assert_allclose(cls.sum((1, 2)), 1.0, atol=0.5)  # Most of the class token's attention, on the search.
+
+
+def test_a_rotary_tracker_config_takes_the_folders_rope():
+  config = models.config('tracker', variant=None, patch_size=None)
+  notes = tracker.Tracker.pretrained_config(config, hub.read(os.path.join(DATA, 'eva02_base')))
+  assert (config.rope, config.mlp_norm, config.mlp, config.rope_ref_grid) == ('axial', True, 'swiglu', 16)
+  assert "model.rope='axial' from the folder" in notes
+  with pytest.raises(ConfigError, match="model.posemb='none' leaves the patches without positions"):
+    tracker.Tracker(32, 64, 3, variant='mu/8', posemb='none', rngs=nnx.Rngs(0))
+  with pytest.raises(ConfigError, match='write it as a timm folder'):
+    model = tracker.Tracker(32, 64, 3, variant='mu/8', rope='axial', rngs=nnx.Rngs(0))
+    model.load_pretrained({'embedding': {}}, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()))
+
+
 def test_a_scanned_tracker_loads_the_folder_alike():
   _, _, _, params, _ = folder_tracker('dinov2_giant')
   _, _, _, scanned, _ = folder_tracker('dinov2_giant', scan=True)
@@ -1151,9 +1198,10 @@ def test_a_scanned_tracker_loads_the_folder_alike():
     ('dinov2', dict(width=64), 'is a model with model.width=32, this tracker has model.width=64: set'),
     ('dinov2', dict(layerscale=None), 'is a model with model.layerscale=1e-05, this tracker has model.layerscale=None'),
     ('dinov2_giant', dict(mlp='plain'), "model.mlp='swiglu', this tracker has model.mlp='plain'"),
-    ('clip', {}, "CLIP's LayerNorm before the encoder (model.norm_pre), which the tracker has no place for"),
-    ('rope_mixed_ape', {}, "rotary position embeddings (model.rope='mixed'), which the tracker has no place for"),
-    ('rope_axial', {}, "rotary position embeddings (model.rope='axial'), which the tracker has no place for"),
+    ('clip', {}, "a LayerNorm before the encoder (model.norm_pre: CLIP's, Perception Encoder's), which the tracker"),
+    ('pe_core', {}, 'a LayerNorm before the encoder (model.norm_pre'),
+    ('rope_mixed_ape', dict(rope=None), "is a model with model.rope='mixed', this tracker has model.rope=None"),
+    ('dinov3', dict(rope='axial'), "model.rope='dinov3', this tracker has model.rope='axial'"),
     ('dinov2', dict(stem='conv', patch_size=16), "fits model.stem='patch' only"),
   ],
 )
@@ -1174,7 +1222,7 @@ def test_the_tracker_refuses_what_it_cannot_start_from_in_one_line(row, override
 
 def test_a_grey_tracker_refuses_a_colour_folder_in_one_line():
   weights = hub.read(os.path.join(DATA, 'mae'))
-  options = hub.reader(weights.layout).vit_options(weights.config, weights.tensors)
+  options = vit.folder_options(weights)
   model = tracker.Tracker(16, 32, 1, rngs=nnx.Rngs(0), **{k: options[k] for k in TRACKER_KEYS})
   with pytest.raises(ConfigError) as e:
     model.load_pretrained(weights, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()))

@@ -150,7 +150,9 @@ class Rotary:
 
 class Rope(nnx.Module):
   """A model's rotary embedding: the fixed angles of 'axial', 'dinov3' and 'vjepa2' (`grid`: time, rows, columns),
-  or 'mixed''s learned frequencies `freqs` (2, depth, heads, head_dim / 2)."""
+  or 'mixed''s learned frequencies `freqs` (2, depth, heads, head_dim / 2). `grids`: the tokens lie on several 2-D
+  grids one after the other (the tracker's template and search crops), each one's coordinates spanning `ref_grid`
+  patches ('mixed''s too), as a position table resampled to each grid spans the image; None: `grid` alone."""
 
   def __init__(
     self,
@@ -166,22 +168,29 @@ class Rope(nnx.Module):
     offset: float,
     skip: int,
     rngs: nnx.Rngs,
+    grids: tuple[tuple[int, int], ...] | None = None,
   ):
     # Only static values: the angles are computed when called (constants of the trace), never state.
     self.kind, self.skip, self.grid, self.head_dim = kind, skip, tuple(grid), head_dim
+    self.grids = None if grids is None else tuple(tuple(g) for g in grids)
     self.temperature, self.axes, self.ref_grid, self.offset = temperature, axes, ref_grid, offset
     if kind == 'mixed':
       self.freqs = nnx.Param(mixed_init(rngs.params(), depth, num_heads, head_dim, temperature))
 
   def __call__(self) -> Rotary:
-    if self.kind == 'mixed':
-      coords = coordinates(self.grid, self.kind, self.axes, None, self.offset)
+    grids, ref = self.grids or (self.grid,), self.ref_grid
+    if self.kind == 'mixed':  # timm's RoPE-Mixed has no reference grid: only the tracker's crops give one.
+      coords = np.concatenate(
+        [coordinates(g, 'mixed', self.axes, ref if self.grids else None, self.offset) for g in grids]
+      )
       f = self.freqs[...].astype(jnp.float32)
       x, y = (jnp.asarray(coords[:, i])[None, :, None, None] for i in (0, 1))
       return Rotary(per_channel(x * f[0][:, None] + y * f[1][:, None], False), half=False, skip=self.skip)
     if self.kind == 'vjepa2':
       angles = vjepa2_angles(self.grid, self.head_dim)
     else:
-      pairs = axial_angles(self.grid, self.head_dim, self.kind, self.temperature, self.axes, self.ref_grid, self.offset)
+      pairs = np.concatenate(
+        [axial_angles(g, self.head_dim, self.kind, self.temperature, self.axes, ref, self.offset) for g in grids]
+      )
       angles = per_channel(pairs, self.kind == 'dinov3')
     return Rotary(jnp.asarray(angles)[None], half=self.kind == 'dinov3', skip=self.skip)

@@ -17,6 +17,7 @@ import vit_jax_lab.models.attention as patterns
 import vit_jax_lab.models.base as base
 import vit_jax_lab.models.layers as layers
 import vit_jax_lab.models.release as release
+import vit_jax_lab.models.rope as rotary_embeddings
 import vit_jax_lab.models.vit as vit
 from vit_jax_lab.errors import ConfigError
 
@@ -101,15 +102,31 @@ class Tracker(base.Model):
     layerscale: if set, LayerScale on both residual branches of every block, its gammas starting at this value, as
       the ViT's model.layerscale (DINOv2's backbones have it); None: none.
     mlp: the encoder blocks' MLP, as the ViT's model.mlp: 'plain' or 'swiglu' (DINOv2 giant's).
+    mlp_norm: a LayerNorm on each MLP's hidden activations, as the ViT's (EVA-02's sub-LN).
+    posemb: 'learn' (the template and search position tables) or 'none' (positions from model.rope alone).
+    rope: rotary position embeddings in every block, as the ViT's model.rope (None, 'axial', 'mixed', 'dinov3'),
+      with rope_temperature, rope_axes, rope_offset as the ViT's; the class and regression tokens are not turned.
+      The template's and the search crop's patches each span the same rotary extent, as position tables resampled to
+      each grid span the image: rope_ref_grid patches per side ('axial', 'mixed'), None: the search grid's.
     encoder: the encoder options, as keywords: TrackerOptions (pre-norm; attention 'full' or 'linear', as
       'local' and 'sparse' need one patch grid and the tokens hold two).
   """
 
-  NO_DECAY = ('template_pos', 'search_pos', 'cls', 'reg')
+  NO_DECAY = ('template_pos', 'search_pos', 'cls', 'reg', 'rope')
   PRETRAINED = ('npz', 'run')
   ENCODER = TrackerOptions
   # The keys beside the sizes that an image folder fixes (pretrained_config).
-  STRUCTURE = ('layerscale', 'mlp')
+  STRUCTURE = (
+    'layerscale',
+    'mlp',
+    'mlp_norm',
+    'posemb',
+    'rope',
+    'rope_temperature',
+    'rope_axes',
+    'rope_ref_grid',
+    'rope_offset',
+  )
 
   def __init__(
     self,
@@ -130,9 +147,17 @@ class Tracker(base.Model):
     posemb_init: str = 'normal',
     layerscale: float | None = None,
     mlp: str = 'plain',
+    mlp_norm: bool = False,
+    posemb: str | None = 'learn',
+    rope: str | None = None,
+    rope_temperature: float = 100.0,
+    rope_axes: str = 'xy',
+    rope_ref_grid: int | None = None,
+    rope_offset: float = 0.0,
     rngs: nnx.Rngs,
     **encoder: Any,
   ):
+    posemb = 'none' if posemb is None else posemb  # The command line reads --config.model.posemb=none as None.
     dims = layers.resolve_dims(
       vit.decode_variant(variant),
       dict(patch_size=patch_size, width=width, depth=depth, mlp_dim=mlp_dim, num_heads=num_heads),
@@ -147,20 +172,38 @@ class Tracker(base.Model):
         box_head=(box_head, ('mlp', 'corner')),
         posemb_init=(posemb_init, ('normal', 'sincos2d', 'sincos2d_beside')),
         mlp=(mlp, vit.MLPS),
+        posemb=(posemb, ('learn', 'none')),
       ),
       {},
     )
+    head_dim = dims['width'] // dims['num_heads']
+    rotary_embeddings.check(rope, head_dim, rope_temperature, rope_axes, rope_ref_grid, rope_offset)
+    if posemb == 'none' and rope is None:
+      raise ConfigError("model.posemb='none' leaves the patches without positions: set model.rope, or posemb='learn'")
     if layerscale is not None and (isinstance(layerscale, bool) or not isinstance(layerscale, (int, float))):
       raise ConfigError(f"model.layerscale={layerscale!r} must be a number (the gammas' start) or None")
     self.options = options = self.ENCODER.of(encoder)
     unblocked = tuple(k for k, kind in patterns.KINDS.items() if not kind.blocked)
     layers.check_options(dict(attention=(options.attention, unblocked)), {})
+    if rope is not None and options.attention == 'linear':
+      raise ConfigError(
+        f"model.rope={rope!r} turns the queries and keys of softmax attention; model.attention='linear' has no such "
+        "scores: use 'full', or model.rope=None"
+      )
     if corner_margin < 0:
       raise ConfigError(f'model.corner_margin={corner_margin} must be >= 0 (cells past the search grid)')
     self.template_grid, self.search_grid = (template_size // p,) * 2, (search_size // p,) * 2
     self.search_start = 2 + self.template_grid[0] * self.template_grid[1]  # Token index of the first search patch.
     self.num_heads = dims['num_heads']
-    self.structure = dims | dict(layerscale=layerscale, mlp=mlp)  # What an image folder must agree on.
+    rotary = dict(
+      rope=rope,
+      rope_temperature=rope_temperature,
+      rope_axes=rope_axes,
+      rope_ref_grid=rope_ref_grid,
+      rope_offset=rope_offset,
+    )
+    # What an image folder must agree on.
+    self.structure = dims | dict(layerscale=layerscale, mlp=mlp, mlp_norm=mlp_norm, posemb=posemb) | rotary
     self.box_head_kind = box_head
     self.stem = stem
     self.embedding = (layers.ConvStem if stem == 'conv' else layers.PatchEmbedding)(p, channels, d, rngs=rngs)
@@ -174,7 +217,26 @@ class Tracker(base.Model):
       left = sw if posemb_init == 'sincos2d_beside' else 0
       template_pos = layers.sincos_2d(th, left + tw, d).reshape(th, left + tw, d)[:, left:].reshape(1, th * tw, d)
       search_pos = layers.sincos_2d(sh, sw, d)[None]
-    self.template_pos, self.search_pos = nnx.Param(jnp.asarray(template_pos)), nnx.Param(jnp.asarray(search_pos))
+    self.template_pos = nnx.Param(jnp.asarray(template_pos)) if posemb == 'learn' else None
+    self.search_pos = nnx.Param(jnp.asarray(search_pos)) if posemb == 'learn' else None
+    rotary_module = functools.partial(rotary_embeddings.Rope, grids=(self.template_grid, self.search_grid))
+    self.rope = (
+      None
+      if rope is None
+      else rotary_module(
+        rope,
+        self.search_grid,
+        dims['depth'],
+        dims['num_heads'],
+        head_dim,
+        temperature=rope_temperature,
+        axes=rope_axes,
+        ref_grid=rope_ref_grid or self.search_grid[0],
+        offset=rope_offset,
+        skip=2,
+        rngs=rngs,
+      )
+    )
     self.dropout = layers.Dropout(options.dropout)
     self.encoder = layers.Encoder(
       dims['depth'],
@@ -186,6 +248,7 @@ class Tracker(base.Model):
       if layerscale is None
       else functools.partial(vit.LayerScaleBlock, layerscale=layerscale),
       activation='swiglu' if mlp == 'swiglu' else 'gelu',
+      mlp_norm=mlp_norm,
       rngs=rngs,
       **options.stack(),
     )
@@ -199,8 +262,9 @@ class Tracker(base.Model):
     self, template: jax.Array, search: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None
   ) -> jax.Array:
     """The encoder's input (B, 2 + template patches + search patches, width): cls, reg, then the patches."""
-    t = self.embedding(template) + self.template_pos
-    s = self.embedding(search) + self.search_pos
+    t, s = self.embedding(template), self.embedding(search)
+    if self.template_pos is not None:
+      t, s = t + self.template_pos, s + self.search_pos
     learned = jnp.broadcast_to(jnp.concatenate([self.cls, self.reg], 1), (t.shape[0], 2, t.shape[-1]))
     return self.dropout(jnp.concatenate([learned.astype(t.dtype), t, s], 1), train=train, rngs=rngs)
 
@@ -208,7 +272,12 @@ class Tracker(base.Model):
     self, template: jax.Array, search: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None
   ) -> jax.Array:
     """The encoder's output tokens, in the order of `tokens`."""
-    return self.encoder(self.tokens(template, search, train=train, rngs=rngs), train=train, rngs=rngs)
+    x = self.tokens(template, search, train=train, rngs=rngs)
+    return self.encoder(x, train=train, rngs=rngs, **self._rotary())
+
+  def _rotary(self) -> dict[str, Any]:
+    """The blocks' `rotary` keyword: only where there is a rotary embedding."""
+    return {'rotary': self.rope()} if self.rope is not None else {}
 
   def _entering(
     self, template: jax.Array, search: jax.Array, layer: int, *, train: bool = False, rngs: nnx.Rngs | None = None
@@ -217,14 +286,15 @@ class Tracker(base.Model):
     if self.encoder.scan:
       raise ConfigError("the tracker's attention maps need model.scan=False (scanned blocks give no attention)")
     layer = layer % len(self.encoder.blocks)
-    x = self.encoder.through(self.tokens(template, search, train=train, rngs=rngs), layer, train=train, rngs=rngs)
+    x = self.tokens(template, search, train=train, rngs=rngs)
+    x = self.encoder.through(x, layer, train=train, rngs=rngs, **self._rotary())
     return x, self.encoder.blocks[layer], layer
 
   def search_attention(self, template: jax.Array, search: jax.Array, layer: int = -1) -> tuple[jax.Array, jax.Array]:
     """The class and regression tokens' attention over the search patches in block `layer`, heads averaged:
     two (B, gh, gw) maps (what the tracking-ViT paper draws). Unscanned layers only."""
     x, block, layer = self._entering(template, search, layer)
-    weights = block.attention_weights(x, layer=layer).mean(1)  # (B, tokens, tokens)
+    weights = block.attention_weights(x, layer=layer, **self._rotary()).mean(1)  # (B, tokens, tokens)
     cls, reg = (weights[:, row, self.search_start :].reshape(-1, *self.search_grid) for row in (0, 1))
     return cls, reg
 
@@ -234,8 +304,9 @@ class Tracker(base.Model):
     """`__call__`'s (logit, box) and the regression token's attention over the search patches in the last block
     (B, heads, gh * gw), which task.attention_weight supervises. Unscanned layers only."""
     x, block, last = self._entering(template, search, -1, train=train, rngs=rngs)
-    attention = block.attention_weights(x, layer=last)[:, :, 1, self.search_start :]
-    x = self.encoder.norm(block(x, train=train, rngs=rngs, layer=last))
+    rotary = self._rotary()
+    attention = block.attention_weights(x, layer=last, **rotary)[:, :, 1, self.search_start :]
+    x = self.encoder.norm(block(x, train=train, rngs=rngs, layer=last, **rotary))
     return *self.heads(x), attention
 
   def __call__(
@@ -271,7 +342,7 @@ class Tracker(base.Model):
     all of them (a run scored on another benchmark, or trained further)."""
     if isinstance(source, hub.HubWeights):
       return self._load_hub(source, params)
-    if 'template_pos' in source:
+    if 'class_head' in source:
       mismatch = layers.first_mismatch(layers.unscanned(source), layers.unscanned(params), ('run', 'configured'))
       if mismatch:
         raise ConfigError(
@@ -283,6 +354,11 @@ class Tracker(base.Model):
       raise ConfigError(
         f"init_from: an image ViT's patch embedding fits model.stem='patch' only, and this tracker's is "
         f"{self.stem!r}: set model.stem='patch'"
+      )
+    if self.rope is not None or self.template_pos is None:
+      raise ConfigError(
+        'init_from: a release .npz or a ViT run goes into a tracker with learned positions and no model.rope; for a '
+        'rotary ViT run, write it as a timm folder (tools.export --layout timm) and give that folder'
       )
     if not any('/' in k for k in source):
       if 'embedding' not in source or np.ndim(source['embedding']['kernel']) != 4 or 'pos_embedding' not in source:
@@ -342,6 +418,8 @@ class Tracker(base.Model):
         f"{self.stem!r}: set model.stem='patch'"
       )
     for key, mine in self.structure.items():
+      if key == 'rope_ref_grid':  # An extent, not a shape: noted below.
+        continue
       if (folder[key] != mine) if key != 'layerscale' else ((folder[key] is None) != (mine is None)):
         raise ConfigError(
           f'init_from={path!r} is a model with model.{key}={folder[key]!r}, this tracker has model.{key}={mine!r}: '
@@ -360,28 +438,39 @@ class Tracker(base.Model):
         f"init_from={path!r} is a model of {theirs}-channel images, and this tracker's have {mine} channels: start "
         'it from a folder of the same channels'
       )
-    mismatch = layers.first_mismatch(loaded['encoder'], ours['encoder'], ('image ViT', 'tracker'))
-    assert mismatch is None, mismatch  # The structure check above makes them alike.
-    grid_pos = loaded['pos_embedding'][:, image.posemb_prefix_rows :]
-    method, how = layout.posemb_resize(weights.config)
-    template_pos, search_pos = (
-      release.resample_posemb(grid_pos, grid, class_token_row=False, method=method)
-      for grid in (self.template_grid, self.search_grid)
-    )
     notes = [n for n in image_notes if not n.startswith(('head', 'class token'))]
-    notes.append(
-      f'position embeddings {image.grid[0]} x {image.grid[1]} resampled to the template grid {self.template_grid} '
-      f'and the search grid {self.search_grid} by {how} ({release.POSEMB_RESIZE[method]})'
-    )
-    left = [_IMAGE_PARTS.get(k, k) for k in sorted(set(loaded) - {'embedding', 'encoder', 'pos_embedding'})]
+    out = {'embedding': loaded['embedding'], 'encoder': loaded['encoder']}
+    if 'fc_norm' in loaded:  # The folder normalises its pooled tokens; the tracker's heads read tokens.
+      out['encoder'] = out['encoder'] | {'norm': loaded['fc_norm']}
+      notes.append("the image model's fc_norm (after its mean pool) is the encoder's final LayerNorm, on every token")
+    mismatch = layers.first_mismatch(out['encoder'], ours['encoder'], ('image ViT', 'tracker'))
+    assert mismatch is None, mismatch  # The structure check above makes them alike.
+    if self.template_pos is not None:
+      grid_pos = loaded['pos_embedding'][:, image.posemb_prefix_rows :]
+      method, how = layout.posemb_resize(weights.config)
+      out['template_pos'], out['search_pos'] = (
+        release.resample_posemb(grid_pos, grid, class_token_row=False, method=method)
+        for grid in (self.template_grid, self.search_grid)
+      )
+      notes.append(
+        f'position embeddings {image.grid[0]} x {image.grid[1]} resampled to the template grid {self.template_grid} '
+        f'and the search grid {self.search_grid} by {how} ({release.POSEMB_RESIZE[method]})'
+      )
+    if self.rope is not None:
+      if 'rope' in loaded:
+        out['rope'] = loaded['rope']
+      extent = (
+        'the [-1, 1] of' if self.rope.kind == 'dinov3' else f'{self.rope.ref_grid} x {self.rope.ref_grid} patches:'
+      )
+      theirs = folder['rope_ref_grid'] or image.grid[0]
+      notes.append(
+        f'rotary positions: the template grid {self.template_grid} and the search grid {self.search_grid} each span '
+        f'{extent} the image model spans {theirs} x {theirs}'
+      )
+    taken = {'embedding', 'encoder', 'pos_embedding', 'rope', 'fc_norm'}
+    left = [_IMAGE_PARTS.get(k, k) for k in sorted(set(loaded) - taken)]
     notes.append(f"the image model's {', '.join(left)} left out: cls, reg, the class head and the box head start fresh")
-    out = ours | {
-      'embedding': loaded['embedding'],
-      'encoder': loaded['encoder'],
-      'template_pos': template_pos,
-      'search_pos': search_pos,
-    }
-    return layers.scanned_like(out, params), notes
+    return layers.scanned_like(ours | out, params), notes
 
 
 # An image ViT's parameters the tracker leaves out, as its notes name them.
@@ -397,24 +486,18 @@ _IMAGE_PARTS = {
 
 def _refuse_image_folder(weights: hub.HubWeights, folder: dict[str, Any]) -> None:
   """What of an image folder the tracker has no place for, in one line: a LayerNorm before the encoder or quick-GELU
-  (CLIP's image towers), rotary or no learned position embeddings (timm's RoPE ViTs, DINOv3), fc_norm."""
+  (CLIP's image towers, Perception Encoder), fixed sine-cosine positions."""
   what = (
-    "CLIP's LayerNorm before the encoder (model.norm_pre)"
+    "a LayerNorm before the encoder (model.norm_pre: CLIP's, Perception Encoder's)"
     if folder['norm_pre']
     else "CLIP's quick-GELU (model.activation='quick_gelu')"
     if folder['activation'] != 'gelu'
-    else f'rotary position embeddings (model.rope={folder["rope"]!r})'
-    if folder.get('rope')
-    else 'no learned position embeddings'
-    if folder['posemb'] != 'learn'
-    else "timm's LayerNorm after the mean pool (fc_norm)"
-    if folder.get('fc_norm')
-    else "a LayerNorm inside each MLP (model.mlp_norm: EVA-02's sub-LN)"
-    if folder.get('mlp_norm')
+    else 'fixed sine-cosine position embeddings'
+    if folder['posemb'] == 'sincos2d'
     else None
   )
   if what:
     raise ConfigError(
       f'init_from={weights.path!r} is an image model with {what}, which the tracker has no place for: start it from '
-      'a ViT, DeiT, MAE, DINOv2 or SigLIP folder'
+      'a ViT, DeiT, MAE, DINOv2, DINOv3, SigLIP, EVA-02 or RoPE ViT folder'
     )
