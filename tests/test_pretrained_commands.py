@@ -206,6 +206,22 @@ EXPORTED = {
     layernorm_epsilon=1e-5,
     layerscale=0.1,
   ),
+  # EVA-02 (written as Eva: SwiGLU with the hidden LayerNorm as fc1_g / fc1_x / norm, or packed without it) and
+  # Perception Encoder (norm_pre: timm's patch embedding has no bias beside it; the row's is zero).
+  'eva02_swiglu_norm': dict(rope='axial', posemb='none', mlp='swiglu', mlp_norm=True, rope_ref_grid=16, layerscale=0.1),
+  'eva02_packed': dict(rope='axial', mlp='swiglu', rope_temperature=1e4, layerscale=0.2),
+  'pe_norm_pre': dict(
+    rope='axial',
+    rope_offset=1.0,
+    norm_pre=True,
+    pool='map',
+    class_token=True,
+    map_prefix=True,
+    map_heads=2,
+    map_mlp_dim=48,
+    layernorm_epsilon=1e-5,
+    layerscale=0.3,
+  ),
 }
 
 
@@ -232,7 +248,13 @@ def _random_vit(name):
   """A ViT whose every parameter is drawn by NumPy (seed 0): the same on every JAX version."""
   keys = EXPORTED[name] if name in EXPORTED else EXPORTED_TRANSFORMERS[name]
   model = vit.ViT(10, (32, 32, 3), width=32, depth=2, mlp_dim=64, num_heads=4, patch_size=8, rngs=nnx.Rngs(0), **keys)
-  return model, _numpy_params(model)
+  params = _numpy_params(model)
+  if keys.get('norm_pre'):  # timm's patch embedding has none beside norm_pre (a non-zero one: a test of its own).
+    params['embedding']['bias'] = np.zeros_like(params['embedding']['bias'])
+    state = nnx.state(model, nnx.Param)
+    state.replace_by_pure_dict(params)
+    nnx.update(model, state)
+  return model, params
 
 
 @pytest.mark.parametrize('name', EXPORTED)
@@ -290,6 +312,50 @@ def test_export_timm_eva_without_layerscale_writes_unit_gammas(tmp_path):
     other = vit.ViT(10, (32, 32, 3), rngs=nnx.Rngs(0), **(kwargs | extra))
     with pytest.raises(ConfigError, match=message):
       timm_layout.folder_config(other, data)
+
+
+def test_export_timm_folds_a_patch_bias_beside_norm_pre_into_the_positions(tmp_path):
+  """timm's patch embedding has no bias beside norm_pre (CLIP, Perception Encoder): ours goes into the patches' rows
+  of the position table, the same function; without a table it is one line."""
+  model, params = _random_vit('pe_norm_pre')
+  params['embedding']['bias'] = np.random.RandomState(1).randn(32).astype(np.float32)
+  state = nnx.state(model, nnx.Param)
+  state.replace_by_pure_dict(params)
+  nnx.update(model, state)
+  data = ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None))
+  export.write_timm(model, params, data, str(tmp_path / 'a'))
+  weights = hub.read(str(tmp_path / 'a'))
+  assert 'patch_embed.proj.bias' not in weights.tensors
+  np.testing.assert_allclose(
+    weights.tensors['pos_embed'][0, 1:] - params['pos_embedding'][0, 1:],
+    params['embedding']['bias'][None].repeat(16, 0),
+    atol=1e-6,
+  )
+  np.testing.assert_array_equal(weights.tensors['pos_embed'][0, 0], params['pos_embedding'][0, 0])
+  options = vit.folder_options(weights)
+  fresh = vit.ViT(
+    10, (32, 32, 3), rngs=nnx.Rngs(1), **{k: v for k, v in options.items() if k not in ('num_classes', 'input_shape')}
+  )
+  loaded, _ = fresh.load_pretrained(weights, jax.device_get(nnx.state(fresh, nnx.Param).to_pure_dict()))
+  state = nnx.state(fresh, nnx.Param)
+  state.replace_by_pure_dict(loaded)
+  nnx.update(fresh, state)
+  images = np.load(os.path.join(DATA, 'export', 'images.npy'))
+  assert max_difference(fresh(images), model(images)) < 1e-5
+  bare = vit.ViT(
+    10,
+    (32, 32, 3),
+    width=32,
+    depth=2,
+    mlp_dim=64,
+    num_heads=4,
+    patch_size=8,
+    rngs=nnx.Rngs(0),
+    **(EXPORTED['pe_norm_pre'] | dict(posemb='none')),
+  )
+  bare_params = _numpy_params(bare)
+  with pytest.raises(ConfigError, match='beside norm_pre has no bias, and this model'):
+    export.write_timm(bare, bare_params, data, str(tmp_path / 'b'))
 
 
 @pytest.mark.parametrize('name', EXPORTED_TRANSFORMERS)

@@ -505,9 +505,11 @@ def notes(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> list[str
   return [f'timm {errors.foreign(config.get("architecture", "ViT"))} read from its safetensors']
 
 
-def from_release(flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def from_release(flat: Mapping[str, np.ndarray], patches: int | None = None) -> dict[str, np.ndarray]:
   """The release flat layout (`release.to_release`) -> timm's VisionTransformer state dict, the inverse of
-  `to_release` (what `tools.export --layout timm` writes). A release name timm has no place for is one line."""
+  `to_release` (what `tools.export --layout timm` writes). A release name timm has no place for is one line. Beside
+  norm_pre timm's patch embedding has no bias: ours is added to the position table's rows of the `patches` patch
+  tokens (the same function), or refused in one line where there is no table."""
   out, used = {}, set()
   inverse = {v: k for k, v in (_TOP | _POOL | _TOKENS).items()}
   blocks = sorted({int(m.group(1)) for n in flat if (m := re.match(r'Transformer/encoderblock_(\d+)/', n))})
@@ -527,9 +529,17 @@ def from_release(flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
   if 'embedding/kernel' in flat:
     out['patch_embed.proj.weight'] = take('embedding/kernel').transpose(3, 2, 0, 1)
     out['patch_embed.proj.bias'] = take('embedding/bias')
-    # timm's patch embedding has no bias beside norm_pre (CLIP): a zero one is the same function, dropped.
-    if 'norm_pre/scale' in flat and not out['patch_embed.proj.bias'].any():
-      del out['patch_embed.proj.bias']
+    # timm's patch embedding has no bias beside norm_pre (CLIP, PE): it goes into the patches' positions.
+    if 'norm_pre/scale' in flat:
+      bias = out.pop('patch_embed.proj.bias')
+      if bias.any():
+        errors.check(
+          'pos_embed' in out and patches is not None,
+          "--layout timm: timm's patch embedding beside norm_pre has no bias, and this model's is not zero with no "
+          'position table to carry it',
+        )
+        out['pos_embed'] = np.array(out['pos_embed'])
+        out['pos_embed'][:, -patches:] += bias
   for module, timm_name in inverse.items():
     if f'{module}/scale' in flat:
       out[f'{timm_name}.weight'], out[f'{timm_name}.bias'] = take(f'{module}/scale'), take(f'{module}/bias')
@@ -573,14 +583,7 @@ def eva_args(structure: dict[str, Any], layernorm_epsilon: float, gelu_approxima
   `vit_options` for EVA's rows), the architecture chosen for its LayerNorm epsilon, which model_args cannot carry:
   the RoPE-ViT's 1e-6 or DINOv3's 1e-5. What Eva does not compute is one line."""
   where = '--layout timm: timm computes the rotary ViT (its Eva class) with'
-  fixed = dict(
-    distilled=False,
-    norm_pre=False,
-    activation='gelu',
-    mlp='plain',
-    mlp_norm=False,
-    posemb_prefix=structure['posemb_prefix'],
-  )
+  fixed = dict(distilled=False, activation='gelu', posemb_prefix=structure['posemb_prefix'])
   for key, value in fixed.items():
     if structure[key] != value:
       raise ConfigError(f'{where} model.{key}={value!r}; this model has model.{key}={structure[key]!r}')
@@ -616,6 +619,9 @@ def eva_args(structure: dict[str, Any], layernorm_epsilon: float, gelu_approxima
     init_values=structure['layerscale'] or 1.0,
     use_fc_norm=structure['fc_norm'],
     use_post_transformer_norm=not structure['fc_norm'],
+    use_pre_transformer_norm=structure['norm_pre'],  # Perception Encoder's, with a patch embedding without bias.
+    swiglu_mlp=structure['mlp'] == 'swiglu',  # EVA-02's: packed (GluMlp, gate first), or fc1_g / fc1_x with scale_mlp.
+    scale_mlp=structure['mlp_norm'],
     qkv_bias=True,
     attn_type='rope',  # A fused qkv with its bias (ours has a key bias, which 'eva' attention has not).
     dynamic_img_size=False,
@@ -636,8 +642,15 @@ def eva_args(structure: dict[str, Any], layernorm_epsilon: float, gelu_approxima
 
 def to_eva(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   """VisionTransformer names (`from_release`) -> the Eva class's: LayerScale gammas `blocks.N.gamma_1` / `gamma_2`,
-  of ones where the model has none (eva_args: the same function)."""
+  of ones where the model has none (eva_args: the same function); a SwiGLU beside the hidden LayerNorm (EVA-02's
+  SwiGLU module) as `fc1_g` (the gate) and `fc1_x`, the packed fc1's halves."""
   out = {re.sub(r'^(blocks\.\d+)\.ls([12])\.gamma$', r'\1.gamma_\2', k): v for k, v in tensors.items()}
+  for norm in [k for k in tensors if re.fullmatch(r'blocks\.\d+\.mlp\.norm\.weight', k)]:
+    fc1 = norm.replace('norm.weight', 'fc1')
+    if f'{fc1}.weight' in out:  # GluMlp's packed fc1 is Eva's only without the norm.
+      for part in ('weight', 'bias'):
+        gate, value = np.split(out.pop(f'{fc1}.{part}'), 2)
+        out[f'{fc1}_g.{part}'], out[f'{fc1}_x.{part}'] = gate, value
   for name in [k for k in tensors if re.fullmatch(r'blocks\.\d+\.norm1\.weight', k)]:
     for gamma in (name.replace('norm1.weight', 'gamma_1'), name.replace('norm1.weight', 'gamma_2')):
       out.setdefault(gamma, np.ones_like(tensors[name]))

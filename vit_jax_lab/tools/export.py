@@ -253,7 +253,8 @@ def write_timm(
   """Writes `params` of the ViT `model` as a timm hub folder `out` (config.json, with `label_names` when given;
   model.safetensors written with safetensors' NumPy API) and returns its config."""
   config = timm_layout.folder_config(model, data_config) | ({'label_names': labels} if labels else {})
-  tensors = timm_layout.from_release(release.to_release(params, model.structure['num_heads']))
+  patches = model.grid[0] * model.grid[1]
+  tensors = timm_layout.from_release(release.to_release(params, model.structure['num_heads']), patches)
   if timm_layout.is_eva(model.structure):
     tensors = timm_layout.to_eva(tensors)
   _write_folder(out, {'config.json': config}, tensors)
