@@ -213,3 +213,71 @@ def from_params(params: dict[str, Any], rows: list[int]) -> dict[str, np.ndarray
   tensors['model.shared.weight'] = np.ascontiguousarray(table[order])
   tensors['final_logits_bias'] = bias[order][None]
   return tensors
+
+
+# Our model.activation -> Marian's activation_function.
+_MARIAN_ACTIVATIONS = {'relu': 'relu', 'gelu': 'gelu', 'silu': 'swish'}
+# The Transformer keys MarianMTModel computes as ours only at these values.
+_MARIAN_FIXED = dict(share_embeddings='all', posemb='sincos', prenorm=False, attention='full')
+
+
+def folder_config(model: Any, model_config: Any, data_config: Any, rows: list[int]) -> tuple[dict, dict, list[str]]:
+  """A seq2seq Transformer's transformers config.json (`MarianMTModel`: every size, the activation, Marian's ids of
+  our special tokens), generation_config.json (greedy up to data.max_target_length tokens; Marian's pad, our BOS,
+  never generated, as our decoders never choose it) and notes. What Marian computes otherwise is one line."""
+  structure = model.structure
+  mine = dict(structure, attention=model_config.get('attention', 'full'))
+  for key, value in _MARIAN_FIXED.items():
+    errors.check(
+      mine[key] == value,
+      f"--layout transformers: model.{key}={mine[key]!r}; transformers' MarianMTModel computes with "
+      f'model.{key}={value!r}',
+    )
+  notes = []
+  if model.layernorm_epsilon != LAYERNORM_EPSILON:
+    notes.append(
+      f"model.layernorm_epsilon={model.layernorm_epsilon}: Marian's LayerNorms compute with "
+      f'{LAYERNORM_EPSILON}, its outputs differ slightly'
+    )
+  size, pad, eos = max(rows) + 1, rows[tokens.BOS], rows[tokens.EOS]
+  heads, mlp = structure['num_heads'], structure['mlp_dim']
+  config = dict(
+    architectures=['MarianMTModel'],
+    model_type='marian',
+    vocab_size=size,
+    decoder_vocab_size=size,
+    d_model=structure['width'],
+    encoder_layers=structure['encoder_depth'],
+    decoder_layers=structure['decoder_depth'],
+    encoder_attention_heads=heads,
+    decoder_attention_heads=heads,
+    encoder_ffn_dim=mlp,
+    decoder_ffn_dim=mlp,
+    activation_function=_MARIAN_ACTIVATIONS[structure['activation']],
+    scale_embedding=structure['scale_embedding'],
+    max_position_embeddings=max(512, data_config.max_input_length, data_config.max_target_length),
+    dropout=model_config.get('dropout', 0.1),
+    attention_dropout=model_config.get('attention_dropout', 0.0),
+    activation_dropout=0.0,
+    encoder_layerdrop=0.0,
+    decoder_layerdrop=0.0,
+    pad_token_id=pad,
+    eos_token_id=eos,
+    decoder_start_token_id=pad,
+    bos_token_id=None,
+    forced_eos_token_id=None,  # Our decoders force no EOS at the length limit.
+    share_encoder_decoder_embeddings=True,
+    tie_word_embeddings=True,
+    is_encoder_decoder=True,
+    dtype='float32',
+  )
+  generation = dict(
+    bad_words_ids=[[pad]],
+    decoder_start_token_id=pad,
+    eos_token_id=eos,
+    pad_token_id=pad,
+    max_length=data_config.max_target_length + 1,  # The decoder start included.
+    num_beams=1,
+    forced_eos_token_id=None,
+  )
+  return config, generation, notes

@@ -277,12 +277,6 @@ def write_transformers(
   return config
 
 
-# Our model.activation -> Marian's activation_function.
-_MARIAN_ACTIVATIONS = {'relu': 'relu', 'gelu': 'gelu', 'silu': 'swish'}
-# The Transformer keys MarianMTModel computes as ours only at these values.
-_MARIAN_FIXED = dict(share_embeddings='all', posemb='sincos', prenorm=False, attention='full')
-
-
 def marian_tokenizer(data_config: ml_collections.ConfigDict, vocab_dir: str) -> tuple[list[int], dict, dict, dict]:
   """The run's vocabulary as a Marian tokenizer: (Marian's id of each of our ids, tokenizer files to copy as
   {name: path}, vocab.json (None: copied), tokenizer_config.json's names of the special tokens). A trained
@@ -316,70 +310,6 @@ def marian_tokenizer(data_config: ml_collections.ConfigDict, vocab_dir: str) -> 
   return rows, {'source.spm': path, 'target.spm': path}, vocab_json, names
 
 
-def marian_config(
-  model: nnx.Module, model_config: ml_collections.ConfigDict, data_config: ml_collections.ConfigDict, rows: list[int]
-) -> tuple[dict, dict, list[str]]:
-  """A seq2seq Transformer's transformers config.json (`MarianMTModel`: every size, the activation, Marian's ids of
-  our special tokens), generation_config.json (greedy up to data.max_target_length tokens; Marian's pad, our BOS,
-  never generated, as our decoders never choose it) and notes. What Marian computes otherwise is one line."""
-  structure = model.structure
-  mine = dict(structure, attention=model_config.get('attention', 'full'))
-  for key, value in _MARIAN_FIXED.items():
-    check(
-      mine[key] == value,
-      f"--layout transformers: model.{key}={mine[key]!r}; transformers' MarianMTModel computes with "
-      f'model.{key}={value!r}',
-    )
-  notes = []
-  if model.layernorm_epsilon != marian_layout.LAYERNORM_EPSILON:
-    notes.append(
-      f"model.layernorm_epsilon={model.layernorm_epsilon}: Marian's LayerNorms compute with "
-      f'{marian_layout.LAYERNORM_EPSILON}, its outputs differ slightly'
-    )
-  size, pad, eos = max(rows) + 1, rows[tokens.BOS], rows[tokens.EOS]
-  heads, mlp = structure['num_heads'], structure['mlp_dim']
-  config = dict(
-    architectures=['MarianMTModel'],
-    model_type='marian',
-    vocab_size=size,
-    decoder_vocab_size=size,
-    d_model=structure['width'],
-    encoder_layers=structure['encoder_depth'],
-    decoder_layers=structure['decoder_depth'],
-    encoder_attention_heads=heads,
-    decoder_attention_heads=heads,
-    encoder_ffn_dim=mlp,
-    decoder_ffn_dim=mlp,
-    activation_function=_MARIAN_ACTIVATIONS[structure['activation']],
-    scale_embedding=structure['scale_embedding'],
-    max_position_embeddings=max(512, data_config.max_input_length, data_config.max_target_length),
-    dropout=model_config.get('dropout', 0.1),
-    attention_dropout=model_config.get('attention_dropout', 0.0),
-    activation_dropout=0.0,
-    encoder_layerdrop=0.0,
-    decoder_layerdrop=0.0,
-    pad_token_id=pad,
-    eos_token_id=eos,
-    decoder_start_token_id=pad,
-    bos_token_id=None,
-    forced_eos_token_id=None,  # Our decoders force no EOS at the length limit.
-    share_encoder_decoder_embeddings=True,
-    tie_word_embeddings=True,
-    is_encoder_decoder=True,
-    dtype='float32',
-  )
-  generation = dict(
-    bad_words_ids=[[pad]],
-    decoder_start_token_id=pad,
-    eos_token_id=eos,
-    pad_token_id=pad,
-    max_length=data_config.max_target_length + 1,  # The decoder start included.
-    num_beams=1,
-    forced_eos_token_id=None,
-  )
-  return config, generation, notes
-
-
 def write_marian(
   model_config: ml_collections.ConfigDict,
   params: dict,
@@ -406,7 +336,7 @@ def write_marian(
   model = nnx.eval_shape(
     lambda: models.build(model_config, nnx.Rngs(0), vocab_size=ours, input_vocab_size=ours, input_shape=None, max_len=1)
   )
-  config, generation, notes = marian_config(model, model_config, data_config, rows)
+  config, generation, notes = marian_layout.folder_config(model, model_config, data_config, rows)
   tokenizer_config = dict(
     tokenizer_class='MarianTokenizer',
     separate_vocabs=False,
@@ -448,10 +378,33 @@ def _write_folder(
     shutil.rmtree(partial, ignore_errors=True)
 
 
-# layout -> model family (config.model.name) -> the writer of its runs.
+def _with_model(write: Callable[..., dict]) -> Callable[..., dict]:
+  """`write(model, params, data_config, out, labels)` as a writer of runs: the run's model (built abstractly from
+  its config and dataset) and class names."""
+
+  def run(config: ml_collections.ConfigDict, params: dict, out: str, workdir: str) -> dict:
+    with contextlib.redirect_stdout(sys.stderr):
+      s = train.setup(common.one_device_one_example(config), jax.devices()[:1])
+    model = nnx.eval_shape(lambda: train.build_model(s.config, s.task, s.info, jax.random.key(0)))
+    return write(model, params, config.data, out, common.class_names(s.builder, model.head.out_features))
+
+  return run
+
+
+def _marian_run(config: ml_collections.ConfigDict, params: dict, out: str, workdir: str) -> dict:
+  """A translation run's writer: its config, parameters and vocabulary (the workdir's SentencePiece model); no
+  dataset."""
+  return write_marian(config.model, params, config.data, out, workdir)
+
+
+# layout -> model family (config.model.name) -> the writer of its runs: (config, params, out, workdir) -> config.
 WRITERS = {
-  'timm': {'vit': write_timm},
-  'transformers': {'vit': write_transformers, 'vivit': write_transformers, 'transformer': write_marian},
+  'timm': {'vit': _with_model(write_timm)},
+  'transformers': {
+    'vit': _with_model(write_transformers),
+    'vivit': _with_model(write_transformers),
+    'transformer': _marian_run,
+  },
 }
 
 
@@ -465,14 +418,7 @@ def export_hub(workdir: str, out: str, layout: str) -> dict:
     f'--workdir {workdir} holds a {config.model.name!r} model: --layout {layout} writes {" and ".join(writers)} runs',
   )
   _check_checkpoint(workdir)
-  params = checkpoints.read_params(workdir)
-  if config.model.name == 'transformer':  # Its config, parameters and vocabulary; no dataset.
-    return write_marian(config.model, params, config.data, out, workdir)
-  with contextlib.redirect_stdout(sys.stderr):
-    s = train.setup(common.one_device_one_example(config), jax.devices()[:1])
-  model = nnx.eval_shape(lambda: train.build_model(s.config, s.task, s.info, jax.random.key(0)))
-  labels = common.class_names(s.builder, model.head.out_features)
-  return writers[config.model.name](model, params, config.data, out, labels)
+  return writers[config.model.name](config, checkpoints.read_params(workdir), out, workdir)
 
 
 @console.command
