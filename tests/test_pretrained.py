@@ -1263,3 +1263,15 @@ def test_a_transformers_classifier_of_another_width_is_refused_not_dropped():
     transformers_layout.vit_options(weights.config, tensors)
   twice = tensors | {'classifier.weight': np.zeros((10, 2 * width), np.float32)}
   assert transformers_layout.vit_options(weights.config, twice)['pool'] == 'tok_gap'
+
+
+def test_timm_heads_without_model_args_are_timms_for_every_vit_architecture():
+  """A hub folder's config.json often has no model_args: its heads come from the architecture's name
+  (timm_layout.heads_of), the same as timm 1.0.31 builds for each of its 241 ViT, DeiT and EVA architectures
+  (tests/data/pretrained/timm_heads.json, written by timm); a name it cannot tell is one line, never a guess."""
+  reference = json.load(open(os.path.join(DATA, 'timm_heads.json')))
+  assert reference['timm'] == '1.0.31' and len(reference['heads']) > 200
+  wrong = {a: (timm_layout.heads_of(a), h) for a, h in reference['heads'].items() if timm_layout.heads_of(a) != h}
+  assert not wrong, wrong
+  assert timm_layout.heads_of('vit_huge_plus_patch16_dinov3.lvd1689m') == 20
+  assert timm_layout.heads_of('vitamin_xlarge_256') is None

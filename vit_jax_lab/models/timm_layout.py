@@ -27,8 +27,84 @@ from vit_jax_lab import errors, hub
 from vit_jax_lab.errors import ConfigError
 
 TIMM_OPTIONS = dict(gelu_approximate=False, layernorm_epsilon=1e-6)
-# timm size name -> heads, for folders whose config.json has no model_args (head width 64 but for huge and so400m).
-HEADS = {'tiny': 3, 'small': 6, 'medium': 8, 'base': 12, 'large': 16, 'huge': 16, 'so400m': 16}
+# timm size word -> heads, for folders whose config.json has no model_args (a hub folder's): the first word of the
+# architecture's name found here, unless ARCHITECTURE_HEADS names it. Exact for every ViT, DeiT and EVA of timm
+# 1.0.31 (tests/data/pretrained/timm_heads.json); an architecture with none of them is one line.
+HEADS = {
+  'tiny': 3,
+  'small': 6,
+  'medium': 8,
+  'base': 12,
+  'large': 16,
+  'huge': 16,
+  'so400m': 16,
+  'betwixt': 10,
+  'mediumd': 8,
+  'little': 5,
+  'dlittle': 5,
+  'wee': 4,
+  'pwee': 4,
+  'dwee': 4,
+  'xsmall': 4,
+  'giant': 16,
+  'gigantic': 16,
+  'enormous': 16,
+}
+# Architectures whose heads their size word does not give.
+ARCHITECTURE_HEADS = {
+  'vit_base_patch16_gap_224': 16,
+  **dict.fromkeys(
+    (
+      'vit_base_patch16_plus_240',
+      'vit_base_patch16_plus_clip_240',
+      'vit_base_patch32_plus_256',
+      'vit_relpos_base_patch16_plus_240',
+      'vit_relpos_base_patch32_plus_rpn_256',
+      'vit_so150m_patch16_reg4_gap_256',
+      'vit_so150m_patch16_reg4_gap_384',
+      'vit_so150m_patch16_reg4_map_256',
+    ),
+    14,
+  ),
+  **dict.fromkeys(('vit_so150m2_patch16_reg1_gap_256', 'vit_so150m2_patch16_reg1_gap_384'), 13),
+  'vit_so150m2_patch16_reg1_gap_448': 13,
+  **dict.fromkeys(
+    (
+      'vit_giant_patch14_dinov2',
+      'vit_giant_patch14_reg1_tipsv2',
+      'vit_giant_patch14_reg4_dinov2',
+      'vit_giant_patch16_lingbot',
+      'vit_giant_patch16_radio_v3',
+      'vit_giant_patch16_sapiens2',
+    ),
+    24,
+  ),
+  'vit_huge_plus_patch16_dinov3': 20,
+  'vit_huge_plus_patch16_dinov3_qkvb': 20,
+  'vit_small_resnet26d_224': 8,
+  'vit_small_resnet50d_s16_224': 8,
+  **dict.fromkeys(
+    (
+      'vit_giantopt_patch16_siglip_256',
+      'vit_giantopt_patch16_siglip_384',
+      'vit_giantopt_patch16_siglip_gap_256',
+      'vit_giantopt_patch16_siglip_gap_384',
+      'vit_intern300m_patch14_448',
+    ),
+    16,
+  ),
+  'vit_5b_patch16_sapiens2': 32,
+  'vit_7b_patch16_dinov3': 32,
+}
+
+
+def heads_of(architecture: str) -> int | None:
+  """The heads of timm architecture `architecture` (a pretrained tag after '.' ignored) when its config.json does not
+  say: ARCHITECTURE_HEADS, else the first size word of HEADS in its name; None if neither knows it."""
+  name = architecture.split('.')[0]
+  return ARCHITECTURE_HEADS.get(name) or next((HEADS[w] for w in name.split('_') if w in HEADS), None)
+
+
 # How timm resamples a checkpoint's position embeddings (resample_abs_pos_embed), for release.from_release.
 POSEMB_RESIZE = ('bicubic', "'bicubic', timm's own (not model.posemb_resize)")
 
@@ -374,8 +450,7 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
   width, channels, patch, _ = _shape(tensors, 'patch_embed.proj.weight')
   args = config.get('model_args') or {}
   architecture = config.get('architecture', '?')
-  size = re.match(r'(?:vit|deit)\d*_([a-z0-9]+)_', architecture)
-  num_heads = args['num_heads'] if 'num_heads' in args else HEADS.get(size.group(1) if size else '')
+  num_heads = args['num_heads'] if 'num_heads' in args else heads_of(str(architecture))
   if num_heads is None:
     raise ConfigError(
       f'init_from: the number of heads of timm architecture {errors.foreign(architecture)!r} is unknown (config.json '

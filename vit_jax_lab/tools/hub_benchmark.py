@@ -5,10 +5,10 @@ the file's pages plus about one tensor, never a copy of the whole model).
     python -m vit_jax_lab.tools.hub_benchmark measure /tmp/vit_g14
 
 `write` streams random float32 tensors into model.safetensors one at a time (never the whole model in memory).
-`measure` reads the folder into our ViT over every local device (FSDP shardings of train.setup's rule) as
-init_from does (hub.read, ViT.load_pretrained, hub.place) and prints the load time and the process's peak resident
-memory: all of it, the anonymous part (what the process allocated; on CPU devices the placed parameters live there
-too) and the anonymous peak above the placed parameters (the loader's own working memory).
+`measure` reads the folder into our ViT (a video folder: our ViViT) over every local device (FSDP shardings of
+train.setup's rule) as init_from does (hub.read, load_pretrained, hub.place) and prints the load time and the
+process's peak resident memory: all of it, the anonymous part (what the process allocated; on CPU devices the placed
+parameters live there too) and the anonymous peak above the placed parameters (the loader's own working memory).
 """
 
 import argparse
@@ -97,16 +97,22 @@ def _status(field: str) -> int:
 
 
 def measure(path: str, fsdp_min_size: int = 2**14) -> dict[str, Any]:
-  """Loads the folder into a ViT sharded over every local device; the times and peak memory (bytes)."""
-  from vit_jax_lab.models import vit  # The models import hub: not at this module's top.
+  """Loads the folder into a ViT (a video folder: a ViViT) sharded over every local device; the times and peak memory
+  (bytes)."""
+  from vit_jax_lab.models import transformers_layout, vit, vivit  # The models import hub: not at this module's top.
 
   weights = hub.read(path)
-  options = hub.reader(weights.layout).vit_options(weights.config, weights.tensors)
+  image = (
+    weights.layout in vit.ViT.pretrained() and weights.config.get('model_type') not in transformers_layout.VIDEO_TYPES
+  )
+  family = vit.ViT if image else vivit.ViViT
+  reader = hub.reader(weights.layout)
+  options = (reader.vit_options if image else reader.vivit_options)(weights.config, weights.tensors)
   classes, shape = options.pop('num_classes'), options.pop('input_shape')
-  abstract = nnx.eval_shape(lambda: vit.ViT(classes, shape, rngs=nnx.Rngs(0), **options))  # Not timed.
+  abstract = nnx.eval_shape(lambda: family(max(classes, 1), shape, rngs=nnx.Rngs(0), **options))  # Not timed.
   params = nnx.state(abstract, nnx.Param).to_pure_dict()
   mesh = jax.make_mesh((1, len(jax.devices()), 1), ('data', 'fsdp', 'model'))
-  shardings = parallel.shardings(params, mesh, fsdp_min_size, vit.ViT.TENSOR_PARALLEL)
+  shardings = parallel.shardings(params, mesh, fsdp_min_size, family.TENSOR_PARALLEL)
   start, peak = time.perf_counter(), {'anon': 0}
   done = threading.Event()
 
