@@ -763,6 +763,13 @@ def test_a_scanned_model_loads_the_folder_alike(row):
   assert max_difference(model.features(ref['images']), theirs) < 1e-5
 
 
+def test_hub_benchmark_measures_a_video_folder_in_the_vivit():
+  result = hub_benchmark.measure(os.path.join(DATA, 'hf_vjepa2_cls'))
+  _, _, _, params = video_model('hf_vjepa2_cls')
+  assert result['parameters'] == sum(np.size(a) for a in jax.tree.leaves(params))
+  assert result['placed_bytes'] == 4 * result['parameters'] and result['place_s'] > 0
+
+
 def test_a_bfloat16_folder_loads_as_the_models_float32(tmp_path):
   """Hub checkpoints are often saved in bfloat16: read (ml_dtypes' bfloat16), cast to the parameters' dtype, noted."""
   folder = copy_row(tmp_path, 'vit')
