@@ -73,8 +73,7 @@ def parse_args(argv: list[str]):
 
 
 def _stop_before_training(sig: int, frame) -> None:
-  del frame
-  raise errors.stopped_before_training(signal.Signals(sig).name)
+  errors.stop_from_handler(sig, frame, errors.stopped_before_training(signal.Signals(sig).name))
 
 
 @console.command

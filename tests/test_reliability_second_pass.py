@@ -2,6 +2,7 @@
 line, and a rejected start never blocks its own fix. Real `python -m main` processes, signals and tmpfs mounts
 (root) where the fault needs them; the rest in this process."""
 
+import gc
 import io
 import os
 import re
@@ -214,6 +215,40 @@ def test_a_signal_during_start_up_says_nothing_was_trained(data_dir, tmp_path, s
     f'stopped by {sig.name} during start-up, before the first step: nothing was trained; run the same command to '
     'start again'
   ]
+
+
+def test_a_stop_signal_inside_a_garbage_collection_callback_still_stops():
+  """A signal handled while Python runs a gc callback (JAX's _xla_gc_callback, during start-up): an exception raised
+  there would be printed as 'Exception ignored' and dropped, and the run would train on. errors.stop_from_handler
+  delivers the signal again after the callback, where its exception stops the command."""
+  handled = []
+
+  def handler(sig, frame):
+    handled.append(any(f.f_code is callback.__code__ for f in _stack(frame)))
+    errors.stop_from_handler(sig, frame, errors.stopped_before_training(signal.Signals(sig).name))
+
+  def callback(phase, info):
+    if phase == 'start' and not handled:
+      signal.raise_signal(signal.SIGUSR1)  # Python runs its handler at the next instruction: still in here.
+      handled.append(None)
+
+  previous = signal.signal(signal.SIGUSR1, handler)
+  gc.callbacks.append(callback)
+  try:
+    with pytest.raises(errors.Preempted, match='stopped by SIGUSR1 during start-up'):
+      gc.collect()
+      time.sleep(5)  # The signal comes back 50 ms after the callback.
+  finally:
+    gc.callbacks.remove(callback)
+    signal.signal(signal.SIGUSR1, previous)
+  # Inside our callback (deferred), then outside it: raised (or deferred again while JAX's own gc callback ran).
+  assert handled[:3] == [True, None, False]
+
+
+def _stack(frame):
+  while frame is not None:
+    yield frame
+    frame = frame.f_back
 
 
 @pytest.mark.slow

@@ -4,11 +4,14 @@ purpose with its work saved (`Stopped` and its kinds, each with its own exit sta
 A leaf of the import graph: every module may raise these; this one imports nothing of ours.
 """
 
+import _thread
 import contextlib
 import errno
+import gc
 import json
 import os
 import stat
+import threading
 from typing import Any, Callable, Iterator
 
 
@@ -52,6 +55,20 @@ def stopped_before_training(signal_name: str) -> Preempted:
     f'stopped by {signal_name} during start-up, before the first step: nothing was trained; run the same command '
     'to start again'
   )
+
+
+def stop_from_handler(sig: int, frame: Any, exception: BaseException) -> None:
+  """Raises `exception` from the handler of signal `sig`, unless Python is running a garbage-collection callback
+  (`frame`'s stack holds one of gc.callbacks, such as JAX's _xla_gc_callback): an exception raised there is printed
+  as 'Exception ignored' and dropped, and the run would go on. The signal is then delivered again 50 ms later, once
+  the callback has returned (sent now, Python would handle it again inside the callback)."""
+  callbacks = {getattr(callback, '__code__', None) for callback in gc.callbacks}
+  while frame is not None:
+    if frame.f_code in callbacks:
+      threading.Timer(0.05, _thread.interrupt_main, (sig,)).start()
+      return
+    frame = frame.f_back
+  raise exception
 
 
 SECOND_INTERRUPT_STATUS = 130  # 128 + SIGINT, what a shell reports for a process ended by Ctrl-C.
