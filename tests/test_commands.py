@@ -1,5 +1,6 @@
 """What every command relies on: one way to start each, and the task methods they call instead of task names."""
 
+import importlib
 import os
 import subprocess
 import sys
@@ -52,6 +53,16 @@ def test_every_tools_help_answers_without_tensorflow(tmp_path):
     )
     assert (done.returncode, done.stderr) == (0, ''), (name, done.stderr[-800:])
     assert done.stdout.startswith('usage: '), name
+
+
+@pytest.mark.parametrize('name', TOOLS)
+def test_every_tools_argument_mistake_is_one_line(name, capsys):
+  """An option no tool has, or a required one left out: one `error:` line and exit status 2 (console.Parser), not
+  argparse's usage block."""
+  tool = importlib.import_module(f'vit_jax_lab.tools.{name}')
+  assert tool.main(['--no-such-option']) == 2
+  captured = capsys.readouterr()
+  assert captured.out == '' and len(captured.err.splitlines()) == 1 and captured.err.startswith('error: ')
 
 
 def test_an_old_command_module_does_not_import():

@@ -4,6 +4,7 @@ TensorFlow, absl, TFDS and orbax log to the terminal by default (C++ banners at 
 INFO lines). Commands call `quiet_libraries()` first; VIT_JAX_LAB_VERBOSE=1 in the environment keeps them.
 """
 
+import argparse
 import ast
 import contextlib
 import functools
@@ -234,6 +235,14 @@ def quiet_libraries() -> None:
   # warn that they were never awaited or that their futures' exceptions were never retrieved.
   warnings.filterwarnings('ignore', "coroutine '_read_array_index_and_device_put' was never awaited", RuntimeWarning)
   logging.getLogger('asyncio').addFilter(_unless_abandoned_read)
+
+
+class Parser(argparse.ArgumentParser):
+  """argparse for the commands: a mistake on the command line (an unknown option, a missing argument, a value not
+  among the choices) is one `error:` line naming --help (exit status 2, through `command`), not its usage block."""
+
+  def error(self, message: str):
+    raise errors.ConfigError(f'{message}: see {self.prog} --help')
 
 
 def command(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:

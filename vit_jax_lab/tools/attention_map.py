@@ -10,7 +10,6 @@ token ('tok' pooling) the maps are the class token's attention to each patch; wi
 attention each patch receives, averaged over all query tokens. --out defaults into the run's workdir.
 """
 
-import argparse
 import os
 import sys
 
@@ -96,9 +95,7 @@ def prediction(model, model_input: np.ndarray, names: list[str]) -> str:
 
 @console.command
 def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(
-    prog='python -m vit_jax_lab.tools.attention_map', description=__doc__.split('\n\n')[0]
-  )
+  parser = console.Parser(prog='python -m vit_jax_lab.tools.attention_map', description=__doc__.split('\n\n')[0])
   parser.add_argument('--workdir', help='a run: its config.json and newest checkpoint')
   parser.add_argument('--config', help='a config file (with --config.init_from=...) instead of --workdir')
   parser.add_argument('--image', help='an image file; default: --example of the eval split')

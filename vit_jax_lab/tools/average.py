@@ -9,7 +9,6 @@ state is the newest one's. Evaluation, `tools.export`, `init_from` and `python -
 complete) read it like any run. Nothing in --workdir changes.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -83,7 +82,7 @@ def average(workdir: str, last: int, out: str, *, data_dir: str | None = None, e
 
 @console.command
 def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.average', description=__doc__.split('\n\n')[0])
+  parser = console.Parser(prog='python -m vit_jax_lab.tools.average', description=__doc__.split('\n\n')[0])
   parser.add_argument('--workdir', required=True, help='the run whose checkpoints are averaged')
   parser.add_argument('--last', type=int, default=5, help='how many of the newest checkpoints (default 5)')
   parser.add_argument('--out', help='the new workdir (default: WORKDIR_avgN)')

@@ -46,7 +46,7 @@ PEAK_TFLOPS = {  # Dense bf16 peak per chip, by a substring of jax.Device.device
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[tuple[str, list[str]]]]:
   """(options, [(config spec, its overrides), ...])."""
-  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.bench', description=__doc__.split('\n\n')[0])
+  parser = console.Parser(prog='python -m vit_jax_lab.tools.bench', description=__doc__.split('\n\n')[0])
   parser.add_argument('--steps', type=int, default=10, help='timed steps (the median is reported); 0: compile only')
   parser.add_argument('--warmup', type=int, default=2, help='untimed steps after compilation')
   parser.add_argument('--input_batches', type=int, default=20, help='batches drawn to time the input pipeline')

@@ -9,7 +9,6 @@ evaluates the weights `--config.init_from` names (a run, or a release .npz). --c
 e.g. --config.data.eval_split=val. The metrics are printed, and written as JSON with --json.
 """
 
-import argparse
 import json
 import sys
 
@@ -19,7 +18,7 @@ from vit_jax_lab.tools import common
 
 def run(argv: list[str]) -> tuple[dict[str, float], str | None]:
   """(the eval metrics, the --json path)."""
-  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.evaluate', description=__doc__.split('\n\n')[0])
+  parser = console.Parser(prog='python -m vit_jax_lab.tools.evaluate', description=__doc__.split('\n\n')[0])
   parser.add_argument('--workdir', help='a run: its config.json and newest checkpoint')
   parser.add_argument('--config', help='a config file (with --config.init_from=...) instead of --workdir')
   parser.add_argument('--json', help='also write the metrics to this file')

@@ -24,7 +24,6 @@ inputs resized to it.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import inspect
@@ -423,7 +422,7 @@ def export_hub(workdir: str, out: str, layout: str) -> dict:
 
 @console.command
 def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.export', description=__doc__.split('\n\n')[0])
+  parser = console.Parser(prog='python -m vit_jax_lab.tools.export', description=__doc__.split('\n\n')[0])
   parser.add_argument(
     '--format',
     choices=('npz', 'saved_model', 'safetensors'),

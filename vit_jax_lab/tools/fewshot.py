@@ -16,7 +16,6 @@ same accuracy at every k, with a spread of 0. Few-shot evaluation measures how f
 classes: name other datasets with --dataset.
 """
 
-import argparse
 import sys
 
 import jax
@@ -55,7 +54,7 @@ def evaluate(
 
 def _config(argv: list[str]) -> tuple[ml_collections.ConfigDict, str | None, bool]:
   """(config, workdir, whether to fit the shots to the data: the user gave none)."""
-  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.fewshot', description=__doc__.split('\n\n')[0])
+  parser = console.Parser(prog='python -m vit_jax_lab.tools.fewshot', description=__doc__.split('\n\n')[0])
   parser.add_argument('--workdir', help='a run: its config.json and newest checkpoint')
   parser.add_argument('--config', help='a config file (with --config.init_from=...) instead of --workdir')
   parser.add_argument('--dataset', help='comma-separated TFDS names; default: eval.fewshot.datasets, else data.name')

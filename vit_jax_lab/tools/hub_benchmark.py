@@ -11,10 +11,10 @@ process's peak resident memory: all of it, the anonymous part (what the process 
 parameters live there too) and the anonymous peak above the placed parameters (the loader's own working memory).
 """
 
-import argparse
 import json
 import os
 import resource
+import sys
 import threading
 import time
 from typing import Any
@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from vit_jax_lab import hub, parallel
+from vit_jax_lab import console, hub, parallel
 
 # size -> width, depth, mlp_dim, num_heads (ViT-L: Dosovitskiy et al.; ViT-g: Zhai et al. 2022, 1.0B parameters).
 SIZES = {'Ti': (192, 12, 768, 3), 'B': (768, 12, 3072, 12), 'L': (1024, 24, 4096, 16), 'g': (1408, 40, 6144, 16)}
@@ -150,10 +150,9 @@ def measure(path: str, fsdp_min_size: int = 2**14) -> dict[str, Any]:
   )
 
 
-def main(argv: list[str] | None = None) -> None:
-  parser = argparse.ArgumentParser(
-    prog='python -m vit_jax_lab.tools.hub_benchmark', description=__doc__.split('\n\n')[0]
-  )
+@console.command
+def main(argv: list[str]) -> int:
+  parser = console.Parser(prog='python -m vit_jax_lab.tools.hub_benchmark', description=__doc__.split('\n\n')[0])
   commands = parser.add_subparsers(dest='command', required=True)
   w = commands.add_parser('write', help='write a random timm ViT folder')
   w.add_argument('--size', default='L/16', choices=['Ti/16', 'B/16', 'L/16', 'g/14'])
@@ -163,10 +162,11 @@ def main(argv: list[str] | None = None) -> None:
   args = parser.parse_args(argv)
   if args.command == 'write':
     print(f'{args.out}: {write(args.out, args.size) / 2**30:.2f} GiB')
-    return
+    return 0
   result = measure(args.path)
   print(json.dumps({k: round(v / 2**30, 3) if k.endswith('_bytes') else v for k, v in result.items()}, indent=1))
+  return 0
 
 
 if __name__ == '__main__':
-  main()
+  sys.exit(main(sys.argv[1:]))

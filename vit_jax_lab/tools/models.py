@@ -5,7 +5,6 @@ python -m vit_jax_lab.tools.models
 Any family's keys are set on the command line of a run, e.g. --config.model.variant=S/16; docs/models.md says more.
 """
 
-import argparse
 import sys
 
 from vit_jax_lab import console, models
@@ -42,7 +41,7 @@ def lines() -> list[str]:
 
 @console.command
 def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.models', description=__doc__.split('\n\n')[0])
+  parser = console.Parser(prog='python -m vit_jax_lab.tools.models', description=__doc__.split('\n\n')[0])
   parser.parse_args(argv)  # --help, and nothing else, is understood.
   print('\n'.join(lines()))
   return 0

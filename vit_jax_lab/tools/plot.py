@@ -9,7 +9,6 @@ its folder. --out defaults to curves.png in the run's folder, and for several ru
 the first's.
 """
 
-import argparse
 import json
 import os
 import re
@@ -75,7 +74,7 @@ def names(workdirs: list[str]) -> list[str]:
 
 @console.command
 def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.plot', description=__doc__.split('\n\n')[0])
+  parser = console.Parser(prog='python -m vit_jax_lab.tools.plot', description=__doc__.split('\n\n')[0])
   parser.add_argument('workdirs', nargs='+', help="runs' folders (their --workdir), each with its metrics.jsonl")
   parser.add_argument('--metrics', help='comma-separated, e.g. train/loss,eval/accuracy; default: all')
   parser.add_argument(

@@ -745,7 +745,7 @@ def _notes(predictor: Predictor, adapted: int) -> str | None:
 
 @console.command
 def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.predict', description=__doc__.split('\n\n')[0])
+  parser = console.Parser(prog='python -m vit_jax_lab.tools.predict', description=__doc__.split('\n\n')[0])
   parser.add_argument('--workdir', help='a run: its config.json and newest checkpoint')
   parser.add_argument('--config', help='a config file, with --config.init_from=WEIGHTS, instead of --workdir')
   parser.add_argument(

@@ -14,7 +14,6 @@ seconds each frame took (cropping, the model, the box update; decoding not), the
 compiled before the first frame; the first two frames of each new frame size also compile its crops.
 """
 
-import argparse
 import os
 import shutil
 import sys
@@ -58,7 +57,7 @@ def write(out: str, layout: str, name: str, boxes: np.ndarray, seconds: np.ndarr
 
 def run(argv: list[str]) -> tuple[list[str], int]:
   """(the folder written and its zip (got10k layout), the number of sequences)."""
-  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.results', description=__doc__.split('\n\n')[0])
+  parser = console.Parser(prog='python -m vit_jax_lab.tools.results', description=__doc__.split('\n\n')[0])
   parser.add_argument('--workdir', help='a tracking run: its config.json and newest checkpoint')
   parser.add_argument('--config', help='a config file (with --config.init_from=...) instead of --workdir')
   parser.add_argument('--split', help="the split tracked (default: the config's data.eval_split)")

@@ -12,7 +12,6 @@ first frame. --out defaults into the run's workdir. The predicted boxes are writ
 "x,y,w,h" line per frame (GOT-10k's).
 """
 
-import argparse
 import os
 import sys
 
@@ -203,7 +202,7 @@ def draw(path: str, frames, predicted, truth, crops, cls, reg, title: str, regio
 
 @console.command
 def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(prog='python -m vit_jax_lab.tools.track', description=__doc__.split('\n\n')[0])
+  parser = console.Parser(prog='python -m vit_jax_lab.tools.track', description=__doc__.split('\n\n')[0])
   parser.add_argument('--workdir', help='a tracking run: its config.json and newest checkpoint')
   parser.add_argument('--config', help='a config file (with --config.init_from=...) instead of --workdir')
   parser.add_argument('--sequence', type=int, default=0, help='index in the eval split')
