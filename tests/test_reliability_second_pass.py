@@ -217,6 +217,24 @@ def test_a_signal_during_start_up_says_nothing_was_trained(data_dir, tmp_path, s
   ]
 
 
+class _Finalized:
+  def __del__(self):
+    signal.raise_signal(signal.SIGUSR1)  # Handled at the next instruction: still in here.
+
+
+def test_a_stop_signal_inside_a_finalizer_still_stops():
+  """The same inside a `__del__` (TensorFlow's functions are collected so), where an exception is ignored too."""
+  previous = signal.signal(
+    signal.SIGUSR1, lambda sig, frame: errors.stop_from_handler(sig, frame, errors.stopped_before_training('SIGUSR1'))
+  )
+  try:
+    with pytest.raises(errors.Preempted, match='stopped by SIGUSR1 during start-up'):
+      _Finalized()
+      time.sleep(5)
+  finally:
+    signal.signal(signal.SIGUSR1, previous)
+
+
 def test_a_stop_signal_inside_a_garbage_collection_callback_still_stops():
   """A signal handled while Python runs a gc callback (JAX's _xla_gc_callback, during start-up): an exception raised
   there would be printed as 'Exception ignored' and dropped, and the run would train on. errors.stop_from_handler

@@ -58,13 +58,13 @@ def stopped_before_training(signal_name: str) -> Preempted:
 
 
 def stop_from_handler(sig: int, frame: Any, exception: BaseException) -> None:
-  """Raises `exception` from the handler of signal `sig`, unless Python is running a garbage-collection callback
-  (`frame`'s stack holds one of gc.callbacks, such as JAX's _xla_gc_callback): an exception raised there is printed
-  as 'Exception ignored' and dropped, and the run would go on. The signal is then delivered again 50 ms later, once
-  the callback has returned (sent now, Python would handle it again inside the callback)."""
+  """Raises `exception` from the handler of signal `sig`, unless Python is running a garbage-collection callback or
+  a finalizer (`frame`'s stack holds one of gc.callbacks, such as JAX's _xla_gc_callback, or a `__del__`, such as
+  TensorFlow's functions'): an exception raised there is printed as 'Exception ignored' and dropped, and the run would
+  go on. The signal is then delivered again 50 ms later, after it (sent now, Python would handle it in there again)."""
   callbacks = {getattr(callback, '__code__', None) for callback in gc.callbacks}
   while frame is not None:
-    if frame.f_code in callbacks:
+    if frame.f_code in callbacks or frame.f_code.co_name == '__del__':
       threading.Timer(0.05, _thread.interrupt_main, (sig,)).start()
       return
     frame = frame.f_back
