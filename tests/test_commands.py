@@ -35,10 +35,10 @@ def test_an_old_command_form_names_the_new_one(name):
   assert result.stderr == f'error: python -m vit_jax_lab.{name} is now python -m vit_jax_lab.tools.{name}\n'
 
 
-TOOLS = sorted(
+TOOLS = sorted(  # The commands: the modules of tools/ with a main (common, predictors, pretrained are their parts).
   os.path.splitext(name)[0]
   for name in os.listdir(os.path.join(ROOT, 'vit_jax_lab', 'tools'))
-  if name.endswith('.py') and name not in ('__init__.py', 'common.py')
+  if name.endswith('.py') and '\ndef main(' in open(os.path.join(ROOT, 'vit_jax_lab', 'tools', name)).read()
 )
 
 

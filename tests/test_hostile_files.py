@@ -20,7 +20,7 @@ from vit_jax_lab import checkpoints, config as config_lib, errors, hub, workdir 
 from vit_jax_lab.data import info as data_info
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.tools import hub_benchmark, predict
+from vit_jax_lab.tools import hub_benchmark, predict, predictors, pretrained
 
 
 def test_a_prepared_dataset_naming_a_module_of_its_own_runs_no_code(data_dir, tmp_path):
@@ -100,8 +100,8 @@ def test_images_too_large_to_decode_are_refused_from_their_header(tmp_path, make
   path = tmp_path / 'image.png'
   path.write_bytes(make())
   assert message in folder.size_problem(path.read_bytes())
-  with pytest.raises(predict.Unreadable, match=message):
-    predict.read_input(predict.Item(str(path), 'image', (str(path),)), 3)
+  with pytest.raises(predictors.Unreadable, match=message):
+    predictors.read_input(predictors.Item(str(path), 'image', (str(path),)), 3)
 
 
 def test_an_image_that_is_a_device_or_a_pipe_is_not_read(tmp_path):
@@ -109,8 +109,8 @@ def test_an_image_that_is_a_device_or_a_pipe_is_not_read(tmp_path):
   os.mkfifo(tmp_path / 'fifo.png')
   for name in ('zero.png', 'fifo.png'):
     path = str(tmp_path / name)
-    with pytest.raises(predict.Unreadable, match='is not a regular file'):
-      predict.read_input(predict.Item(path, 'image', (path,)), 3)
+    with pytest.raises(predictors.Unreadable, match='is not a regular file'):
+      predictors.read_input(predictors.Item(path, 'image', (path,)), 3)
   photo = io.BytesIO()
   Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(photo, 'PNG')
   assert folder.size_problem(photo.getvalue()) is None
@@ -204,7 +204,7 @@ def test_a_hub_config_value_of_the_wrong_type_is_one_line(timm_folder, tmp_path,
   with open(os.path.join(folder_path, 'config.json'), 'w') as f:
     json.dump(config, f)
   with pytest.raises(ConfigError, match=message):
-    predict.load_hub(folder_path, 5)
+    pretrained.load_hub(folder_path, 5)
 
 
 @pytest.mark.parametrize(
@@ -224,7 +224,7 @@ def test_a_transformers_config_value_our_vit_cannot_take_is_one_line(tmp_path, f
   with open(os.path.join(path, 'config.json'), 'w') as f:
     json.dump(config, f)
   with pytest.raises(ConfigError, match=message):
-    predict.load_hub(path, 5)
+    pretrained.load_hub(path, 5)
 
 
 @pytest.mark.parametrize('text', ['[1, 2]', '{}', '{"model": 3, "task": {"name": "classification"}}'])

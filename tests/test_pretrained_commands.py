@@ -20,7 +20,7 @@ from conftest import load_config
 from vit_jax_lab import checkpoints, hub, train
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.models import timm_layout, transformers_layout, vit, vivit
-from vit_jax_lab.tools import export, predict
+from vit_jax_lab.tools import export, predict, pretrained
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'pretrained')
 IMAGE = os.path.join(DATA, 'predict', 'image.png')  # 32x32: the folders' input size.
@@ -62,12 +62,12 @@ def test_predict_pretrained_gives_the_librarys_probabilities(row, tmp_path, caps
 
 
 def test_predict_pretrained_preprocessing_follows_the_folder():
-  p = predict.preprocessing_of(
+  p = pretrained.preprocessing_of(
     os.path.join(DATA, 'vit'), json.load(open(os.path.join(DATA, 'vit', 'config.json'))), 'timm_vit'
   )
   assert (p.resize, p.crop, p.method, p.mean, p.std) == (35, (32, 32), 'bicubic', (0.5,) * 3, (0.5,) * 3)
   hf = os.path.join(DATA, 'hf_vit')
-  p = predict.preprocessing_of(hf, {}, 'transformers_vit')
+  p = pretrained.preprocessing_of(hf, {}, 'transformers_vit')
   assert (p.resize, p.crop, p.method, p.scale) == ((32, 32), None, 'bilinear', 1 / 255)
 
 
@@ -134,11 +134,11 @@ LARGE_CLIP_TOLERANCE = 1e-3  # Measured 1.7e-4 (ViViT) and 1.5e-4 (VideoMAE) wit
 
 
 def test_predict_pretrained_video_samples_and_preprocesses_as_the_library():
-  np.testing.assert_array_equal(predict.sampled_frames(6, 4), [0, 1, 3, 4])  # The library's on the reference clip.
-  np.testing.assert_array_equal(predict.sampled_frames(4, 4), [0, 1, 2, 3])
-  np.testing.assert_array_equal(predict.sampled_frames(33, 16), [2 * i for i in range(16)])  # i * 33 // 16.
-  vivit_p = predict.preprocessing_of(os.path.join(DATA, 'hf_vivit'), {}, 'transformers_vit')
-  videomae_p = predict.preprocessing_of(os.path.join(DATA, 'hf_videomae'), {}, 'transformers_vit')
+  np.testing.assert_array_equal(pretrained.sampled_frames(6, 4), [0, 1, 3, 4])  # The library's on the reference clip.
+  np.testing.assert_array_equal(pretrained.sampled_frames(4, 4), [0, 1, 2, 3])
+  np.testing.assert_array_equal(pretrained.sampled_frames(33, 16), [2 * i for i in range(16)])  # i * 33 // 16.
+  vivit_p = pretrained.preprocessing_of(os.path.join(DATA, 'hf_vivit'), {}, 'transformers_vit')
+  videomae_p = pretrained.preprocessing_of(os.path.join(DATA, 'hf_videomae'), {}, 'transformers_vit')
   assert (vivit_p.scale, vivit_p.offset, vivit_p.mean) == (1 / 127.5, 1.0, (0.5,) * 3)  # VivitImageProcessor's offset.
   assert (videomae_p.scale, videomae_p.offset, videomae_p.crop) == (1 / 255, 0.0, (16, 24))
 
@@ -379,7 +379,7 @@ def test_export_transformers_round_trip_is_exact_and_gives_the_librarys_logits(n
   assert fresh.options == model.options
   loaded, _ = fresh.load_pretrained(weights, jax.device_get(nnx.state(fresh, nnx.Param).to_pure_dict()))
   jax.tree.map(np.testing.assert_array_equal, loaded, params)
-  p = predict.preprocessing_of(
+  p = pretrained.preprocessing_of(
     folder, json.load(open(os.path.join(folder, 'preprocessor_config.json'))), weights.layout
   )
   assert (p.resize, p.crop, p.scale, p.mean, p.std) == ((32, 32), None, 1 / 255, (0.5,) * 3, (0.5,) * 3)
@@ -629,7 +629,7 @@ def test_predict_pretrained_decodes_jpegs_as_pil_does():
   for subsampling in (0, 2):
     data = io.BytesIO()
     Image.fromarray(x).save(data, 'JPEG', quality=85, subsampling=subsampling)
-    ours = predict.library_decode(tf.constant(data.getvalue()), 3).numpy()
+    ours = pretrained.library_decode(tf.constant(data.getvalue()), 3).numpy()
     np.testing.assert_array_equal(ours, np.asarray(Image.open(io.BytesIO(data.getvalue())).convert('RGB')))
 
 
@@ -639,5 +639,5 @@ def test_predict_pretrained_crops_a_timm_folder_as_torchvision_rounds():
   image = tf.constant(np.arange(12 * 4, dtype=np.float32).reshape(12, 4, 1) % 256)
   timm_like = hub.Preprocessing(None, (5, 4), 'bilinear', 1.0, (0.0,), (1.0,), crop_round=True)
   hf_like = hub.Preprocessing(None, (5, 4), 'bilinear', 1.0, (0.0,), (1.0,))
-  assert float(predict._preprocess(timm_like, image)[0][0, 0, 0]) == 4 * 4  # Row 4 first.
-  assert float(predict._preprocess(hf_like, image)[0][0, 0, 0]) == 3 * 4  # Row 3 first.
+  assert float(pretrained._preprocess(timm_like, image)[0][0, 0, 0]) == 4 * 4  # Row 4 first.
+  assert float(pretrained._preprocess(hf_like, image)[0][0, 0, 0]) == 3 * 4  # Row 3 first.

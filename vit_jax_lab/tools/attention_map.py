@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from vit_jax_lab import console, errors, models, train
 from vit_jax_lab.data import device
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.tools import common, predict
+from vit_jax_lab.tools import common, predictors
 
 # Loaded at their first use (console.lazy): they import TensorFlow, which --help and a mistake in the arguments
 # need not wait for.
@@ -141,10 +141,10 @@ def _input(s, args) -> tuple[np.ndarray, np.ndarray, int | None]:
     if not os.path.exists(args.image):
       raise ConfigError(f'--image {args.image} does not exist')
     try:  # As predict reads it: JPEG or PNG, turned upright as its EXIF says, checked before it is decoded.
-      data = predict.read_input(predict.Item(args.image, 'image', (args.image,)), s.info.input_shape[-1])
-    except predict.Unreadable as e:
+      data = predictors.read_input(predictors.Item(args.image, 'image', (args.image,)), s.info.input_shape[-1])
+    except predictors.Unreadable as e:
       raise ConfigError(f'--image {e}') from None
-    raw = predict.fit(images.decode(tf.constant(data), s.info.input_shape[-1]), s.config.data, s.info.input_shape)[0]
+    raw = predictors.fit(images.decode(tf.constant(data), s.info.input_shape[-1]), s.config.data, s.info.input_shape)[0]
     label = None
   else:
     split = s.builder.info.splits[s.config.data.eval_split].num_examples

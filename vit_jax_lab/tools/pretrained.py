@@ -1,0 +1,262 @@
+"""`tools.predict --pretrained`: a timm or transformers classifier folder, or a Marian one, run as it is: the model of
+its shape (its family's pretrained_config) with its weights, label names and the preprocessing its library applies
+(`HubPredictor`), or Marian's tokenizer and greedy decoding (`MarianPredictor`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import Any, Iterator, Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+
+from vit_jax_lab import (
+  console,
+  decode,
+  errors,
+  hub,
+  models,
+  tokens,
+)
+from vit_jax_lab.data.info import MarianVocab
+from vit_jax_lab.errors import check
+from vit_jax_lab.models import marian_layout, seq2seq, timm_layout, transformers_layout, vit, vivit
+from vit_jax_lab.tools.predictors import Item, Predictor, Unreadable
+
+# Loaded at its first use (console.lazy): --help and a mistake in the arguments need not wait for TensorFlow.
+tf = console.lazy('tensorflow')
+
+# --- A hub folder as it is ----------------------------------------------------------------------------------------
+
+
+def preprocessing_of(path: str, config: dict, layout: str) -> hub.Preprocessing:
+  """The folder's preprocessing, as its layout's reader reads it (timm's pretrained_cfg, transformers'
+  preprocessor_config.json)."""
+  return hub.reader(layout).preprocessing(path, config)
+
+
+def _preprocess(p: hub.Preprocessing, image: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  """An image (uint8, H x W x C) or a clip's frames (T x H x W x C) through `p`; and whether it was resized (or its
+  crop cut or padded anything)."""
+  x, shape = tf.cast(image, tf.float32), tf.shape(image)[-3:-1]
+  if isinstance(p.resize, int):
+    short, ratio = tf.reduce_min(shape), tf.cast(shape, tf.float32) / tf.cast(tf.reduce_min(shape), tf.float32)
+    size = tf.where(shape == short, p.resize, tf.cast(ratio * p.resize, tf.int32))
+  else:
+    size = shape if p.resize is None else tf.constant(p.resize)
+  same = tf.reduce_all(size == shape)
+
+  def resized():
+    y = tf.image.resize(x, size, method=p.method, antialias=True)
+    return tf.clip_by_value(tf.round(y), 0, 255)
+
+  x = tf.cond(same, lambda: x, resized)
+  changed = ~same
+  if p.crop is not None:
+    here = tf.shape(x)[-3:-1]
+    changed |= tf.reduce_any(here != p.crop)
+    if p.crop_round:  # An image at least the crop's size: the offset rounded half to even (tf.round's too).
+      top, left = (
+        tf.cast(tf.round(tf.cast(n - c, tf.float32) / 2), tf.int32) for n, c in zip(tf.unstack(here), p.crop)
+      )
+      fits = tf.reduce_all(here >= p.crop)
+      x = tf.cond(
+        fits,
+        lambda: x[..., top : top + p.crop[0], left : left + p.crop[1], :],
+        lambda: tf.image.resize_with_crop_or_pad(x, *p.crop),
+      )
+    else:
+      x = tf.image.resize_with_crop_or_pad(x, *p.crop)
+  return (x * p.scale - p.offset - tf.constant(p.mean)) / tf.constant(p.std), changed
+
+
+def _labels(config: dict, num_classes: int) -> list[str]:
+  """timm's `label_names`, transformers' `id2label`; the class index where the folder has neither."""
+  names = config.get('label_names') or []
+  if 'id2label' in config:
+    names = [str(config['id2label'].get(str(i), i)) for i in range(num_classes)]
+  return [str(n) for n in names] if len(names) == num_classes else [str(i) for i in range(num_classes)]
+
+
+def sampled_frames(frames: int, num_frames: int) -> np.ndarray:
+  """The frames a clip of `frames` is read by: `num_frames` evenly spaced from the first, frame i * frames //
+  num_frames, as transformers' video-classification pipeline samples them (its video processor's
+  do_sample_frames)."""
+  return np.arange(num_frames) * frames // num_frames
+
+
+def library_decode(raw: tf.Tensor, channels: int) -> tf.Tensor:
+  """uint8 pixels of an image file as timm's and transformers' pipelines get them from PIL: a JPEG by the accurate
+  integer IDCT, which equals PIL's decode (TensorFlow's default differs by up to 4 levels); others as decode_image."""
+  return tf.cond(
+    tf.io.is_jpeg(raw),
+    lambda: tf.io.decode_jpeg(raw, channels=channels, dct_method='INTEGER_ACCURATE'),
+    lambda: tf.io.decode_image(raw, channels=channels, expand_animations=False),
+  )
+
+
+@dataclasses.dataclass
+class HubPredictor(Predictor):
+  """A timm or transformers classifier folder as its library runs it: its model, labels and preprocessing. A video
+  classifier (kind 'video') reads num_frames frames sampled evenly from each clip (`sampled_frames`)."""
+
+  model: Any = None
+  input_shape: tuple[int, ...] = ()
+  preprocessing: hub.Preprocessing | None = None
+
+  def __post_init__(self):
+    self.classify = True
+
+    def image_input(raw):
+      x, changed = _preprocess(self.preprocessing, library_decode(raw, self.channels))
+      return {'images': x}, changed
+
+    def clip_input(frames):
+      return _preprocess(self.preprocessing, frames)
+
+    if self.kind == 'video':
+      clip = tf.function(clip_input, input_signature=[tf.TensorSpec([None, None, None, self.channels], tf.uint8)])
+      num_frames = self.input_shape[0]
+
+      def video_input(frames: np.ndarray):
+        if len(frames) < num_frames:
+          raise Unreadable(
+            f'the clip has {len(frames)} frames, and the model reads num_frames={num_frames} sampled evenly from it: '
+            'give a longer clip'
+          )
+        x, changed = clip(frames[sampled_frames(len(frames), num_frames)])
+        return {'images': x}, changed
+
+      self.model_input = video_input
+    else:
+      self.model_input = tf.function(image_input, input_signature=[tf.TensorSpec([], tf.string)])
+    graphdef = nnx.graphdef(self.model)
+    top_k = min(self.top_k, len(self.labels))
+
+    def step(params, batch):
+      logits = nnx.merge(graphdef, params)(batch['images'])
+      return jax.lax.top_k(jax.nn.softmax(logits.astype(np.float32), axis=-1), top_k)
+
+    self.step = jax.jit(step)
+
+  @property
+  def channels(self) -> int:
+    return self.input_shape[-1]
+
+  @property
+  def device(self) -> jax.Device:
+    return jax.devices()[0]
+
+
+@dataclasses.dataclass
+class MarianPredictor(Predictor):
+  """A transformers Marian folder as its library translates: its tokenizer (source.spm, target.spm, vocab.json) and
+  greedy decoding of up to `max_length` tokens (generation_config.json's, less the decoder start)."""
+
+  model: Any = None
+  source: MarianVocab | None = None
+  target: MarianVocab | None = None
+  max_length: int = 0
+
+  def __post_init__(self):
+    self.classify = False
+    graphdef, length = nnx.graphdef(self.model), self.max_length
+
+    def step(params, inputs):
+      model = nnx.merge(graphdef, params)
+      return decode.greedy(decode.stepper(model, inputs, length), inputs.shape[0], length)[0]
+
+    self.step = jax.jit(step)
+
+  def results(self, items: list[Item], batch: int) -> Iterator[tuple[Item, Any, bool]]:
+    for start in range(0, len(items), batch):
+      chunk = items[start : start + batch]
+      ids = [self.source.encode(item.name) + [tokens.EOS] for item in chunk]
+      width = 1 << (max(map(len, ids)) - 1).bit_length()  # A power of two: few shapes to compile.
+      inputs = np.zeros((batch, width), np.int32)
+      for row, x in enumerate(ids):
+        inputs[row, : len(x)] = x
+      out = jax.device_get(self.step(self.params, inputs))
+      for row, item in enumerate(chunk):
+        yield item, self.target.decode(out[row]), False
+
+
+def _with_weights(model: nnx.Module, weights: hub.HubWeights, path: str, more_notes: Sequence[str] = ()) -> nnx.State:
+  """`model` given the folder's weights (its initial parameters, on the device, read for shapes and dtypes alone),
+  the load notes and `more_notes` printed; returns its state on the first device."""
+  params = nnx.state(model, nnx.Param)
+  loaded, notes = model.load_pretrained(weights, params.to_pure_dict())
+  for note in [*notes, *more_notes]:
+    print(f'--pretrained {path}: {note}', file=sys.stderr)
+  params.replace_by_pure_dict(loaded)
+  nnx.update(model, params)
+  return jax.device_put(nnx.state(model), jax.devices()[0])
+
+
+def load_marian(path: str, weights: hub.HubWeights) -> MarianPredictor:
+  """A transformers Marian folder, as it is: the Transformer of its shape (Transformer.pretrained_config) with its
+  weights and its tokenizer."""
+  model_config = models.config('transformer', variant=None)
+  seq2seq.Transformer.pretrained_config(model_config, weights)
+  size = len(marian_layout.our_rows(weights))
+  model = models.build(model_config, nnx.Rngs(0), vocab_size=size, input_vocab_size=size, input_shape=None, max_len=1)
+  generation = {}
+  if os.path.isfile(os.path.join(path, 'generation_config.json')):
+    generation = errors.read_json(os.path.join(path, 'generation_config.json'), '--pretrained: the generation config')
+  max_length = generation.get('max_length', weights.config.get('max_length', 512))
+  positions = weights.config.get('max_position_embeddings', 512)
+  check(
+    isinstance(max_length, int) and isinstance(positions, int) and 1 < max_length <= max(positions, 2),
+    f'--pretrained {errors.foreign(path)}: max_length={errors.foreign(max_length, 20)} must be an integer from 2 to '
+    f"the model's max_position_embeddings={errors.foreign(positions, 20)}",
+  )
+  max_length -= 1  # Less the decoder start.
+  beams = generation.get('num_beams', 1)
+  greedy = [f"greedy decoding, not the folder's beam search of num_beams={beams}"] if beams > 1 else []
+  params = _with_weights(model, weights, path, greedy)
+  source, target = MarianVocab(path, 'source'), MarianVocab(path, 'target')
+  return MarianPredictor('text', None, None, params, None, 1, model, source, target, max_length)
+
+
+def _folder_predictor(path: str, weights: hub.HubWeights, top_k: int, kind: str) -> HubPredictor:
+  """A hub folder with a classification head as it is: for `kind` 'image' the ViT, for 'video' the ViViT, of its
+  shape (the family's pretrained_config), input and class count with its weights, label names and preprocessing."""
+  name, family = ('vit', vit.ViT) if kind == 'image' else ('vivit', vivit.ViViT)
+  reader = hub.reader(weights.layout)
+  options = (reader.vit_options if kind == 'image' else reader.vivit_options)(weights.config, weights.tensors)
+  num_classes, input_shape = options['num_classes'], options['input_shape']
+  projection = timm_layout.clip_projection(weights.config) or 'Projection' in str(weights.config.get('architectures'))
+  what = 'its head is an embedding projection' if projection else 'a backbone'
+  check(
+    num_classes and not projection,
+    f'--pretrained {path} has no classification head ({what}): fine-tune it with --config.init_from={path}, then '
+    'predict with --workdir',
+  )
+  model_config = models.config(name)
+  family.pretrained_config(model_config, weights)  # The folder's shape into the defaults.
+  model = models.build(model_config, nnx.Rngs(0), num_classes=num_classes, input_shape=input_shape)
+  params = _with_weights(model, weights, path)
+  labels = _labels(weights.config, num_classes)
+  preprocessing = preprocessing_of(path, weights.config, weights.layout)
+  return HubPredictor(kind, None, None, params, labels, top_k, model, input_shape, preprocessing)
+
+
+def load_hub(path: str, top_k: int) -> Predictor:
+  """A hub folder as it is: an image classifier (the ViT), a transformers video classifier (ViViT, VideoMAE: the
+  ViViT), or a Marian translation folder."""
+  with hub.config_values(path, '--pretrained'):
+    return _load_hub(path, top_k)
+
+
+def _load_hub(path: str, top_k: int) -> Predictor:
+  weights = hub.read(path)
+  if weights.layout in seq2seq.Transformer.pretrained():
+    return load_marian(path, weights)
+  image, video = weights.layout in vit.ViT.pretrained(), weights.layout in vivit.ViViT.pretrained()
+  check(image or video, f'--pretrained {path}: {hub.LAYOUTS[weights.layout].description} is not read')
+  if video and (not image or weights.config.get('model_type') in transformers_layout.VIDEO_TYPES):
+    return _folder_predictor(path, weights, top_k, 'video')
+  return _folder_predictor(path, weights, top_k, 'image')
