@@ -73,7 +73,8 @@ def parse_args(argv: list[str]):
 
 
 def _stop_before_training(sig: int, frame) -> None:
-  errors.stop_from_handler(sig, frame, errors.stopped_before_training(signal.Signals(sig).name))
+  del frame
+  errors.stop_from_handler(sig, errors.stopped_before_training(signal.Signals(sig).name))
 
 
 @console.command

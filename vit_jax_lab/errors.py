@@ -7,10 +7,10 @@ A leaf of the import graph: every module may raise these; this one imports nothi
 import _thread
 import contextlib
 import errno
-import gc
 import json
 import os
 import stat
+import sys
 import threading
 from typing import Any, Callable, Iterator
 
@@ -57,18 +57,30 @@ def stopped_before_training(signal_name: str) -> Preempted:
   )
 
 
-def stop_from_handler(sig: int, frame: Any, exception: BaseException) -> None:
-  """Raises `exception` from the handler of signal `sig`, unless Python is running a garbage-collection callback or
-  a finalizer (`frame`'s stack holds one of gc.callbacks, such as JAX's _xla_gc_callback, or a `__del__`, such as
-  TensorFlow's functions'): an exception raised there is printed as 'Exception ignored' and dropped, and the run would
-  go on. The signal is then delivered again 50 ms later, after it (sent now, Python would handle it in there again)."""
-  callbacks = {getattr(callback, '__code__', None) for callback in gc.callbacks}
-  while frame is not None:
-    if frame.f_code in callbacks or frame.f_code.co_name == '__del__':
-      threading.Timer(0.05, _thread.interrupt_main, (sig,)).start()
-      return
-    frame = frame.f_back
+def stop_from_handler(sig: int, exception: BaseException) -> None:
+  """Raises `exception` from the handler of signal `sig`. Where Python cannot raise it (a garbage-collection callback
+  such as JAX's _xla_gc_callback, a `__del__`, a weakref callback: it would print 'Exception ignored' and the run
+  would go on), sys.unraisablehook (_Redeliver) delivers the signal again 50 ms later instead, until it lands where
+  the exception stops the command."""
+  if not isinstance(sys.unraisablehook, _Redeliver):
+    sys.unraisablehook = _Redeliver(sys.unraisablehook)
+  exception.signal_number = sig
   raise exception
+
+
+class _Redeliver:
+  """sys.unraisablehook: an exception of `stop_from_handler` that Python had to ignore becomes its signal again, 50 ms
+  later (sent at once, Python would handle it in the same place); any other goes to the hook before."""
+
+  def __init__(self, previous: Callable[[Any], None]):
+    self.previous = previous
+
+  def __call__(self, unraisable: Any) -> None:
+    sig = getattr(unraisable.exc_value, 'signal_number', None)
+    if sig is None:
+      self.previous(unraisable)
+    else:
+      threading.Timer(0.05, _thread.interrupt_main, (sig,)).start()
 
 
 SECOND_INTERRUPT_STATUS = 130  # 128 + SIGINT, what a shell reports for a process ended by Ctrl-C.

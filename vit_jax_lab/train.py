@@ -523,10 +523,10 @@ class StopSignals:
     self.training = True
 
   def _handle(self, sig: int, frame) -> None:
+    del frame
     name = signal.Signals(sig).name
     if not self.training and jax.process_count() == 1:
-      errors.stop_from_handler(sig, frame, errors.stopped_before_training(name))
-      return
+      errors.stop_from_handler(sig, errors.stopped_before_training(name))
     if self.received is None:
       self.received = name
       if jax.process_count() > 1:

@@ -3,7 +3,7 @@ and over a video's 3-D tubelet grid, as V-JEPA 2 does.
 
 Each attention head's queries and keys are turned, pair of channels by pair, by angles that grow with the patch's
 position; their dot product then depends on the positions' difference alone. The leading tokens (class, register)
-are not turned. Three kinds (model.rope):
+are not turned. The kinds (model.rope):
 
 - 'axial' (Heo et al. 2024 "RoPE-ViT"; timm's `rope_type='cat'`): the first half of the pairs turns with one
   coordinate, the second half with the other, at frequencies temperature^(-k / n), k < n = head_dim / 4; pairs are
