@@ -382,6 +382,29 @@ def test_tensorflows_start_up_lines_are_dropped_wherever_it_is_first_imported(tm
   assert verbose.stderr.splitlines() == lines  # VIT_JAX_LAB_VERBOSE=1 keeps them.
 
 
+def test_tensorflows_start_up_lines_at_its_first_use_are_dropped_too(tmp_path):
+  """Where a CPU's TensorFlow writes its start-up lines when it first runs something (its oneDNN graph passes, its
+  notes on CPU features), not as it loads: a stand-in that writes them at its first function call. The runtime is
+  started as TensorFlow is imported (console._start_runtime), so they are dropped there, GPUs hidden first."""
+  env = stand_in_tensorflow(tmp_path, [])
+  text = ''.join(line + '\n' for line in TF_START_UP)
+  (tmp_path / 'tensorflow' / '__init__.py').write_text(
+    'import os, types\n'
+    'CALLS = []\n'
+    'def _first_use(*a, **k):\n'
+    f'  CALLS.append(a)\n  os.write(2, {text!r}.encode()) if len(CALLS) == 2 else None\n'
+    'config = types.SimpleNamespace(set_visible_devices=_first_use)\n'
+    'def constant(x): return x\n'
+    'def function(fn, **kwargs): return lambda *a: (_first_use(), fn(*a))[1]\n'
+  )
+  script = (
+    'from vit_jax_lab import console\nconsole.quiet_libraries()\nimport tensorflow as tf\n'
+    'print(tf.CALLS[0], tf.function(lambda x: x * 2)(tf.constant(3)))'
+  )
+  quiet = subprocess.run([sys.executable, '-c', script], cwd=ROOT, env=env, capture_output=True, text=True)
+  assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "([], 'GPU') 6\n", '')
+
+
 def test_a_mistake_in_a_config_that_imports_tensorflow_is_one_line(tmp_path):
   """A user's config file may import TensorFlow itself, before the command has parsed a single value: its start-up
   lines (forced by a stand-in, on every CPU) must not come before the one line its mistake gets."""

@@ -185,6 +185,7 @@ class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
         with held_stderr() as held:
           held['replay'] = False
           load(module)
+          _start_runtime(module)
       finally:
         lines = held.get('text', b'').decode(errors='replace').splitlines(keepends=True)
         kept = ''.join(line for line in lines if not TENSORFLOW_START_UP_LINES.match(line))
@@ -193,6 +194,17 @@ class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
 
     spec.loader.exec_module = exec_module
     return spec
+
+
+def _start_runtime(tf: Any) -> None:
+  """Starts TensorFlow's runtime as it is imported (with file descriptor 2 held): where a CPU's lines come at its
+  first use rather than as it loads (its oneDNN graph passes, its notes on CPU features), they are dropped too,
+  not printed before a command's first line after TFDS or tf.data first ran. Its GPUs are hidden first, as the data
+  pipeline's TensorFlow runs on the host (data/pipeline.py); a stand-in without them has no runtime to start."""
+  if not all(hasattr(tf, name) for name in ('config', 'function', 'constant')):
+    return
+  tf.config.set_visible_devices([], 'GPU')
+  tf.function(lambda x: x + 1, autograph=False)(tf.constant(1))
 
 
 class _Deferred:
