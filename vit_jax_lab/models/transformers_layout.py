@@ -156,8 +156,18 @@ def _names(tensors: Mapping[str, Any]) -> dict[str, str]:
   return out
 
 
-def _shape(tensors: Any, name: str) -> tuple[int, ...]:
+def tensor_shape(tensors: Any, name: str) -> tuple[int, ...]:
+  """A tensor's shape, read from a folder's header (hub.Tensors) without its data, or from an array."""
   return tensors.shape(name) if hasattr(tensors, 'shape') else tuple(np.shape(tensors[name]))
+
+
+def tubelet(tensors: Any, name: str) -> tuple[int, int, int, int]:
+  """(width, channels, time, patch) of a video model's Conv3d tubelet embedding `name` (out, in, time, h, w); a
+  tubelet that is not square is one line."""
+  width, channels, time, patch, patch_width = tensor_shape(tensors, name)
+  if patch != patch_width:
+    raise ConfigError(f'init_from: tubelets of {patch} x {patch_width} pixels are not square, as the ViViT needs')
+  return width, channels, time, patch
 
 
 def _square(inputs: int, channels: int) -> bool:
@@ -331,7 +341,7 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
   names = _names(tensors)
 
   def shape(short):
-    return _shape(tensors, names[short])
+    return tensor_shape(tensors, names[short])
 
   patch_name = next(p for p in _PATCH if p in names)
   if len(shape(patch_name)) == 2:  # SigLIP 2: a Linear on patches, a square table of num_patches positions.
@@ -439,11 +449,9 @@ def vivit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> 
   names = _names(tensors)
 
   def shape(short):
-    return _shape(tensors, names[short])
+    return tensor_shape(tensors, names[short])
 
-  width, channels, time, patch, patch_width = shape(_PATCH[0])
-  if patch != patch_width:
-    raise ConfigError(f'init_from: tubelets of {patch} x {patch_width} pixels are not square, as the ViViT needs')
+  width, channels, time, patch = tubelet(tensors, names[_PATCH[0]])
   height, wide = _sizes(config, config['image_size'], 'num_frames')
   act = config['hidden_act']
   if act not in ACTIVATIONS:

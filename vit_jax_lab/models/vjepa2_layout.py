@@ -63,11 +63,9 @@ def vivit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> 
   names = _names(tensors)
 
   def shape(short):
-    return tuple(tensors.shape(names[short]) if hasattr(tensors, 'shape') else np.shape(tensors[names[short]]))
+    return transformers_layout.tensor_shape(tensors, names[short])
 
-  width, channels, time, patch, patch_width = shape(f'{_PATCH}.weight')
-  if patch != patch_width:
-    raise ConfigError(f'init_from: tubelets of {patch} x {patch_width} pixels are not square, as the ViViT needs')
+  width, channels, time, patch = transformers_layout.tubelet(tensors, names[f'{_PATCH}.weight'])
   act = config['hidden_act']
   if transformers_layout.ACTIVATIONS.get(act, ('',))[0] != 'gelu':
     raise ConfigError(f"init_from: hidden_act={act!r} of the V-JEPA 2 config: the ViViT's MLPs compute GELU only")
