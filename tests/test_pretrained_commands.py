@@ -233,14 +233,20 @@ EXPORTED_TRANSFORMERS = {
 }
 
 
+def _with_params(model: nnx.Module, params: dict) -> None:
+  """`params` (a pure dict) set in `model`."""
+  state = nnx.state(model, nnx.Param)
+  state.replace_by_pure_dict(params)
+  nnx.update(model, state)
+
+
 def _numpy_params(model: nnx.Module) -> dict:
   """Every parameter of `model` drawn by NumPy (seed 0), the same on every JAX version: set in the model, and
   returned."""
-  state = nnx.state(model, nnx.Param)
   rs = np.random.RandomState(0)
-  params = jax.tree.map(lambda x: (0.3 * rs.randn(*x.shape)).astype(np.float32), jax.device_get(state.to_pure_dict()))
-  state.replace_by_pure_dict(params)
-  nnx.update(model, state)
+  initial = jax.device_get(nnx.state(model, nnx.Param).to_pure_dict())
+  params = jax.tree.map(lambda x: (0.3 * rs.randn(*x.shape)).astype(np.float32), initial)
+  _with_params(model, params)
   return params
 
 
@@ -251,9 +257,7 @@ def _random_vit(name):
   params = _numpy_params(model)
   if keys.get('norm_pre'):  # timm's patch embedding has none beside norm_pre (a non-zero one: a test of its own).
     params['embedding']['bias'] = np.zeros_like(params['embedding']['bias'])
-    state = nnx.state(model, nnx.Param)
-    state.replace_by_pure_dict(params)
-    nnx.update(model, state)
+    _with_params(model, params)
   return model, params
 
 
@@ -299,9 +303,7 @@ def test_export_timm_eva_without_layerscale_writes_unit_gammas(tmp_path):
   assert options['layerscale'] == 1.0 and options['rope'] == 'axial'
   fresh = vit.ViT(10, (32, 32, 3), rngs=nnx.Rngs(1), **(kwargs | {'layerscale': 1.0}))
   loaded, _ = fresh.load_pretrained(weights, jax.device_get(nnx.state(fresh, nnx.Param).to_pure_dict()))
-  state = nnx.state(fresh, nnx.Param)
-  state.replace_by_pure_dict(loaded)
-  nnx.update(fresh, state)
+  _with_params(fresh, loaded)
   images = np.load(os.path.join(DATA, 'export', 'images.npy'))
   assert max_difference(fresh(images), model(images)) < 1e-6
   for extra, message in [
@@ -319,9 +321,7 @@ def test_export_timm_folds_a_patch_bias_beside_norm_pre_into_the_positions(tmp_p
   of the position table, the same function; without a table it is one line."""
   model, params = _random_vit('pe_norm_pre')
   params['embedding']['bias'] = np.random.RandomState(1).randn(32).astype(np.float32)
-  state = nnx.state(model, nnx.Param)
-  state.replace_by_pure_dict(params)
-  nnx.update(model, state)
+  _with_params(model, params)
   data = ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None))
   export.write_timm(model, params, data, str(tmp_path / 'a'))
   weights = hub.read(str(tmp_path / 'a'))
@@ -337,9 +337,7 @@ def test_export_timm_folds_a_patch_bias_beside_norm_pre_into_the_positions(tmp_p
     10, (32, 32, 3), rngs=nnx.Rngs(1), **{k: v for k, v in options.items() if k not in ('num_classes', 'input_shape')}
   )
   loaded, _ = fresh.load_pretrained(weights, jax.device_get(nnx.state(fresh, nnx.Param).to_pure_dict()))
-  state = nnx.state(fresh, nnx.Param)
-  state.replace_by_pure_dict(loaded)
-  nnx.update(fresh, state)
+  _with_params(fresh, loaded)
   images = np.load(os.path.join(DATA, 'export', 'images.npy'))
   assert max_difference(fresh(images), model(images)) < 1e-5
   bare = vit.ViT(
@@ -478,9 +476,7 @@ def test_export_transformers_video_round_trip_is_exact_and_gives_the_librarys_lo
   videos = _videos()
   reference = np.load(os.path.join(DATA, 'export', f'transformers_logits_{name}.npy'))
   difference = max_difference(model(videos), reference)
-  state = nnx.state(fresh, nnx.Param)
-  state.replace_by_pure_dict(loaded)
-  nnx.update(fresh, state)
+  _with_params(fresh, loaded)
   print(
     f'{name}: max |ours - transformers| logits {difference:.2e}, of the reloaded model '
     f'{max_difference(fresh(videos), reference):.2e} (logits up to {np.abs(reference).max():.2f})'
