@@ -30,35 +30,60 @@ def max_difference(a, b):
   return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
 
 
-def _folder(tmp_path, row):
-  """The row's folder; a timm one with crop_pct 1 (its eval pipeline then the identity at 32x32, as the reference
-  was made) and label names."""
+def _folder(tmp_path, row, crop_pct=1.0):
+  """The row's folder with label names; a timm one at its model's size (input_size) and `crop_pct` (1: its eval
+  pipeline the identity at 32x32, as image.png's references were made; None: the folder's own)."""
   if row.startswith('hf_'):
     return os.path.join(DATA, row)
   folder = tmp_path / row
   shutil.copytree(os.path.join(DATA, row), folder)
   config = json.loads((folder / 'config.json').read_text())
-  config['pretrained_cfg']['crop_pct'] = 1.0
+  config['pretrained_cfg']['input_size'] = [3, *config['model_args']['img_size']]
+  if crop_pct is not None:
+    config['pretrained_cfg']['crop_pct'] = crop_pct
   config['label_names'] = [f'class {i}' for i in range(config['num_classes'])]
   (folder / 'config.json').write_text(json.dumps(config))
   return str(folder)
 
 
-@pytest.mark.parametrize('row', ['vit', 'deit_distilled', 'clip_ft', 'hf_vit', 'rope_mixed_ape', 'rope_sbb'])
-def test_predict_pretrained_gives_the_librarys_probabilities(row, tmp_path, capsys):
+# make_references.py's PREDICT rows: image.png's references (timm's at crop_pct 1) and image_large.png's (40 x 48,
+# resized and cropped by each folder's own pipeline; timm's at its own crop_pct).
+PREDICT_ROWS = (
+  'vit',
+  'deit_distilled',
+  'clip_ft',
+  'hf_vit',
+  'rope_mixed_ape',
+  'rope_sbb',
+  'dinov3',
+  'eva02_tiny',
+  'eva02_base',
+  'hf_dinov2_cls',
+  'hf_dinov2_reg_cls',
+)
+
+
+@pytest.mark.parametrize('image', ['image.png', 'image_large.png'])
+@pytest.mark.parametrize('row', PREDICT_ROWS)
+def test_predict_pretrained_gives_the_librarys_probabilities(row, image, tmp_path, capsys):
   """clip_ft: a CLIP tower fine-tuned into a classifier (tag laion2b_ft_in12k_in1k): its head classifies; the clip
   row's (tag openai) is CLIP's projection (test_predict_pretrained_without_a_head_is_one_line). rope_*: timm's
-  RoPE ViTs (the SBB one normalised by mean and std 0.5)."""
-  reference = np.load(os.path.join(DATA, 'predict', f'{row}.npy'))[0]
+  RoPE ViTs (the SBB one normalised by mean and std 0.5); dinov3 and eva02_*: rotary (EVA-02's 28 x 28, so that
+  image.png is resized too); hf_dinov2_*: the linear probes, through BitImageProcessor (bicubic, to 42 x 42). Pillow
+  resizes timm's inputs, torchvision transformers' (tools.pretrained.pil_resize)."""
+  large = image == 'image_large.png'
+  reference = np.load(os.path.join(DATA, 'predict', f'{row}{"_large" if large else ""}.npy'))[0]
   out = str(tmp_path / 'out.jsonl')
-  assert predict.main(['--pretrained', _folder(tmp_path, row), IMAGE, '--top_k', '10', '--out', out]) == 0
+  folder, path = _folder(tmp_path, row, None if large else 1.0), os.path.join(DATA, 'predict', image)
+  assert predict.main(['--pretrained', folder, path, '--top_k', '10', '--out', out]) == 0
   (line,) = [json.loads(x) for x in open(out)]
-  names = [f'LABEL_{i}' if row == 'hf_vit' else f'class {i}' for i in range(10)]
+  names = [f'LABEL_{i}' if row.startswith('hf_') else f'class {i}' for i in range(10)]
   ours = np.array([dict(line['top_k'])[name] for name in names])
-  print(f'{row}: max |ours - library| probability {np.max(np.abs(ours - reference)):.2e}')
-  np.testing.assert_allclose(ours, reference, atol=1e-5, rtol=0)
+  resized = large or row.startswith(('eva02', 'hf_dinov2'))  # Models at 28 x 28 and 42 x 42.
+  assert ('resized' in capsys.readouterr().err) == resized
+  print(f'{row} {image}: max |ours - library| probability {np.max(np.abs(ours - reference)):.2e}')
+  np.testing.assert_allclose(ours, reference, atol=1e-6, rtol=0)
   assert [label for label, _ in line['top_k']] == [names[i] for i in np.argsort(-reference)]
-  assert 'resized' not in capsys.readouterr().err  # The identity: nothing resized.
 
 
 def test_predict_pretrained_preprocessing_follows_the_folder():
@@ -66,9 +91,14 @@ def test_predict_pretrained_preprocessing_follows_the_folder():
     os.path.join(DATA, 'vit'), json.load(open(os.path.join(DATA, 'vit', 'config.json'))), 'timm_vit'
   )
   assert (p.resize, p.crop, p.method, p.mean, p.std) == (35, (32, 32), 'bicubic', (0.5,) * 3, (0.5,) * 3)
+  assert p.library == 'pil'
   hf = os.path.join(DATA, 'hf_vit')
   p = pretrained.preprocessing_of(hf, {}, 'transformers_vit')
-  assert (p.resize, p.crop, p.method, p.scale) == ((32, 32), None, 'bilinear', 1 / 255)
+  assert (p.resize, p.crop, p.method, p.scale, p.library) == ((32, 32), None, 'bilinear', 1 / 255, 'torchvision')
+  config = json.load(open(os.path.join(DATA, 'vit', 'config.json')))
+  config['pretrained_cfg']['interpolation'] = 'nearest'  # Pillow's nearest is not reproduced: refused.
+  with pytest.raises(ConfigError, match="interpolation='nearest' is not read"):
+    pretrained.preprocessing_of(os.path.join(DATA, 'vit'), config, 'timm_vit')
 
 
 VIDEO_ROWS = ('hf_vivit', 'hf_videomae')  # make_references.py's predict_video_references.
@@ -160,7 +190,14 @@ def test_predict_pretrained_video_mistakes_are_one_line(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-  'row,message', [('mae', 'has no classification head (a backbone)'), ('clip', 'embedding projection')]
+  'row,message',
+  [
+    ('mae', 'has no classification head (a backbone)'),
+    ('clip', 'embedding projection'),
+    ('pe_core', 'embedding projection'),
+    ('hf_dinov3', 'has no classification head (a backbone)'),
+    ('hf_siglip2', 'has no classification head (a backbone)'),
+  ],
 )
 def test_predict_pretrained_without_a_head_is_one_line(row, message, capsys):
   assert predict.main(['--pretrained', os.path.join(DATA, row), IMAGE]) == 2
@@ -627,6 +664,24 @@ def test_predict_pretrained_decodes_jpegs_as_pil_does():
     Image.fromarray(x).save(data, 'JPEG', quality=85, subsampling=subsampling)
     ours = pretrained.library_decode(tf.constant(data.getvalue()), 3).numpy()
     np.testing.assert_array_equal(ours, np.asarray(Image.open(io.BytesIO(data.getvalue())).convert('RGB')))
+
+
+def test_predict_pretrained_resizes_as_pillow_and_torchvision_do():
+  """timm's pipeline resizes with Pillow, transformers' image processors with torchvision's uint8 resize: the same
+  pixels, every filter, up and down on each axis, both of Pillow's pass orders (make_references.py resize)."""
+  cases = np.load(os.path.join(DATA, 'predict', 'resize.npz'))
+  assert (str(cases['pillow']), str(cases['torchvision'])) == ('13.0.0', '0.28.0+cu130')
+  outputs = [k for k in cases.files if k.count('_') == 2]
+  assert len(outputs) == 6 * 7
+  for key in outputs:
+    case, library, method = key.split('_')
+    expected = cases[key]
+    ours = pretrained.pil_resize(cases[f'{case}_image'], expected.shape[:2], method, library)
+    np.testing.assert_array_equal(ours, expected, err_msg=key)
+  # TensorFlow's antialiased resize (what predict used before) is not Pillow's: 1 level or more in most pixels.
+  x, expected = cases['3_image'], cases['3_pil_bicubic']
+  theirs = np.round(tf.image.resize(x, expected.shape[:2], 'bicubic', antialias=True).numpy())
+  assert np.mean(np.clip(theirs, 0, 255) != expected) > 0.1
 
 
 def test_predict_pretrained_crops_a_timm_folder_as_torchvision_rounds():

@@ -108,8 +108,8 @@ LAYOUTS = {
 class Preprocessing:
   """A hub folder's evaluation preprocessing of an image (or of each frame of a clip), as its library applies it:
   resize (an int: the shorter side to it; a pair: to that size; None: none), a central crop to `crop`, then
-  (value * scale - offset - mean) / std per channel. The resize is TensorFlow's (antialiased, rounded to uint8 as
-  PIL's), not PIL's or torchvision's: equal to the library's only where the image already has that size."""
+  (value * scale - offset - mean) / std per channel. `method` is one of Pillow's filters, resized as `library` does
+  it (tools.pretrained.pil_resize)."""
 
   resize: int | tuple[int, int] | None
   crop: tuple[int, int] | None
@@ -120,6 +120,8 @@ class Preprocessing:
   offset: float = 0.0  # Subtracted after the scale: VivitImageProcessor's `offset` (value * scale - 1).
   # The crop's offset rounded half to even, as torchvision's center_crop (timm) rounds it; else down (transformers).
   crop_round: bool = False
+  # Whose uint8 resize: 'pil' (timm's pipeline) or 'torchvision' (transformers' image processors).
+  library: str = 'pil'
 
   def __post_init__(self):
     values = (*self.mean, *self.std, self.scale)

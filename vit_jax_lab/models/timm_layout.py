@@ -564,7 +564,9 @@ def preprocessing(path: str, config: dict[str, Any]) -> hub.Preprocessing:
   resize = scaled[0] if height == width and mode == 'center' else scaled
   method = cfg.get('interpolation', 'bilinear')
   errors.check(
-    method in ('bicubic', 'bilinear', 'nearest'), f'--pretrained {path}: interpolation={method!r} is not read'
+    method in ('box', 'bilinear', 'hamming', 'bicubic', 'lanczos'),
+    f'--pretrained {path}: interpolation={method!r} is not read (Pillow filters are: box, bilinear, hamming, bicubic, '
+    "lanczos; Pillow's nearest is not reproduced)",
   )
   mean, std = cfg.get('mean', TIMM_MEAN), cfg.get('std', TIMM_STD)
   return hub.Preprocessing(resize, (height, width), method, 1 / 255, tuple(mean), tuple(std), crop_round=True)

@@ -175,8 +175,9 @@ def _square(inputs: int, channels: int) -> bool:
   return inputs % channels == 0 and math.isqrt(inputs // channels) ** 2 == inputs // channels
 
 
-# transformers' resample codes (PIL's) -> tf.image.resize's methods.
-RESAMPLE = {0: 'nearest', 1: 'lanczos3', 2: 'bilinear', 3: 'bicubic', 4: 'area', 5: 'bilinear'}
+# transformers' resample codes (PIL's) -> the filters of tools.pretrained.pil_resize (its image processors map
+# nearest to torchvision's nearest-exact).
+RESAMPLE = {0: 'nearest', 1: 'lanczos', 2: 'bilinear', 3: 'bicubic', 4: 'box', 5: 'hamming'}
 
 
 def preprocessing(
@@ -201,6 +202,7 @@ def preprocessing(
     tuple(p.get('image_mean', (0.5, 0.5, 0.5))) if normalise else (0.0,),
     tuple(p.get('image_std', (0.5, 0.5, 0.5))) if normalise else (1.0,),
     1.0 if offset else 0.0,
+    library='torchvision',
   )
 
 

@@ -132,11 +132,7 @@ def _notes(predictor: Predictor, adapted: int) -> str | None:
   if not adapted:
     return None
   if isinstance(predictor, HubPredictor):
-    p = predictor.preprocessing
-    return (
-      f"note: {adapted} inputs resized or cut to the folder's size by TensorFlow's {p.method} resize (antialiased), "
-      "not the library's PIL one: their probabilities differ slightly from the library's"
-    )
+    return f"note: {adapted} inputs resized or cut to the folder's size, as its library's preprocessing does"
   if predictor.kind == 'text':
     return (
       f'note: {adapted} inputs have more than data.max_input_length={predictor.s.info.input_shape[0]} tokens (EOS '

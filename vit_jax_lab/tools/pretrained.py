@@ -38,22 +38,90 @@ def preprocessing_of(path: str, config: dict, layout: str) -> hub.Preprocessing:
   return hub.reader(layout).preprocessing(path, config)
 
 
+# Pillow's resampling filters (libImaging/Resample.c): support (input pixels at scale 1) and kernel.
+def _cubic(x: np.ndarray) -> np.ndarray:
+  a, x = -0.5, np.abs(x)
+  return np.where(x < 1, ((a + 2) * x - (a + 3)) * x * x + 1, np.where(x < 2, (((x - 5) * x + 8) * x - 4) * a, 0.0))
+
+
+def _hamming(x: np.ndarray) -> np.ndarray:
+  x = np.abs(x) * np.pi
+  safe = np.where(x == 0, 1.0, x)
+  # Pillow's constants are C floats (0.54f, 0.46f).
+  window = np.sin(safe) / safe * (np.float32(0.54).item() + np.float32(0.46).item() * np.cos(safe))
+  return np.where(x == 0, 1.0, np.where(x >= np.pi, 0.0, window))
+
+
+PIL_FILTERS = {
+  'box': (0.5, lambda x: ((x > -0.5) & (x <= 0.5)).astype(np.float64)),
+  'bilinear': (1.0, lambda x: np.maximum(0.0, 1.0 - np.abs(x))),
+  'hamming': (1.0, _hamming),
+  'bicubic': (2.0, _cubic),
+  'lanczos': (3.0, lambda x: np.where((x >= -3) & (x < 3), np.sinc(x) * np.sinc(x / 3), 0.0)),
+}
+PRECISION_BITS = 22  # Pillow's fixed point for 8-bit images: 32 - 8 - 2.
+
+
+def _weights(size_in: int, size_out: int, method: str, library: str) -> tuple[np.ndarray, int]:
+  """The (size_out, size_in) resampling matrix of one axis in fixed point (integers held by float64, so that sums
+  of products of uint8 pixels are exact), and its bits: Pillow's 22; torchvision's uint8 resize (a port of
+  Pillow-SIMD) the most that keep the largest weight within int16."""
+  support, kernel = PIL_FILTERS[method]
+  scale = size_in / size_out
+  filterscale = max(scale, 1.0)
+  support *= filterscale
+  weights = np.zeros((size_out, size_in))
+  for i in range(size_out):
+    center = (i + 0.5) * scale
+    low, high = max(int(center - support + 0.5), 0), min(int(center + support + 0.5), size_in)
+    k = kernel((np.arange(low, high) - center + 0.5) / filterscale)
+    total = k.sum()
+    weights[i, low:high] = k / total if total != 0 else k
+  bits = PRECISION_BITS
+  if library == 'torchvision':
+    bits = next((b for b in range(PRECISION_BITS) if int(0.5 + weights.max() * (1 << (b + 1))) >= 1 << 15), bits)
+  return np.trunc(weights * (1 << bits) + np.where(weights < 0, -0.5, 0.5)), bits
+
+
+def pil_resize(pixels: np.ndarray, size: Sequence[int], method: str, library: str = 'pil') -> np.ndarray:
+  """uint8 pixels (..., H, W, C) resized to `size` (height, width) exactly as Pillow 13's Image.resize (timm's eval
+  pipeline), or with `library='torchvision'` as torchvision's resize of a uint8 tensor (transformers' image
+  processors): separable, each pass rounded and clipped to uint8. Pillow runs the rows' pass first where the height
+  shrinks by more than twice as many pixels as the width, else the columns' (torchvision always the columns');
+  'nearest' takes pixel floor((i + 0.5) * scale) (torchvision's nearest-exact)."""
+  pixels = np.asarray(pixels)
+  (height, width), (new_height, new_width) = pixels.shape[-3:-1], size
+  passes = [(-2, width, new_width), (-3, height, new_height)]
+  if library == 'pil' and height >= new_height and height - new_height > 2 * (width - new_width):
+    passes.reverse()
+  for axis, n, m in passes:
+    if n == m:
+      continue
+    if method == 'nearest':
+      pixels = np.take(pixels, np.minimum(((np.arange(m) + 0.5) * n / m).astype(int), n - 1), axis=axis)
+      continue
+    weights, bits = _weights(n, m, method, library)
+    summed = np.moveaxis(pixels.astype(np.float64), axis, -1) @ weights.T + (1 << (bits - 1))
+    pixels = np.moveaxis(np.clip(np.floor(summed / (1 << bits)), 0, 255).astype(np.uint8), -1, axis)
+  return pixels
+
+
 def _preprocess(p: hub.Preprocessing, image: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
   """An image (uint8, H x W x C) or a clip's frames (T x H x W x C) through `p`; and whether it was resized (or its
   crop cut or padded anything)."""
-  x, shape = tf.cast(image, tf.float32), tf.shape(image)[-3:-1]
+  x, shape = image, tf.shape(image)[-3:-1]
   if isinstance(p.resize, int):
-    short, ratio = tf.reduce_min(shape), tf.cast(shape, tf.float32) / tf.cast(tf.reduce_min(shape), tf.float32)
-    size = tf.where(shape == short, p.resize, tf.cast(ratio * p.resize, tf.int32))
+    short = tf.reduce_min(shape)  # The longer side to int(resize * long / short), as both libraries size it.
+    size = tf.where(shape == short, p.resize, shape * p.resize // short)
   else:
     size = shape if p.resize is None else tf.constant(p.resize)
   same = tf.reduce_all(size == shape)
 
   def resized():
-    y = tf.image.resize(x, size, method=p.method, antialias=True)
-    return tf.clip_by_value(tf.round(y), 0, 255)
+    y = tf.numpy_function(lambda v, s: pil_resize(v, s, p.method, p.library), [x, size], tf.uint8, stateful=False)
+    return tf.ensure_shape(y, [*x.shape[:-3], None, None, x.shape[-1]])
 
-  x = tf.cond(same, lambda: x, resized)
+  x = tf.cast(tf.cond(same, lambda: x, resized), tf.float32)
   changed = ~same
   if p.crop is not None:
     here = tf.shape(x)[-3:-1]

@@ -10,11 +10,15 @@ reference with torch 2.13.0; the other predict references reproduce with it to 7
     /work/torchenv/bin/python tests/data/pretrained/make_references.py tests/data/pretrained [ROW...]
 
 `... make_references.py tests/data/pretrained predict [ROW...]` writes predict/ instead (those rows' references only
-when rows are named; tests/test_pretrained_commands.py): a PNG at the models' input size and each PREDICT row's
-probabilities from the library's own eval pipeline on it (timm: resolve_data_config + create_transform, crop_pct 1;
-transformers: the folder's image processor), the committed folders' weights loaded by the library; and for the video
+when rows are named; tests/test_pretrained_commands.py): two PNGs (PREDICT_IMAGES: the models' input size and
+40 x 48) and each PREDICT row's probabilities from the library's own eval pipeline on them (timm: resolve_data_config
++ create_transform; transformers: the folder's image processor, torchvision's), the committed folders' weights loaded
+by the library; and for the video
 rows two PNG-coded clips and their probabilities from the folder's video processor (predict_video_references; PyAV
 18.1 in that environment too).
+
+`... make_references.py tests/data/pretrained resize` writes predict/resize.npz (resize_references: Pillow 13.0.0,
+torchvision 0.28).
 
 `... make_references.py tests/data/pretrained export DIR` writes export/timm_logits_NAME.npy: timm's logits on
 export/images.npy of each folder DIR/NAME that `python tests/test_pretrained_commands.py DIR` exported (our ViTs
@@ -369,38 +373,57 @@ def vjepa2_row(out: str, row: str, seed: int) -> None:
   print(row, {k: v.shape for k, v in ref.items()})
 
 
-# Folders with a head whose eval pipeline is the identity on a 32x32 image (timm's at crop_pct 1).
-PREDICT = ('vit', 'deit_distilled', 'clip_ft', 'hf_vit', 'rope_mixed_ape', 'rope_sbb')
+# Folders with a head, and the images their eval pipelines read: image.png at the models' 32 x 32 (timm's pipeline at
+# crop_pct 1: the identity, but for EVA-02's 28) and image_large.png, 40 x 48, which each pipeline resizes and crops
+# (timm's at the folder's own crop_pct) to the model's size: references ROW.npy and ROW_large.npy.
+PREDICT = (
+  'vit',
+  'deit_distilled',
+  'clip_ft',
+  'hf_vit',
+  'rope_mixed_ape',
+  'rope_sbb',
+  'dinov3',
+  'eva02_tiny',
+  'eva02_base',
+  'hf_dinov2_cls',
+  'hf_dinov2_reg_cls',
+)
+PREDICT_IMAGES = {'image.png': ((32, 32), 100, ''), 'image_large.png': ((40, 48), 101, '_large')}
 
 
 def predict_references(out: str, only: list[str]) -> None:
-  """Every PREDICT row's reference and the video ones, or those of the rows `only` names (the image kept)."""
+  """Every PREDICT row's references and the video ones, or those of the rows `only` names (the images kept)."""
   from PIL import Image
 
   folder = os.path.join(out, 'predict')
   os.makedirs(folder, exist_ok=True)
-  path = os.path.join(folder, 'image.png')
-  if not only or not os.path.exists(path):
-    Image.fromarray(np.random.RandomState(100).randint(0, 256, (32, 32, 3), np.uint8)).save(path)
-  image = Image.open(path).convert('RGB')
-  for row in [r for r in PREDICT if not only or r in only]:
-    if row in ROWS:
-      name, overrides = ROWS[row]
-      overlay = dict(crop_pct=1.0, input_size=(3, 32, 32))
-      model = timm.create_model(name, pretrained_cfg_overlay=overlay, **(SMALL | overrides)).eval()
-      model.load_state_dict(safetensors.torch.load_file(os.path.join(out, row, 'model.safetensors')))
-      transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
-      pixels = transform(image)[None]
-    else:
-      model = transformers.AutoModelForImageClassification.from_pretrained(os.path.join(out, row)).eval()
-      processor = transformers.AutoImageProcessor.from_pretrained(os.path.join(out, row))
-      pixels = processor(images=image, return_tensors='pt')['pixel_values']
-    with torch.no_grad():
-      logits = model(pixels)
-    logits = logits if isinstance(logits, torch.Tensor) else logits.logits
-    probabilities = torch.softmax(logits, -1).numpy()
-    np.save(os.path.join(folder, f'{row}.npy'), probabilities)
-    print(row, probabilities.shape, probabilities.max())
+  for file, (shape, seed, suffix) in PREDICT_IMAGES.items():
+    path = os.path.join(folder, file)
+    if not only or not os.path.exists(path):
+      Image.fromarray(np.random.RandomState(seed).randint(0, 256, (*shape, 3), np.uint8)).save(path)
+    image = Image.open(path).convert('RGB')
+    for row in [r for r in PREDICT if not only or r in only]:
+      if row in ROWS:
+        name, overrides = ROWS[row]
+        size = overrides['img_size']
+        overlay = dict(input_size=(3, size, size)) | (dict(crop_pct=1.0) if suffix == '' else {})
+        saved = json.load(open(os.path.join(out, row, 'config.json')))['pretrained_cfg']
+        overlay = {k: saved[k] for k in ('crop_pct', 'interpolation', 'mean', 'std')} | overlay
+        model = timm.create_model(name, pretrained_cfg_overlay=overlay, **(SMALL | overrides)).eval()
+        model.load_state_dict(safetensors.torch.load_file(os.path.join(out, row, 'model.safetensors')))
+        transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
+        pixels = transform(image)[None]
+      else:
+        model = transformers.AutoModelForImageClassification.from_pretrained(os.path.join(out, row)).eval()
+        processor = transformers.AutoImageProcessor.from_pretrained(os.path.join(out, row))
+        pixels = processor(images=image, return_tensors='pt')['pixel_values']
+      with torch.no_grad():
+        logits = model(pixels)
+      logits = logits if isinstance(logits, torch.Tensor) else logits.logits
+      probabilities = torch.softmax(logits, -1).numpy()
+      np.save(os.path.join(folder, f'{row}{suffix}.npy'), probabilities)
+      print(row, file, tuple(pixels.shape), probabilities.shape, probabilities.max())
   if not only:
     predict_video_references(out, folder)
 
@@ -511,7 +534,43 @@ def export_references(out: str, folders: str) -> None:
     print(name, config['architecture'], logits.shape)
 
 
+# Pixels of resizes (predict/resize.npz, tests/test_pretrained_commands.py): random uint8 images resized by Pillow
+# (timm's pipeline; every filter) and by torchvision's uint8 tensor resize (transformers' image processors), up and
+# down on each axis, with both of Pillow's pass orders.
+RESIZE_FILTERS = {'pil': ('box', 'bilinear', 'hamming', 'bicubic', 'lanczos'), 'torchvision': ('bilinear', 'bicubic')}
+
+
+def resize_references(out: str) -> None:
+  from PIL import Image
+  from torchvision.transforms import InterpolationMode
+  from torchvision.transforms.v2 import functional
+
+  rng, cases = np.random.default_rng(7), {}
+  shapes = [(17, 23, 9, 30), (30, 12, 5, 11), (9, 9, 20, 14), (25, 40, 22, 13), (12, 31, 12, 8), (40, 6, 16, 6)]
+  for i, (h, w, height, width) in enumerate(shapes):
+    x = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    cases[f'{i}_image'] = x
+    for library, methods in RESIZE_FILTERS.items():
+      for method in methods:
+        if library == 'pil':
+          y = np.asarray(Image.fromarray(x).resize((width, height), getattr(Image.Resampling, method.upper())))
+        else:
+          mode = getattr(InterpolationMode, method.upper())
+          tensor = torch.from_numpy(x.copy()).permute(2, 0, 1)
+          y = functional.resize(tensor, [height, width], interpolation=mode, antialias=True).permute(1, 2, 0).numpy()
+        cases[f'{i}_{library}_{method}'] = y
+  import PIL
+  import torchvision
+
+  np.savez_compressed(
+    os.path.join(out, 'predict', 'resize.npz'), pillow=PIL.__version__, torchvision=torchvision.__version__, **cases
+  )
+  print(len(cases), 'resize cases')
+
+
 def main(out: str, only: list[str]) -> None:
+  if only[:1] == ['resize']:
+    return resize_references(out)
   if only[:1] == ['predict']:
     return predict_references(out, only[1:])
   if only[:1] == ['predict_vjepa2']:
