@@ -61,6 +61,10 @@ HF_ROWS = {
   'hf_dinov3_gated': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],
   # Siglip2VisionModel (NaFlex) at its table's own grid: a Linear on patches (our patch kernel), SigLIP's MAP head.
   'hf_siglip2': [('features', 'pooler_output'), ('tokens', 'last_hidden_state')],
+  # Siglip(2)ForImageClassification: the tokens' mean after the final norm, classified (pool='gap'); the tower's
+  # attention-pool head, saved beside it, is unused. Read with the MAP head they were 2.4 and 2.7 off.
+  'hf_siglip_cls': [('logits', 'logits')],
+  'hf_siglip2_cls': [('logits', 'logits')],
 }
 
 
@@ -522,8 +526,25 @@ def test_transformers_folder_gives_the_models_outputs(row):
   assert all(d < 1e-5 for d in differences.values()), differences
   assert notes[0] == f'transformers {ref["name"]} read from its safetensors'
   assert not any('outputs differ' in n for n in notes)
-  has_head = row in ('hf_vit', 'hf_clip_projection', 'hf_dinov2_cls', 'hf_dinov2_reg_cls')
+  has_head = row in ('hf_vit', 'hf_clip_projection', 'hf_dinov2_cls', 'hf_dinov2_reg_cls', *SIGLIP_CLASSIFIERS)
   assert any('the source has none' in n for n in notes) == (not has_head)
+  assert any('attention-pool head (head.*) left out' in n for n in notes) == (row in SIGLIP_CLASSIFIERS)
+  if row in SIGLIP_CLASSIFIERS:
+    assert (model.pool, hasattr(model, 'map_head')) == ('gap', False)
+
+
+SIGLIP_CLASSIFIERS = ('hf_siglip_cls', 'hf_siglip2_cls')
+
+
+def test_siglip2_classifier_at_a_grid_of_its_own():
+  """NaFlex: transformers runs each image at its own patch grid, padded to max_num_patches and masked; our model
+  built at that grid (2 x 6: its 4 x 4 table resized bilinear, antialiased) gives its logits without padding."""
+  ref = np.load(os.path.join(DATA, 'hf_siglip2_cls', 'reference.npz'))
+  model, notes, _, _ = folder_model('hf_siglip2_cls', input_shape=ref['wide_images'].shape[1:])
+  difference = max_difference(model(ref['wide_images']), ref['wide_logits'])
+  print(f'hf_siglip2_cls at a 2 x 6 grid: max |ours - transformers| logits {difference:.2e}')
+  assert difference < 1e-5
+  assert any("as transformers' SigLIP 2 resizes" in n for n in notes)
 
 
 @pytest.mark.parametrize(

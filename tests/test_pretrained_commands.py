@@ -60,19 +60,23 @@ PREDICT_ROWS = (
   'eva02_base',
   'hf_dinov2_cls',
   'hf_dinov2_reg_cls',
+  'hf_siglip_cls',
+  'hf_siglip2_cls',
 )
+IMAGES = {'image.png': '', 'image_large.png': '_large', 'image_wide.png': '_wide'}
 
 
-@pytest.mark.parametrize('image', ['image.png', 'image_large.png'])
+@pytest.mark.parametrize('image', IMAGES)
 @pytest.mark.parametrize('row', PREDICT_ROWS)
 def test_predict_pretrained_gives_the_librarys_probabilities(row, image, tmp_path, capsys):
   """clip_ft: a CLIP tower fine-tuned into a classifier (tag laion2b_ft_in12k_in1k): its head classifies; the clip
   row's (tag openai) is CLIP's projection (test_predict_pretrained_without_a_head_is_one_line). rope_*: timm's
   RoPE ViTs (the SBB one normalised by mean and std 0.5); dinov3 and eva02_*: rotary (EVA-02's 28 x 28, so that
-  image.png is resized too); hf_dinov2_*: the linear probes, through BitImageProcessor (bicubic, to 42 x 42). Pillow
-  resizes timm's inputs, torchvision transformers' (tools.pretrained.pil_resize)."""
-  large = image == 'image_large.png'
-  reference = np.load(os.path.join(DATA, 'predict', f'{row}{"_large" if large else ""}.npy'))[0]
+  image.png is resized too); hf_dinov2_*: the linear probes, through BitImageProcessor (bicubic, to 42 x 42);
+  hf_siglip*_cls: SigLIP's classifiers, SigLIP 2's NaFlex reading image_wide.png (24 x 64) at a 2 x 6 patch grid.
+  Pillow resizes timm's inputs, torchvision transformers' (tools.pretrained.pil_resize)."""
+  large = image != 'image.png'
+  reference = np.load(os.path.join(DATA, 'predict', f'{row}{IMAGES[image]}.npy'))[0]
   out = str(tmp_path / 'out.jsonl')
   folder, path = _folder(tmp_path, row, None if large else 1.0), os.path.join(DATA, 'predict', image)
   assert predict.main(['--pretrained', folder, path, '--top_k', '10', '--out', out]) == 0

@@ -122,6 +122,9 @@ class Preprocessing:
   crop_round: bool = False
   # Whose uint8 resize: 'pil' (timm's pipeline) or 'torchvision' (transformers' image processors).
   library: str = 'pil'
+  # SigLIP 2's NaFlex (Siglip2ImageProcessor): (patch_size, max_num_patches), each image resized to its own grid of
+  # at most that many patches, its aspect ratio kept (tools.pretrained.naflex_size); `resize` and `crop` are None.
+  naflex: tuple[int, int] | None = None
 
   def __post_init__(self):
     values = (*self.mean, *self.std, self.scale)

@@ -193,7 +193,13 @@ def preprocessing(
   resize = size['shortest_edge'] if isinstance(size, dict) and 'shortest_edge' in size else size and hub.size_pair(size)
   crop = hub.size_pair(p['crop_size']) if p.get('do_center_crop') and p.get('crop_size') else None
   normalise, rescale = p.get('do_normalize', True), p.get('do_rescale', True)
-  offset = rescale and p.get('offset', str(p.get('image_processor_type', '')).startswith('Vivit'))
+  kind = str(p.get('image_processor_type', ''))
+  offset = rescale and p.get('offset', kind.startswith('Vivit'))
+  naflex = None
+  if kind.startswith('Siglip2ImageProcessor'):  # Each image at its own grid (NaFlex), as Siglip2ImageProcessor.
+    naflex = (p.get('patch_size', 16), p.get('max_num_patches', 256))
+    errors.positive_ints('--pretrained: preprocessor_config.json', dict(zip(('patch_size', 'max_num_patches'), naflex)))
+    resize, crop = None, None
   return hub.Preprocessing(
     resize,
     crop,
@@ -203,6 +209,7 @@ def preprocessing(
     tuple(p.get('image_std', (0.5, 0.5, 0.5))) if normalise else (1.0,),
     1.0 if offset else 0.0,
     library='torchvision',
+    naflex=naflex,
   )
 
 
@@ -231,13 +238,22 @@ def convert(out: str, weight: np.ndarray, bias: np.ndarray | None, num_heads: in
   return {f'{out}/kernel': kernel, f'{out}/bias': bias}
 
 
+def _unused_map_head(names: Mapping[str, str]) -> bool:
+  """SigLIP's image classifiers (Siglip(2)ForImageClassification) save their tower's attention-pool head beside a
+  classifier that reads the mean of the tokens instead."""
+  return 'classifier.weight' in names and 'head.probe' in names
+
+
 def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
   """transformers names -> (release names (layout of `release.to_release`), release name -> the transformers
   module it came from, for messages). A name not recognised is kept as it is, so `release.from_release` names it
-  among the unexpected keys; a two-tower model's text tower and DINOv2's mask token (masked pretraining only) are
-  left out."""
+  among the unexpected keys; a two-tower model's text tower, DINOv2's mask token (masked pretraining only) and a
+  SigLIP classifier's unused attention-pool head are left out."""
   names = _names(tensors)
   flat, origin, used = {}, {}, {'embeddings.mask_token'}
+  if _unused_map_head(names):
+    used |= {n for n in names if n.startswith('head.')}
+    names = {k: v for k, v in names.items() if k not in used}
 
   def get(short):
     return tensors[names[short]]
@@ -390,7 +406,9 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
   )
   head = next((n for n in ('classifier.weight', 'visual_projection.weight') if n in names), None)
   # Dinov2ForImageClassification's classifier reads the class token beside the patch tokens' mean: pool='tok_gap'.
+  # SiglipForImageClassification's the mean of every token after the final norm: pool='gap' (no class token).
   both = head == 'classifier.weight' and has_cls and shape(head)[1] == 2 * width
+  pool = 'tok_gap' if both else 'tok' if has_cls else 'gap'
   if head == 'classifier.weight' and shape(head)[1] != width and not both:  # Never dropped into a uniform head.
     raise ConfigError(
       f'init_from: its classifier reads {shape(head)[1]} features of a {width}-wide model, which our ViT does not '
@@ -412,7 +430,7 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
     depth=len({m.group(1) for n in names if (m := _LAYER.match(n))}),
     mlp_dim=shape(fc2)[1],
     num_heads=config['num_attention_heads'],
-    pool='map' if 'head.probe' in names else 'tok_gap' if both else 'tok' if has_cls else 'gap',
+    pool='map' if 'head.probe' in names and not _unused_map_head(names) else pool,
     posemb='none' if dinov3 else 'learn',
     posemb_prefix=dinov3 or not reg_tokens,  # The class token's row, if any: registers have none (see to_release).
     distilled=False,
@@ -496,6 +514,8 @@ def notes(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> list[str
     out.append(f'text tower left out ({len(tensors) - len(names)} tensors): the ViT is the image tower')
   if 'embeddings.mask_token' in names:
     out.append('mask_token left out (masked-image pretraining only)')
+  if _unused_map_head(names):
+    out.append("the tower's attention-pool head (head.*) left out: the classifier reads the mean of the tokens")
   return out
 
 

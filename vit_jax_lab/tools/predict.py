@@ -185,7 +185,7 @@ def main(argv: list[str]) -> int:
     predictor = load(args, overrides)
   items, folders = collect(predictor.kind, inputs, args.lines)
   loaded = time.perf_counter()
-  batch = min(args.batch_size or DEFAULT_BATCH[predictor.kind], len(items))
+  batch = predictor.batch_size(min(args.batch_size or DEFAULT_BATCH[predictor.kind], len(items)))
   try:
     if args.out:
       os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

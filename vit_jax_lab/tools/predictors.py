@@ -302,6 +302,10 @@ class Predictor:
 
     return jax.jit(step, compiler_options=parallel.compiler_options(s.mesh))
 
+  def batch_size(self, requested: int) -> int:
+    """The batch the step is compiled for, given the one asked for."""
+    return requested
+
   def results(self, items: list[Item], batch: int) -> Iterator[tuple[Item, Any, bool]]:
     """(item, its prediction or the one-line reason it could not be read, whether it was adapted), in order.
     Threads read and preprocess the inputs while the device runs the batch before."""

@@ -5,9 +5,10 @@ its shape (its family's pretrained_config) with its weights, label names and the
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import jax
 import numpy as np
@@ -23,7 +24,7 @@ from vit_jax_lab import (
 )
 from vit_jax_lab.data.info import MarianVocab
 from vit_jax_lab.errors import check
-from vit_jax_lab.models import marian_layout, seq2seq, timm_layout, transformers_layout, vit, vivit
+from vit_jax_lab.models import marian_layout, release, seq2seq, timm_layout, transformers_layout, vit, vivit
 from vit_jax_lab.tools.predictors import Item, Predictor, Unreadable
 
 # Loaded at its first use (console.lazy): --help and a mistake in the arguments need not wait for TensorFlow.
@@ -106,11 +107,32 @@ def pil_resize(pixels: np.ndarray, size: Sequence[int], method: str, library: st
   return pixels
 
 
+def naflex_size(height: int, width: int, patch: int, max_patches: int) -> tuple[int, int]:
+  """The size Siglip2ImageProcessor resizes an image to: both sides scaled by the largest factor (found by its
+  bisection, to 1e-5) at which the sides, each rounded up to whole patches (at least one), hold at most
+  `max_patches` patches."""
+
+  def scaled(scale: float, size: int) -> int:
+    return int(max(patch, math.ceil(size * scale / patch) * patch))
+
+  low, high = 1e-6, 100.0
+  while high - low >= 1e-5:
+    scale = (low + high) / 2
+    if (scaled(scale, height) / patch) * (scaled(scale, width) / patch) <= max_patches:
+      low = scale
+    else:
+      high = scale
+  return scaled(low, height), scaled(low, width)
+
+
 def _preprocess(p: hub.Preprocessing, image: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
   """An image (uint8, H x W x C) or a clip's frames (T x H x W x C) through `p`; and whether it was resized (or its
   crop cut or padded anything)."""
   x, shape = image, tf.shape(image)[-3:-1]
-  if isinstance(p.resize, int):
+  if p.naflex:
+    size = tf.numpy_function(lambda s: np.array(naflex_size(*s, *p.naflex), np.int32), [shape], tf.int32)
+    size = tf.ensure_shape(size, [2])
+  elif isinstance(p.resize, int):
     short = tf.reduce_min(shape)  # The longer side to int(resize * long / short), as both libraries size it.
     size = tf.where(shape == short, p.resize, shape * p.resize // short)
   else:
@@ -174,6 +196,8 @@ class HubPredictor(Predictor):
   model: Any = None
   input_shape: tuple[int, ...] = ()
   preprocessing: hub.Preprocessing | None = None
+  # The model's graph at another input shape (height, width, channels): NaFlex's per-image grids.
+  rebuild: Callable[[tuple[int, ...]], Any] | None = None
 
   def __post_init__(self):
     self.classify = True
@@ -201,14 +225,43 @@ class HubPredictor(Predictor):
       self.model_input = video_input
     else:
       self.model_input = tf.function(image_input, input_signature=[tf.TensorSpec([], tf.string)])
-    graphdef = nnx.graphdef(self.model)
     top_k = min(self.top_k, len(self.labels))
 
-    def step(params, batch):
-      logits = nnx.merge(graphdef, params)(batch['images'])
-      return jax.lax.top_k(jax.nn.softmax(logits.astype(np.float32), axis=-1), top_k)
+    def compiled(graphdef):
+      def step(params, batch):
+        logits = nnx.merge(graphdef, params)(batch['images'])
+        return jax.lax.top_k(jax.nn.softmax(logits.astype(np.float32), axis=-1), top_k)
 
-    self.step = jax.jit(step)
+      return jax.jit(step)
+
+    self.step = compiled(nnx.graphdef(self.model))
+    if self.preprocessing.naflex:
+      self.step = self._per_grid(compiled)
+
+  def _per_grid(self, compiled: Callable) -> Callable:
+    """The step for batches of one image at its own patch grid (NaFlex): the model at that grid, its position table
+    resized as SigLIP 2 resizes it (transformers_layout.SIGLIP2_RESIZE); one per grid, compiled once."""
+    steps, patch = {}, self.preprocessing.naflex[0]
+
+    def step(params, batch):
+      shape = tuple(batch['images'].shape[1:])
+      if shape not in steps:
+        grid = (shape[0] // patch, shape[1] // patch)
+        table = np.asarray(jax.device_get(params['pos_embedding'][...]))
+        resized = release.resample_posemb(
+          table, grid, self.model.posemb_prefix_rows, transformers_layout.SIGLIP2_RESIZE[0]
+        )
+        at_grid = jax.tree.map(lambda x: x, params)
+        at_grid['pos_embedding'] = nnx.Param(jax.device_put(resized, self.device))
+        steps[shape] = compiled(self.rebuild(shape)), at_grid
+      run, at_grid = steps[shape]
+      return run(at_grid, batch)
+
+    return step
+
+  def batch_size(self, requested: int) -> int:
+    """NaFlex reads each image alone, at its own grid (no padding, so no mask)."""
+    return 1 if self.preprocessing.naflex else requested
 
   @property
   def channels(self) -> int:
@@ -309,7 +362,13 @@ def _folder_predictor(path: str, weights: hub.HubWeights, top_k: int, kind: str)
   params = _with_weights(model, weights, path)
   labels = _labels(weights.config, num_classes)
   preprocessing = preprocessing_of(path, weights.config, weights.layout)
-  return HubPredictor(kind, None, None, params, labels, top_k, model, input_shape, preprocessing)
+
+  def rebuild(shape: tuple[int, ...]) -> Any:
+    return nnx.graphdef(
+      nnx.eval_shape(lambda: models.build(model_config, nnx.Rngs(0), num_classes=num_classes, input_shape=shape))
+    )
+
+  return HubPredictor(kind, None, None, params, labels, top_k, model, input_shape, preprocessing, rebuild)
 
 
 def load_hub(path: str, top_k: int) -> Predictor:

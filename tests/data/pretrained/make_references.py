@@ -10,10 +10,10 @@ reference with torch 2.13.0; the other predict references reproduce with it to 7
     /work/torchenv/bin/python tests/data/pretrained/make_references.py tests/data/pretrained [ROW...]
 
 `... make_references.py tests/data/pretrained predict [ROW...]` writes predict/ instead (those rows' references only
-when rows are named; tests/test_pretrained_commands.py): two PNGs (PREDICT_IMAGES: the models' input size and
-40 x 48) and each PREDICT row's probabilities from the library's own eval pipeline on them (timm: resolve_data_config
-+ create_transform; transformers: the folder's image processor, torchvision's), the committed folders' weights loaded
-by the library; and for the video
+when rows are named; tests/test_pretrained_commands.py): three PNGs (PREDICT_IMAGES: the models' input size, 40 x 48
+and 24 x 64) and each PREDICT row's probabilities from the library's own eval pipeline on them (timm:
+resolve_data_config + create_transform; transformers: the folder's image processor, torchvision's), the committed
+folders' weights loaded by the library; and for the video
 rows two PNG-coded clips and their probabilities from the folder's video processor (predict_video_references; PyAV
 18.1 in that environment too).
 
@@ -192,6 +192,8 @@ LATER = {
   'pe_core': 44,
   'hf_vjepa2_cls': 45,
   'hf_vjepa2': 46,
+  'hf_siglip_cls': 47,
+  'hf_siglip2_cls': 48,
 }
 
 
@@ -339,6 +341,57 @@ VJEPA2 = dict(
   pred_num_hidden_layers=1,
   num_labels=10,
 )
+# SigLIP's image classifiers: the mean of the image tower's tokens after its final norm, classified (the tower's
+# attention-pool head is saved but unused). SigLIP at a fixed size (SiglipImageProcessor); SigLIP 2 NaFlex
+# (Siglip2ImageProcessor: each image at its own patch grid, at most max_num_patches, padded and masked): logits at
+# the table's 4 x 4 grid and at a 2 x 6 one (12 patches, 4 of padding), as its processor pads and masks them.
+SIGLIP_CLASSIFIERS = {
+  'hf_siglip_cls': ('SiglipForImageClassification', 'SiglipConfig', dict(image_size=32, patch_size=8)),
+  'hf_siglip2_cls': ('Siglip2ForImageClassification', 'Siglip2Config', dict(patch_size=8, num_patches=16)),
+}
+
+
+def siglip_classifier_row(out: str, row: str, seed: int) -> None:
+  model_class, config_class, vision = SIGLIP_CLASSIFIERS[row]
+  text = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, vocab_size=64)
+  vision = HF_SMALL | dict(intermediate_size=64) | vision
+  config = getattr(transformers, config_class)(vision_config=vision, text_config=text, num_labels=10)
+  model = getattr(transformers, model_class)(config).eval()
+  randomise(model, seed)
+  folder = os.path.join(out, row)
+  model.save_pretrained(folder, safe_serialization=True)
+  rng, ref = np.random.RandomState(seed), {}
+  if row == 'hf_siglip_cls':
+    transformers.SiglipImageProcessor(size={'height': 32, 'width': 32}).save_pretrained(folder)
+    ref['images'] = rng.randn(2, 32, 32, 3).astype(np.float32)
+    with torch.no_grad():
+      ref['logits'] = model(pixel_values=torch.from_numpy(ref['images']).permute(0, 3, 1, 2)).logits.numpy()
+  else:
+    transformers.Siglip2ImageProcessor(patch_size=8, max_num_patches=16).save_pretrained(folder)
+    for key, (h, w) in (('', (4, 4)), ('wide_', (2, 6))):
+      images = rng.randn(2, 8 * h, 8 * w, 3).astype(np.float32)
+      patches = images.reshape(2, h, 8, w, 8, 3).transpose(0, 1, 3, 2, 4, 5).reshape(2, h * w, 8 * 8 * 3)
+      mask = np.zeros((2, 16), np.int64)
+      mask[:, : h * w] = 1
+      padded = np.zeros((2, 16, patches.shape[-1]), np.float32)
+      padded[:, : h * w] = patches
+      with torch.no_grad():
+        logits = model(
+          pixel_values=torch.from_numpy(padded),
+          pixel_attention_mask=torch.from_numpy(mask),
+          spatial_shapes=torch.tensor([[h, w]] * 2),
+        ).logits
+      ref[f'{key}images'], ref[f'{key}logits'] = images, logits.numpy()
+  np.savez_compressed(
+    os.path.join(folder, 'reference.npz'),
+    torch=torch.__version__,
+    transformers=transformers.__version__,
+    name=model_class,
+    **ref,
+  )
+  print(row, {k: v.shape for k, v in ref.items()})
+
+
 VJEPA2_ROWS = {'hf_vjepa2_cls': 'VJEPA2ForVideoClassification', 'hf_vjepa2': 'VJEPA2Model'}
 
 
@@ -388,8 +441,15 @@ PREDICT = (
   'eva02_base',
   'hf_dinov2_cls',
   'hf_dinov2_reg_cls',
+  'hf_siglip_cls',
+  'hf_siglip2_cls',
 )
-PREDICT_IMAGES = {'image.png': ((32, 32), 100, ''), 'image_large.png': ((40, 48), 101, '_large')}
+# image_wide.png, 24 x 64: upsampled by the fixed-size pipelines; SigLIP 2's NaFlex reads it at a 2 x 6 patch grid.
+PREDICT_IMAGES = {
+  'image.png': ((32, 32), 100, ''),
+  'image_large.png': ((40, 48), 101, '_large'),
+  'image_wide.png': ((24, 64), 102, '_wide'),
+}
 
 
 def predict_references(out: str, only: list[str]) -> None:
@@ -417,9 +477,10 @@ def predict_references(out: str, only: list[str]) -> None:
       else:
         model = transformers.AutoModelForImageClassification.from_pretrained(os.path.join(out, row)).eval()
         processor = transformers.AutoImageProcessor.from_pretrained(os.path.join(out, row))
-        pixels = processor(images=image, return_tensors='pt')['pixel_values']
+        inputs = processor(images=image, return_tensors='pt')  # SigLIP 2's: patches, their mask and grid too.
+        pixels = inputs['pixel_values']
       with torch.no_grad():
-        logits = model(pixels)
+        logits = model(pixels) if row in ROWS else model(**inputs)
       logits = logits if isinstance(logits, torch.Tensor) else logits.logits
       probabilities = torch.softmax(logits, -1).numpy()
       np.save(os.path.join(folder, f'{row}{suffix}.npy'), probabilities)
@@ -589,6 +650,9 @@ def main(out: str, only: list[str]) -> None:
   for row in VJEPA2_ROWS:
     if not only or row in only:
       vjepa2_row(out, row, seed_of(row))
+  for row in SIGLIP_CLASSIFIERS:
+    if not only or row in only:
+      siglip_classifier_row(out, row, seed_of(row))
   for row, (name, overrides) in ROWS.items():
     if only and row not in only:
       continue
