@@ -193,6 +193,14 @@ def test_predict_pretrained_video_mistakes_are_one_line(tmp_path, capsys):
     assert len(err) == 1 and message in err[0], (folder, err)
 
 
+def test_predict_pretrained_checks_the_inputs_before_reading_the_weights(tmp_path, capsys):
+  """A missing input is the one error line, before the folder's weights are read (no load notes before it)."""
+  missing = str(tmp_path / 'cat.jpg')
+  for row in ('hf_siglip2_cls', 'hf_vivit'):
+    assert predict.main(['--pretrained', os.path.join(DATA, row), missing]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f'error: {missing}: no such file or folder']
+
+
 @pytest.mark.parametrize(
   'row,message',
   [

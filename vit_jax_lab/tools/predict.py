@@ -51,7 +51,7 @@ from vit_jax_lab import (
 from vit_jax_lab.errors import ConfigError, check
 from vit_jax_lab.tools import common
 from vit_jax_lab.tools.predictors import Item, Predictor, Unreadable, collect
-from vit_jax_lab.tools.pretrained import HubPredictor, load_hub
+from vit_jax_lab.tools.pretrained import HubPredictor, kind_of, load_hub
 
 DEFAULT_BATCH = {'image': 64, 'video': 8, 'text': 64}  # Inputs per compiled batch (videos: x their views).
 
@@ -180,10 +180,11 @@ def main(argv: list[str]) -> int:
       args.workdir is None and args.config is None and not overrides,
       '--pretrained DIR runs the folder as it is: give no --workdir, --config nor --config.KEY overrides',
     )
+    items, folders = collect(kind_of(args.pretrained), inputs, args.lines)  # Before the weights are read.
     predictor = load_hub(args.pretrained, args.top_k)
   else:
     predictor = load(args, overrides)
-  items, folders = collect(predictor.kind, inputs, args.lines)
+    items, folders = collect(predictor.kind, inputs, args.lines)
   loaded = time.perf_counter()
   batch = predictor.batch_size(min(args.batch_size or DEFAULT_BATCH[predictor.kind], len(items)))
   try:

@@ -378,12 +378,23 @@ def load_hub(path: str, top_k: int) -> Predictor:
     return _load_hub(path, top_k)
 
 
-def _load_hub(path: str, top_k: int) -> Predictor:
-  weights = hub.read(path)
+def kind_of(path: str) -> str:
+  """What the folder's model reads, 'image', 'video' or 'text' (Marian), from its config.json and tensor names
+  alone: the inputs are checked before any weight is read."""
+  with hub.config_values(path, '--pretrained'):
+    return _kind(path, hub.read(path))
+
+
+def _kind(path: str, weights: hub.HubWeights) -> str:
   if weights.layout in seq2seq.Transformer.pretrained():
-    return load_marian(path, weights)
+    return 'text'
   image, video = weights.layout in vit.ViT.pretrained(), weights.layout in vivit.ViViT.pretrained()
   check(image or video, f'--pretrained {path}: {hub.LAYOUTS[weights.layout].description} is not read')
-  if video and (not image or weights.config.get('model_type') in transformers_layout.VIDEO_TYPES):
-    return _folder_predictor(path, weights, top_k, 'video')
-  return _folder_predictor(path, weights, top_k, 'image')
+  video = video and (not image or weights.config.get('model_type') in transformers_layout.VIDEO_TYPES)
+  return 'video' if video else 'image'
+
+
+def _load_hub(path: str, top_k: int) -> Predictor:
+  weights = hub.read(path)
+  kind = _kind(path, weights)
+  return load_marian(path, weights) if kind == 'text' else _folder_predictor(path, weights, top_k, kind)
