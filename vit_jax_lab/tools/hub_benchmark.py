@@ -99,12 +99,11 @@ def _status(field: str) -> int:
 def measure(path: str, fsdp_min_size: int = 2**14) -> dict[str, Any]:
   """Loads the folder into a ViT (a video folder: a ViViT) sharded over every local device; the times and peak memory
   (bytes)."""
-  from vit_jax_lab.models import transformers_layout, vit, vivit  # The models import hub: not at this module's top.
+  from vit_jax_lab.models import vit, vivit  # The models import hub: not at this module's top.
+  from vit_jax_lab.tools import pretrained
 
   weights = hub.read(path)
-  image = (
-    weights.layout in vit.ViT.pretrained() and weights.config.get('model_type') not in transformers_layout.VIDEO_TYPES
-  )
+  image = pretrained.input_kind(path, weights) == 'image'
   family = vit.ViT if image else vivit.ViViT
   reader = hub.reader(weights.layout)
   options = (reader.vit_options if image else reader.vivit_options)(weights.config, weights.tensors)

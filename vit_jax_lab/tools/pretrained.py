@@ -382,10 +382,11 @@ def kind_of(path: str) -> str:
   """What the folder's model reads, 'image', 'video' or 'text' (Marian), from its config.json and tensor names
   alone: the inputs are checked before any weight is read."""
   with hub.config_values(path, '--pretrained'):
-    return _kind(path, hub.read(path))
+    return input_kind(path, hub.read(path))
 
 
-def _kind(path: str, weights: hub.HubWeights) -> str:
+def input_kind(path: str, weights: hub.HubWeights) -> str:
+  """'text' for a Marian folder, 'video' for a video classifier or backbone (the ViViT reads it), else 'image'."""
   if weights.layout in seq2seq.Transformer.pretrained():
     return 'text'
   image, video = weights.layout in vit.ViT.pretrained(), weights.layout in vivit.ViViT.pretrained()
@@ -396,5 +397,5 @@ def _kind(path: str, weights: hub.HubWeights) -> str:
 
 def _load_hub(path: str, top_k: int) -> Predictor:
   weights = hub.read(path)
-  kind = _kind(path, weights)
+  kind = input_kind(path, weights)
   return load_marian(path, weights) if kind == 'text' else _folder_predictor(path, weights, top_k, kind)
