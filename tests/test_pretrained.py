@@ -664,6 +664,29 @@ def test_a_transformers_4_folder_and_a_whole_clip_model_read_their_image_tower(t
   ]
 
 
+def test_every_transformers_config_field_is_read_shown_by_the_tensors_or_neutral(tmp_path):
+  """Never guessed: each field of the image configs transformers 5.24 writes (transformers_fields.json, made by
+  make_references.py fields) has a stated handling; a field of another model is one line, and a neutral one
+  (dropout, DINOv3's training-time position augmentation) changes nothing."""
+  fields = json.load(open(os.path.join(DATA, 'transformers_fields.json')))
+  assert fields.pop('transformers') == '5.24.0' and len(fields) == 10
+  missing = {f for names in fields.values() for f in names} - set(transformers_layout.CONFIG_FIELDS)
+  assert not missing, missing
+  for row, change, where in [
+    ('hf_dinov2', {'use_rope_2d': True}, ''),
+    ('hf_siglip2_cls', {'vision_config': {'num_patches': 16, 'patch_size': 8, 'qk_norm': True}}, "'s vision_config"),
+  ]:
+    weights = hub.read(os.path.join(DATA, row))
+    with pytest.raises(ConfigError) as e:
+      transformers_layout.vit_options(weights.config | change, weights.tensors)
+    key = next(iter(change)) if not where else 'qk_norm'
+    assert f'config.json{where} has {key}, a field of another model' in one_line(e)
+  weights = hub.read(os.path.join(DATA, 'hf_dinov3'))
+  neutral = dict(pos_embed_shift=0.1, pos_embed_jitter=0.2, attention_dropout=0.3, drop_path_rate=0.1, top_k=5)
+  options = transformers_layout.vit_options(weights.config | neutral, weights.tensors)
+  assert options == transformers_layout.vit_options(weights.config, weights.tensors)
+
+
 def test_transformers_refusals_are_one_line(tmp_path):
   folder = copy_row(tmp_path, 'hf_dinov2')
   config_path = os.path.join(folder, 'config.json')

@@ -323,6 +323,57 @@ def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[
   return flat | {short: get(short) for short in names if short not in used}, origin
 
 
+# Every field of transformers 5.24's image configs read here (ViT, DINOv2 (with registers), CLIP, SigLIP (2), DINOv3
+# and the CLIP / SigLIP (2) two-tower configs around them) and of transformers 4's PretrainedConfig, which older
+# folders repeat, by how a folder's value is met, so that none is guessed (as timm_layout.MODEL_ARGS): 'read'
+# (image_config, vit_options, preprocessing), 'tensors' (what it changes shows in the tensor names and shapes, each
+# of which is read or refused), 'neutral' (training, initialisation, outputs or generation only: evaluation of the
+# image tower computes the same). A field not listed (another model, a newer transformers) is one line.
+_READ, _TENSORS, _NEUTRAL = 'read', 'tensors', 'neutral'
+CONFIG_FIELDS = {
+  **dict.fromkeys(('model_type', 'architectures', 'vision_config', 'text_config', 'id2label', 'label2id'), _READ),
+  **dict.fromkeys(('hidden_act', 'layer_norm_eps', 'image_size', 'patch_size', 'num_channels', 'num_patches'), _READ),
+  **dict.fromkeys(('num_attention_heads', 'rope_theta', 'layerscale_value', 'use_swiglu_ffn', 'use_gated_mlp'), _READ),
+  'pooler_act': _READ,
+  **dict.fromkeys(
+    ('hidden_size', 'num_hidden_layers', 'intermediate_size', 'mlp_ratio', 'num_register_tokens'), _TENSORS
+  ),
+  **dict.fromkeys(('qkv_bias', 'query_bias', 'key_bias', 'value_bias', 'proj_bias', 'mlp_bias'), _TENSORS),
+  **dict.fromkeys(('pooler_output_size', 'projection_dim', 'vision_use_head', 'use_mask_token'), _TENSORS),
+  # Dropout and initialisation; DINOv3's position augmentation (training only); the Backbone class's feature maps;
+  # SimMIM's decoder stride; CLIP's logit scale (the text tower's side).
+  **dict.fromkeys(('hidden_dropout_prob', 'attention_probs_dropout_prob', 'attention_dropout', 'dropout'), _NEUTRAL),
+  **dict.fromkeys(('initializer_range', 'initializer_factor', 'drop_path_rate', 'logit_scale_init_value'), _NEUTRAL),
+  **dict.fromkeys(('pos_embed_shift', 'pos_embed_jitter', 'pos_embed_rescale', 'encoder_stride'), _NEUTRAL),
+  **dict.fromkeys(('apply_layernorm', 'reshape_hidden_states', 'stage_names', 'out_features', 'out_indices'), _NEUTRAL),
+  # PretrainedConfig's own (transformers 4 and 5): outputs, bookkeeping, tokens and generation of text models.
+  **dict.fromkeys(
+    (
+      '_name_or_path _commit_hash _attn_implementation_autoset transformers_version dtype torch_dtype use_bfloat16 '
+      'return_dict output_hidden_states output_attentions torchscript tf_legacy_loss pruned_heads problem_type '
+      'chunk_size_feed_forward is_encoder_decoder is_decoder cross_attention_hidden_size add_cross_attention '
+      'tie_encoder_decoder tie_word_embeddings finetuning_task tokenizer_class prefix task_specific_params '
+      'bos_token_id pad_token_id eos_token_id sep_token_id decoder_start_token_id max_length min_length do_sample '
+      'early_stopping num_beams num_beam_groups diversity_penalty temperature top_k top_p typical_p '
+      'repetition_penalty length_penalty no_repeat_ngram_size encoder_no_repeat_ngram_size bad_words_ids '
+      'num_return_sequences output_scores return_dict_in_generate forced_bos_token_id forced_eos_token_id '
+      'remove_invalid_values exponential_decay_length_penalty suppress_tokens begin_suppress_tokens '
+      'text_config_dict vision_config_dict'
+    ).split(),
+    _NEUTRAL,
+  ),
+}
+
+
+def _refuse_unknown(config: dict[str, Any], where: str) -> None:
+  for key in config:
+    if key not in CONFIG_FIELDS:
+      raise ConfigError(
+        f'init_from: the transformers config.json{where} has {errors.foreign(key, 60)}, a field of another model or '
+        'a newer transformers that our ViT does not read'
+      )
+
+
 def image_config(config: dict[str, Any]) -> dict[str, Any]:
   """The image tower's config: a whole two-tower model's `vision_config` (with its model_type), else config.json's,
   its model_type's defaults filled in."""
@@ -331,9 +382,11 @@ def image_config(config: dict[str, Any]) -> dict[str, Any]:
     raise ConfigError(
       f"init_from: a transformers model_type={model_type!r} is a video model: read it into model.name='vivit'"
     )
+  _refuse_unknown(config, '')
   if model_type in TWO_TOWERS:
     config = {'model_type': TWO_TOWERS[model_type]} | (config.get('vision_config') or {})
     model_type = config['model_type']
+    _refuse_unknown(config, "'s vision_config")
   if model_type not in MODEL_TYPES:
     raise ConfigError(
       f'init_from: a transformers model_type={model_type!r} is not read into the ViT; read: '

@@ -17,7 +17,8 @@ folders' weights loaded by the library; and for the video
 rows two PNG-coded clips and their probabilities from the folder's video processor (predict_video_references; PyAV
 18.1 in that environment too).
 
-`... make_references.py tests/data/pretrained resize` writes predict/resize.npz (resize_references: Pillow 13.0.0,
+`... make_references.py tests/data/pretrained fields` writes transformers_fields.json (IMAGE_CONFIGS: each config's
+fields); `... resize` writes predict/resize.npz (resize_references: Pillow 13.0.0,
 torchvision 0.28).
 
 `... make_references.py tests/data/pretrained export DIR` writes export/timm_logits_NAME.npy: timm's logits on
@@ -629,7 +630,31 @@ def resize_references(out: str) -> None:
   print(len(cases), 'resize cases')
 
 
+# The image configs transformers_layout reads (model_type -> config class): their fields, for
+# test_every_transformers_config_field_is_read_shown_by_the_tensors_or_neutral.
+IMAGE_CONFIGS = {
+  'vit': 'ViTConfig',
+  'dinov2': 'Dinov2Config',
+  'dinov2_with_registers': 'Dinov2WithRegistersConfig',
+  'clip_vision_model': 'CLIPVisionConfig',
+  'siglip_vision_model': 'SiglipVisionConfig',
+  'siglip2_vision_model': 'Siglip2VisionConfig',
+  'dinov3_vit': 'DINOv3ViTConfig',
+  'clip': 'CLIPConfig',
+  'siglip': 'SiglipConfig',
+  'siglip2': 'Siglip2Config',
+}
+
+
+def config_fields(out: str) -> None:
+  fields = {name: sorted(getattr(transformers, c)().to_dict()) for name, c in IMAGE_CONFIGS.items()}
+  with open(os.path.join(out, 'transformers_fields.json'), 'w') as f:
+    json.dump({'transformers': transformers.__version__} | fields, f, indent=1)
+
+
 def main(out: str, only: list[str]) -> None:
+  if only[:1] == ['fields']:
+    return config_fields(out)
   if only[:1] == ['resize']:
     return resize_references(out)
   if only[:1] == ['predict']:
