@@ -17,7 +17,7 @@ from flax import nnx
 from conftest import load_config
 from vit_jax_lab import checkpoints, hub, models, tasks, train
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.models import layers, release, timm_layout, tracker, transformers_layout, vit, vivit
+from vit_jax_lab.models import layers, release, timm_layout, tracker, transformers_layout, vit, vivit, vjepa2_layout
 from vit_jax_lab.tools import hub_benchmark
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'pretrained')
@@ -665,13 +665,20 @@ def test_a_transformers_4_folder_and_a_whole_clip_model_read_their_image_tower(t
 
 
 def test_every_transformers_config_field_is_read_shown_by_the_tensors_or_neutral(tmp_path):
-  """Never guessed: each field of the image configs transformers 5.24 writes (transformers_fields.json, made by
-  make_references.py fields) has a stated handling; a field of another model is one line, and a neutral one
+  """Never guessed: each field of the image and video configs transformers 5.24 writes (transformers_fields.json,
+  made by make_references.py fields) has a stated handling; a field of another model is one line, and a neutral one
   (dropout, DINOv3's training-time position augmentation) changes nothing."""
   fields = json.load(open(os.path.join(DATA, 'transformers_fields.json')))
-  assert fields.pop('transformers') == '5.24.0' and len(fields) == 10
-  missing = {f for names in fields.values() for f in names} - set(transformers_layout.CONFIG_FIELDS)
-  assert not missing, missing
+  assert fields.pop('transformers') == '5.24.0' and len(fields) == 13
+  known = {'vivit': transformers_layout.VIDEO_FIELDS, 'videomae': transformers_layout.VIDEO_FIELDS}
+  known['vjepa2'] = vjepa2_layout.CONFIG_FIELDS
+  for model_type, names in fields.items():
+    missing = set(names) - set(known.get(model_type, transformers_layout.CONFIG_FIELDS))
+    assert not missing, (model_type, missing)
+  for row in ('hf_videomae', 'hf_vjepa2'):
+    weights = hub.read(os.path.join(DATA, row))
+    with pytest.raises(ConfigError, match='config.json has use_rope, a field of another model'):
+      hub.reader(weights.layout).vivit_options(weights.config | {'use_rope': True}, weights.tensors)
   for row, change, where in [
     ('hf_dinov2', {'use_rope_2d': True}, ''),
     ('hf_siglip2_cls', {'vision_config': {'num_patches': 16, 'patch_size': 8, 'qk_norm': True}}, "'s vision_config"),

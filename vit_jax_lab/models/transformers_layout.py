@@ -330,8 +330,23 @@ def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[
 # of which is read or refused), 'neutral' (training, initialisation, outputs or generation only: evaluation of the
 # image tower computes the same). A field not listed (another model, a newer transformers) is one line.
 _READ, _TENSORS, _NEUTRAL = 'read', 'tensors', 'neutral'
-CONFIG_FIELDS = {
-  **dict.fromkeys(('model_type', 'architectures', 'vision_config', 'text_config', 'id2label', 'label2id'), _READ),
+# PretrainedConfig's own (transformers 4 and 5): outputs, bookkeeping, tokens and generation of text models.
+BASE_FIELDS = dict.fromkeys(
+  (
+    '_name_or_path _commit_hash _attn_implementation_autoset transformers_version dtype torch_dtype use_bfloat16 '
+    'return_dict output_hidden_states output_attentions torchscript tf_legacy_loss pruned_heads problem_type '
+    'chunk_size_feed_forward is_encoder_decoder is_decoder cross_attention_hidden_size add_cross_attention '
+    'tie_encoder_decoder tie_word_embeddings finetuning_task tokenizer_class prefix task_specific_params '
+    'bos_token_id pad_token_id eos_token_id sep_token_id decoder_start_token_id max_length min_length do_sample '
+    'early_stopping num_beams num_beam_groups diversity_penalty temperature top_k top_p typical_p '
+    'repetition_penalty length_penalty no_repeat_ngram_size encoder_no_repeat_ngram_size bad_words_ids '
+    'num_return_sequences output_scores return_dict_in_generate forced_bos_token_id forced_eos_token_id '
+    'remove_invalid_values exponential_decay_length_penalty suppress_tokens begin_suppress_tokens'
+  ).split(),
+  _NEUTRAL,
+) | dict.fromkeys(('model_type', 'architectures', 'id2label', 'label2id'), _READ)
+CONFIG_FIELDS = BASE_FIELDS | {
+  **dict.fromkeys(('vision_config', 'text_config'), _READ),
   **dict.fromkeys(('hidden_act', 'layer_norm_eps', 'image_size', 'patch_size', 'num_channels', 'num_patches'), _READ),
   **dict.fromkeys(('num_attention_heads', 'rope_theta', 'layerscale_value', 'use_swiglu_ffn', 'use_gated_mlp'), _READ),
   'pooler_act': _READ,
@@ -346,31 +361,29 @@ CONFIG_FIELDS = {
   **dict.fromkeys(('initializer_range', 'initializer_factor', 'drop_path_rate', 'logit_scale_init_value'), _NEUTRAL),
   **dict.fromkeys(('pos_embed_shift', 'pos_embed_jitter', 'pos_embed_rescale', 'encoder_stride'), _NEUTRAL),
   **dict.fromkeys(('apply_layernorm', 'reshape_hidden_states', 'stage_names', 'out_features', 'out_indices'), _NEUTRAL),
-  # PretrainedConfig's own (transformers 4 and 5): outputs, bookkeeping, tokens and generation of text models.
-  **dict.fromkeys(
-    (
-      '_name_or_path _commit_hash _attn_implementation_autoset transformers_version dtype torch_dtype use_bfloat16 '
-      'return_dict output_hidden_states output_attentions torchscript tf_legacy_loss pruned_heads problem_type '
-      'chunk_size_feed_forward is_encoder_decoder is_decoder cross_attention_hidden_size add_cross_attention '
-      'tie_encoder_decoder tie_word_embeddings finetuning_task tokenizer_class prefix task_specific_params '
-      'bos_token_id pad_token_id eos_token_id sep_token_id decoder_start_token_id max_length min_length do_sample '
-      'early_stopping num_beams num_beam_groups diversity_penalty temperature top_k top_p typical_p '
-      'repetition_penalty length_penalty no_repeat_ngram_size encoder_no_repeat_ngram_size bad_words_ids '
-      'num_return_sequences output_scores return_dict_in_generate forced_bos_token_id forced_eos_token_id '
-      'remove_invalid_values exponential_decay_length_penalty suppress_tokens begin_suppress_tokens '
-      'text_config_dict vision_config_dict'
-    ).split(),
-    _NEUTRAL,
-  ),
+  **dict.fromkeys(('text_config_dict', 'vision_config_dict'), _NEUTRAL),  # transformers 4's CLIP: copies.
+}
+# The same for the video classifiers read into the ViViT (ViViT, VideoMAE; vjepa2_layout.CONFIG_FIELDS V-JEPA 2's).
+VIDEO_FIELDS = BASE_FIELDS | {
+  **dict.fromkeys(('image_size', 'num_frames', 'tubelet_size', 'patch_size', 'num_channels'), _READ),
+  **dict.fromkeys(('num_attention_heads', 'hidden_act', 'layer_norm_eps', 'use_mean_pooling'), _READ),
+  **dict.fromkeys(('hidden_size', 'num_hidden_layers', 'intermediate_size', 'qkv_bias', 'qv_bias'), _TENSORS),
+  **dict.fromkeys(('pooler_output_size', 'pooler_act'), _TENSORS),  # ViViT's pooler: its tensors are refused.
+  **dict.fromkeys(('hidden_dropout_prob', 'attention_probs_dropout_prob', 'initializer_range'), _NEUTRAL),
+  # VideoMAE's pretraining decoder and loss.
+  **dict.fromkeys(('decoder_num_attention_heads', 'decoder_hidden_size', 'decoder_num_hidden_layers'), _NEUTRAL),
+  **dict.fromkeys(('decoder_intermediate_size', 'norm_pix_loss'), _NEUTRAL),
 }
 
 
-def _refuse_unknown(config: dict[str, Any], where: str) -> None:
+def refuse_unknown(config: dict[str, Any], fields: Mapping[str, str], where: str = '') -> None:
+  """A config.json field that `fields` does not list is one line (a model, or a transformers, this reader does not
+  know)."""
   for key in config:
-    if key not in CONFIG_FIELDS:
+    if key not in fields:
       raise ConfigError(
         f'init_from: the transformers config.json{where} has {errors.foreign(key, 60)}, a field of another model or '
-        'a newer transformers that our ViT does not read'
+        'a newer transformers that this reader does not know'
       )
 
 
@@ -382,11 +395,11 @@ def image_config(config: dict[str, Any]) -> dict[str, Any]:
     raise ConfigError(
       f"init_from: a transformers model_type={model_type!r} is a video model: read it into model.name='vivit'"
     )
-  _refuse_unknown(config, '')
+  refuse_unknown(config, CONFIG_FIELDS)
   if model_type in TWO_TOWERS:
     config = {'model_type': TWO_TOWERS[model_type]} | (config.get('vision_config') or {})
     model_type = config['model_type']
-    _refuse_unknown(config, "'s vision_config")
+    refuse_unknown(config, CONFIG_FIELDS, "'s vision_config")
   if model_type not in MODEL_TYPES:
     raise ConfigError(
       f'init_from: a transformers model_type={model_type!r} is not read into the ViT; read: '
@@ -505,6 +518,7 @@ def video_config(config: dict[str, Any]) -> dict[str, Any]:
     raise ConfigError(
       f'init_from: a transformers model_type={model_type!r} is not read into the ViViT; read: {", ".join(VIDEO_TYPES)}'
     )
+  refuse_unknown(config, VIDEO_FIELDS)
   config = VIDEO_TYPES[model_type] | {k: v for k, v in config.items() if v is not None}
   if not config.get('use_mean_pooling', True):
     raise ConfigError(

@@ -56,9 +56,24 @@ def _linear(weight: np.ndarray, bias: np.ndarray | None) -> dict[str, np.ndarray
   return {'kernel': weight.T, 'bias': np.zeros(weight.shape[0], weight.dtype) if bias is None else bias}
 
 
+# Every field of transformers 5.24's VJEPA2Config, as transformers_layout.CONFIG_FIELDS: read, shown by the tensors
+# or neutral (dropout, initialisation, the predictor, which is left out); another is one line.
+CONFIG_FIELDS = transformers_layout.BASE_FIELDS | {
+  **dict.fromkeys(('patch_size', 'crop_size', 'frames_per_clip', 'tubelet_size', 'in_chans'), 'read'),
+  **dict.fromkeys(('num_attention_heads', 'hidden_act', 'layer_norm_eps'), 'read'),
+  **dict.fromkeys(('hidden_size', 'num_hidden_layers', 'mlp_ratio', 'qkv_bias', 'num_pooler_layers'), 'tensors'),
+  **dict.fromkeys(
+    ('drop_path_rate', 'attention_probs_dropout_prob', 'attention_dropout', 'initializer_range'), 'neutral'
+  ),
+  **dict.fromkeys(('pred_hidden_size', 'pred_num_attention_heads', 'pred_num_hidden_layers'), 'neutral'),
+  **dict.fromkeys(('pred_num_mask_tokens', 'pred_zero_init_mask_tokens', 'pred_mlp_ratio'), 'neutral'),
+}
+
+
 def vivit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
   """The ViViT constructor keys of a V-JEPA 2 folder (config.json and tensor shapes), with `input_shape` (frames,
   height, width, channels: frames_per_clip and crop_size) and `num_classes` (0: a backbone without a classifier)."""
+  transformers_layout.refuse_unknown(config, CONFIG_FIELDS)
   config = DEFAULTS | {k: v for k, v in config.items() if v is not None}
   names = _names(tensors)
 

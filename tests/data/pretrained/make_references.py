@@ -630,7 +630,7 @@ def resize_references(out: str) -> None:
   print(len(cases), 'resize cases')
 
 
-# The image configs transformers_layout reads (model_type -> config class): their fields, for
+# The image and video configs transformers_layout and vjepa2_layout read (model_type -> config class): their fields, for
 # test_every_transformers_config_field_is_read_shown_by_the_tensors_or_neutral.
 IMAGE_CONFIGS = {
   'vit': 'ViTConfig',
@@ -643,6 +643,9 @@ IMAGE_CONFIGS = {
   'clip': 'CLIPConfig',
   'siglip': 'SiglipConfig',
   'siglip2': 'Siglip2Config',
+  'vivit': 'VivitConfig',
+  'videomae': 'VideoMAEConfig',
+  'vjepa2': 'VJEPA2Config',
 }
 
 
