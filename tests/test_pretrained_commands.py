@@ -66,28 +66,35 @@ PREDICT_ROWS = (
 IMAGES = {'image.png': '', 'image_large.png': '_large', 'image_wide.png': '_wide'}
 
 
-@pytest.mark.parametrize('image', IMAGES)
+@pytest.mark.parametrize('images', [('image.png',), ('image_large.png', 'image_wide.png')])
 @pytest.mark.parametrize('row', PREDICT_ROWS)
-def test_predict_pretrained_gives_the_librarys_probabilities(row, image, tmp_path, capsys):
+def test_predict_pretrained_gives_the_librarys_probabilities(row, images, tmp_path, capsys):
   """clip_ft: a CLIP tower fine-tuned into a classifier (tag laion2b_ft_in12k_in1k): its head classifies; the clip
   row's (tag openai) is CLIP's projection (test_predict_pretrained_without_a_head_is_one_line). rope_*: timm's
   RoPE ViTs (the SBB one normalised by mean and std 0.5); dinov3 and eva02_*: rotary (EVA-02's 28 x 28, so that
   image.png is resized too); hf_dinov2_*: the linear probes, through BitImageProcessor (bicubic, to 42 x 42);
   hf_siglip*_cls: SigLIP's classifiers, SigLIP 2's NaFlex reading image_wide.png (24 x 64) at a 2 x 6 patch grid.
-  Pillow resizes timm's inputs, torchvision transformers' (tools.pretrained.pil_resize)."""
-  large = image != 'image.png'
-  reference = np.load(os.path.join(DATA, 'predict', f'{row}{IMAGES[image]}.npy'))[0]
+  Pillow resizes timm's inputs, torchvision transformers' (tools.pretrained.pil_resize). image.png through a timm
+  folder at crop_pct 1, the others at the folder's own."""
+  large = images != ('image.png',)
   out = str(tmp_path / 'out.jsonl')
-  folder, path = _folder(tmp_path, row, None if large else 1.0), os.path.join(DATA, 'predict', image)
-  assert predict.main(['--pretrained', folder, path, '--top_k', '10', '--out', out]) == 0
-  (line,) = [json.loads(x) for x in open(out)]
+  paths = [os.path.join(DATA, 'predict', image) for image in images]
+  assert (
+    predict.main(
+      ['--pretrained', _folder(tmp_path, row, None if large else 1.0), *paths, '--top_k', '10', '--out', out]
+    )
+    == 0
+  )
+  resized = len(images) if large or row.startswith(('eva02', 'hf_dinov2')) else 0  # Models at 28 and 42 pixels.
+  err = capsys.readouterr().err
+  assert (f'note: {resized} inputs resized' in err) if resized else 'resized' not in err
   names = [f'LABEL_{i}' if row.startswith('hf_') else f'class {i}' for i in range(10)]
-  ours = np.array([dict(line['top_k'])[name] for name in names])
-  resized = large or row.startswith(('eva02', 'hf_dinov2'))  # Models at 28 x 28 and 42 x 42.
-  assert ('resized' in capsys.readouterr().err) == resized
-  print(f'{row} {image}: max |ours - library| probability {np.max(np.abs(ours - reference)):.2e}')
-  np.testing.assert_allclose(ours, reference, atol=1e-6, rtol=0)
-  assert [label for label, _ in line['top_k']] == [names[i] for i in np.argsort(-reference)]
+  for image, line in zip(images, [json.loads(x) for x in open(out)], strict=True):
+    reference = np.load(os.path.join(DATA, 'predict', f'{row}{IMAGES[image]}.npy'))[0]
+    ours = np.array([dict(line['top_k'])[name] for name in names])
+    print(f'{row} {image}: max |ours - library| probability {np.max(np.abs(ours - reference)):.2e}')
+    np.testing.assert_allclose(ours, reference, atol=1e-6, rtol=0)
+    assert [label for label, _ in line['top_k']] == [names[i] for i in np.argsort(-reference)]
 
 
 def test_predict_pretrained_preprocessing_follows_the_folder():
