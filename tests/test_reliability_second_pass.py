@@ -103,12 +103,17 @@ def faulty_workdir(tmp_path, source: str, fault: str) -> tuple[list[str], dict]:
   elif fault == 'data_dir a file':
     data_dir = str(tmp_path / 'file')
     open(data_dir, 'w').close()
-  elif fault == 'truncated train records':
+  elif fault.startswith('truncated train records'):
     data_dir = str(tmp_path / 'tfds')
     shutil.copytree(source, data_dir)
     prepared = os.path.join(data_dir, 'digits', '1.0.0')
     records = os.path.join(prepared, next(f for f in os.listdir(prepared) if 'train.tfrecord' in f))
-    os.truncate(records, os.path.getsize(records) // 2)
+    size = os.path.getsize(records) // 2
+    if fault.endswith('between two records'):  # Each record: a length (8 bytes), its CRC (4), data, its CRC (4).
+      size, data = 0, open(records, 'rb').read()
+      while size < len(data) // 2:
+        size += 16 + int.from_bytes(data[size : size + 8], 'little')
+    os.truncate(records, size)
   else:
     name, kind = fault.split(' a ')
     os.makedirs(workdir)
@@ -124,6 +129,10 @@ def faulty_workdir(tmp_path, source: str, fault: str) -> tuple[list[str], dict]:
     ('JAX_NUM_CPU_DEVICES=abc', 'JAX_NUM_CPU_DEVICES=abc in the environment is not a valid value for JAX'),
     ('data_dir a file', 'file, not a folder: name the folder that holds'),
     ('truncated train records', 'the prepared data of digits in .*/digits/1.0.0 is damaged .*: delete .* run again'),
+    (
+      'truncated train records between two records',  # TFDS counts the examples: a FailedPreconditionError.
+      'the prepared data of digits in .*/digits/1.0.0 is damaged .*expected to contain .*: delete .* run again',
+    ),
     ('metrics.jsonl a folder', 'metrics.jsonl is a folder where the run keeps its metrics.jsonl file'),
     ('tensorboard a file', 'tensorboard is a file where the run keeps its tensorboard folder'),
     ('checkpoints a file', 'checkpoints is a file where the run keeps its checkpoints folder'),

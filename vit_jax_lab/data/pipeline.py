@@ -46,15 +46,18 @@ load = builders.load  # The tf.data backend reads what the TF-free loader finds 
 @contextlib.contextmanager
 def _readable(builder: tfds.core.DatasetBuilder) -> Iterator[None]:
   """A prepared record file cut short or corrupted (a full disk or a crash while it was written, a bad copy) is a
-  ConfigError naming the dataset and the fix, not TensorFlow's DataLossError."""
+  ConfigError naming the dataset and the fix, not TensorFlow's DataLossError (or, for a file cut between two records,
+  TFDS's count of the examples it read, a FailedPreconditionError)."""
   try:
     yield
-  except tf.errors.DataLossError as e:
+  except (tf.errors.DataLossError, tf.errors.FailedPreconditionError) as e:
+    if isinstance(e, tf.errors.FailedPreconditionError) and 'was expected to contain' not in e.message:
+      raise
     if isinstance(builder, folder.Folder) or builders.is_builtin(builder.name):
       fix = f'delete {builder.data_dir} and run again: it is prepared anew'
     else:
       fix = f'rebuild it (`tfds build {builder.name} --data_dir DIR`) or delete {builder.data_dir} and build it again'
-    reason = re.sub(r'^\{\{.*?\}\}\s*|\s*\[Op:.*$', '', e.message.splitlines()[0])[:120]
+    reason = re.sub(r'^\{\{.*?\}\}\s*|\s*\[Op:.*$', '', e.message.splitlines()[0]).replace("'", '')[:120]
     where = f'{builder.name} in {builder.data_dir}'
     raise ConfigError(f'the prepared data of {where} is damaged ({reason}): {fix}') from None
 
