@@ -50,11 +50,15 @@ def test_command_draws_a_trained_digits_model(smoke_config, tmp_path, capsys):
   exif[0x0112] = 6
   Image.fromarray(pixels).save(photo, exif=exif.tobytes(), quality=95)
   assert attention_map.main(['--workdir', workdir, '--image', str(photo), '--out', out]) == 0
-  webp, cut = tmp_path / 'a.webp', tmp_path / 'cut.jpg'
-  Image.fromarray(pixels).save(webp)
+  webp, fake, cut = tmp_path / 'a.webp', tmp_path / 'fake.webp', tmp_path / 'cut.jpg'
+  Image.fromarray(pixels).save(webp)  # Read, as training and predict read it.
+  fake.write_text('not an image')
   cut.write_bytes(photo.read_bytes()[:300])
+  assert attention_map.main(['--workdir', workdir, '--image', str(webp), '--out', str(tmp_path / 'b.png')]) == 0
   capsys.readouterr()
-  assert attention_map.main(['--workdir', workdir, '--image', str(webp), '--out', str(tmp_path / 'b.png')]) == 2
-  assert capsys.readouterr().err.strip() == f'error: --image {webp}: not a JPEG or PNG file'
+  assert attention_map.main(['--workdir', workdir, '--image', str(fake), '--out', str(tmp_path / 'b2.png')]) == 2
+  assert (
+    capsys.readouterr().err.strip() == f'error: --image {fake}: not an image file (JPEG, PNG, WebP, BMP, GIF or TIFF)'
+  )
   assert attention_map.main(['--workdir', workdir, '--image', str(cut), '--out', str(tmp_path / 'c.png')]) == 2
   assert capsys.readouterr().err.strip().startswith(f'error: --image {cut}: a damaged image')

@@ -112,6 +112,25 @@ def test_undecodable_images_are_skipped_by_path_and_counted(tmp_path, capfd):
   assert info.num_train == 6 and 'train/ant/0.jpg' in examples(builder, 'train')
 
 
+def test_webp_bmp_gif_and_tiff_photos_are_stored_as_png_of_the_same_pixels(tmp_path):
+  """TensorFlow decodes JPEG and PNG: the other formats PIL reads are re-encoded as PNG when the folder is
+  prepared, lossless, so that training sees their pixels."""
+  image_tree(tmp_path / 'p', per_class=2)
+  pixels = np.random.default_rng(0).integers(0, 256, (6, 5, 3), np.uint8)
+  for name in ('w.webp', 'b.bmp', 'g.gif', 't.tif'):
+    image = Image.fromarray(pixels)
+    (image.convert('P', palette=Image.Palette.ADAPTIVE) if name.endswith('gif') else image).save(
+      tmp_path / 'p/train/ant' / name, lossless=True
+    )
+  builder, info = pipeline.load(folder_config(tmp_path / 'p', tmp_path / 'tfds').data, data_info.label_info)
+  assert info.num_train == 10
+  stored = examples(builder, 'train')
+  for name in ('w.webp', 'b.bmp', 't.tif'):
+    np.testing.assert_array_equal(stored[f'train/ant/{name}']['image'], pixels, err_msg=name)
+  gif = np.asarray(Image.open(tmp_path / 'p/train/ant/g.gif').convert('RGB'))  # GIF's palette: PIL's pixels.
+  np.testing.assert_array_equal(stored['train/ant/g.gif']['image'], gif)
+
+
 def test_a_folder_is_prepared_again_only_when_its_files_change(tmp_path, capsys):
   image_tree(tmp_path / 'p', per_class=2)
   config = folder_config(tmp_path / 'p', tmp_path / 'tfds')

@@ -122,13 +122,21 @@ def test_unreadable_files_are_one_line_each_and_the_rest_is_predicted(digits_run
   assert predict.main(['--workdir', digits_run[0], str(folder)]) == 2
   captured = capsys.readouterr()
   errors = [line for line in captured.err.splitlines() if line.startswith('error: ')]
-  assert len(errors) == 2 and 'a_text.png: not a JPEG or PNG file' in errors[0] and 'b_cut.png' in errors[1]
+  assert len(errors) == 2 and 'a_text.png: not an image file (JPEG, PNG, WebP' in errors[0] and 'b_cut.png' in errors[1]
   lines = [json.loads(line) for line in captured.out.splitlines()]
   assert [line['input'] for line in lines] == [str(folder / 'a_text.png'), str(folder / 'b_cut.png'), good]
   assert 'error' in lines[0] and 'error' in lines[1] and len(lines[2]['top_k']) == 5
-  Image.open(good).save(folder / 'd.webp')  # Another format: left out of a folder, and said so.
-  assert predict.main(['--workdir', digits_run[0], str(folder)]) == 2
-  assert f'{folder}: 1 images not JPEG or PNG left out, e.g. {folder}/d.webp' in capsys.readouterr().err
+  # WebP, BMP, GIF and TIFF are read as the same pixels (re-encoded as PNG, as training stores them); a format no
+  # decoder here reads is left out of a folder, and said so.
+  for other in ('d.webp', 'e.bmp', 'f.gif', 'g.tiff'):
+    Image.open(good).save(folder / other, lossless=True)  # WebP's lossless mode; the others are.
+  (folder / 'h.heic').write_bytes(b'')
+  assert predict.main(['--workdir', digits_run[0], str(folder), '--top_k', '10']) == 2
+  captured = capsys.readouterr()
+  assert f'{folder}: 1 images of formats not read left out, e.g. {folder}/h.heic' in captured.err
+  lines = {json.loads(line)['input']: json.loads(line).get('top_k') for line in captured.out.splitlines()}
+  for other in ('d.webp', 'e.bmp', 'f.gif', 'g.tiff'):
+    assert lines[str(folder / other)] == lines[good], other
 
 
 @pytest.mark.slow
@@ -155,7 +163,7 @@ def test_mistakes_are_one_line(digits_run, digit_files, data_dir, tmp_path, caps
   cases = [
     (['--workdir', str(tmp_path), png], 'has no config.json'),
     (['--workdir', workdir, str(tmp_path / 'missing.png')], 'no such file'),
-    (['--workdir', workdir, str(tmp_path / 'notes.txt')], 'is not a JPEG or PNG image'),
+    (['--workdir', workdir, str(tmp_path / 'notes.txt')], 'is not an image (JPEG, PNG, WebP, BMP, GIF or TIFF)'),
     (['--workdir', workdir, str(tmp_path / 'clip.mp4')], 'is a video, and this model reads images'),
     (['--workdir', workdir, '--lines', str(tmp_path / 'notes.txt')], 'reads images, not text'),
     (['--workdir', workdir, png, '--top_k', '0'], '--top_k=0'),

@@ -19,7 +19,7 @@ def decode_problem(data: bytes, channels: int = 3) -> tuple[tuple[int, ...], str
   JPEG data": a JPEG cut short, decoded with its missing rows grey) and TensorFlow logs some of them: a test decode
   takes them off the terminal and makes the file damaged; any other line is passed on."""
   if not data.startswith(JPEG_PNG):
-    return (), 'not a JPEG or PNG file'
+    return (), 'not an image file (JPEG, PNG, WebP, BMP, GIF or TIFF)'
   shape, error = (), None
   with console.captured_fd2() as lines:
     try:

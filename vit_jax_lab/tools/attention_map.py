@@ -140,7 +140,7 @@ def _input(s, args) -> tuple[np.ndarray, np.ndarray, int | None]:
   if args.image:
     if not os.path.exists(args.image):
       raise ConfigError(f'--image {args.image} does not exist')
-    try:  # As predict reads it: JPEG or PNG, turned upright as its EXIF says, checked before it is decoded.
+    try:  # As predict reads it: turned upright as its EXIF says, checked before it is decoded.
       data = predictors.read_input(predictors.Item(args.image, 'image', (args.image,)), s.info.input_shape[-1])
     except predictors.Unreadable as e:
       raise ConfigError(f'--image {e}') from None

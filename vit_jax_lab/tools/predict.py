@@ -9,9 +9,9 @@ python -m vit_jax_lab.tools.predict --config configs/vit/finetune.py:cifar10,B/1
 
 Every input goes through the run's own evaluation preprocessing (the task's `prepare` and `preprocess(train=False)`,
 as `train.evaluate` applies them): a video is scored by the mean logits of its eval_clips x eval_crops views. An
-image is a JPEG or PNG file; a video a folder of frames (natural order: 2.png before 10.png) or, with PyAV, a video
-file. A folder of images, or of videos, gives one JSON line per file: {"input": path, "top_k": [[label, p], ...]}
-({"input", "output"} for seq2seq). Labels are the class names of the run's dataset.
+image is a JPEG, PNG, WebP, BMP, GIF or TIFF file; a video a folder of frames (natural order: 2.png before 10.png)
+or, with PyAV, a video file. A folder of images, or of videos, gives one JSON line per file: {"input": path,
+"top_k": [[label, p], ...]} ({"input", "output"} for seq2seq). Labels are the class names of the run's dataset.
 
 python -m vit_jax_lab.tools.predict --pretrained vit_base_patch16_224.augreg_in21k_ft_in1k/ cat.jpg
 

@@ -39,7 +39,7 @@ JPEG_PNG = data_lib.JPEG_PNG
 _WORKERS = min(8, os.cpu_count() or 1)  # Threads reading and preprocessing inputs (TF works outside the GIL).
 
 
-OTHER_IMAGES = ('.webp', '.gif', '.bmp', '.tif', '.tiff', '.heic', '.avif')  # Left out of folders, with a note.
+OTHER_IMAGES = ('.heic', '.heif', '.avif', '.jxl')  # Photos no decoder here reads: left out of folders, with a note.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +75,8 @@ def fit(raw: tf.Tensor, data_config, input_shape: tuple[int, ...]) -> tuple[tf.T
 
 
 def _has(name: str, kind: str) -> bool:
-  """Whether a file name is an image ('image': JPEG or PNG) or a video file ('video'), by its extension (the file
-  kinds of folder datasets)."""
+  """Whether a file name is an image ('image': folder.IMAGE_FORMATS) or a video file ('video'), by its extension
+  (the file kinds of folder datasets)."""
   return name.lower().endswith(folder.IMAGE_EXTENSIONS if kind == 'image' else folder.VIDEO_EXTENSIONS)
 
 
@@ -131,9 +131,11 @@ def _file_item(kind: str, path: str) -> Item:
     )
     return Item(path, 'image', (path,))
   if _has(path, 'video'):
-    check(kind == 'video', f'{path} is a video, and this model reads images: give JPEG or PNG files')
+    check(kind == 'video', f'{path} is a video, and this model reads images: give image files ({folder.IMAGE_FORMATS})')
     return Item(path, 'video', (path,))
-  wanted = 'a JPEG or PNG image' if kind == 'image' else f'a video file ({" ".join(folder.VIDEO_EXTENSIONS)})'
+  wanted = (
+    f'an image ({folder.IMAGE_FORMATS})' if kind == 'image' else f'a video file ({" ".join(folder.VIDEO_EXTENSIONS)})'
+  )
   raise ConfigError(f'{path} is not {wanted} (by its extension)')
 
 
@@ -146,12 +148,15 @@ def _folder_items(kind: str, given: str) -> list[Item]:
   if kind == 'image':
     check(
       images or not videos,
-      f'{given} holds videos, and this model reads images: give a folder of JPEG or PNG files',
+      f'{given} holds videos, and this model reads images: give a folder of images ({folder.IMAGE_FORMATS})',
     )
     others = [f for _, files, _ in walked for f in files if f.lower().endswith(OTHER_IMAGES)]
-    check(images, f'{given} holds no JPEG or PNG images' + (f' ({len(others)} of other formats)' if others else ''))
-    if others:  # Training reads JPEG and PNG only, and so does prediction: said, not silently passed over.
-      console.say(f'{given}: {len(others)} images not JPEG or PNG left out, e.g. {errors.foreign(others[0])}')
+    check(
+      images,
+      f'{given} holds no images ({folder.IMAGE_FORMATS})' + (f' ({len(others)} of other formats)' if others else ''),
+    )
+    if others:  # Training reads the same formats, and so does prediction: said, not silently passed over.
+      console.say(f'{given}: {len(others)} images of formats not read left out, e.g. {errors.foreign(others[0])}')
     return [Item(path, 'image', (path,)) for path in images]
   frames_here = [f for f in walked[0][1] if _has(f, 'image')]
   if frames_here:
@@ -163,7 +168,7 @@ def _folder_items(kind: str, given: str) -> list[Item]:
       items.append(Item(root, 'frames', tuple(frames)))
     items += [Item(f, 'video', (f,)) for f in files if _has(f, 'video')]
   items += [Item(f, 'video', (f,)) for f in walked[0][1] if _has(f, 'video')]
-  check(items, f'{given} holds no videos: frame folders (JPEG or PNG frames) or video files')
+  check(items, f'{given} holds no videos: frame folders (image frames) or video files')
   return sorted(items, key=lambda item: folder.natural_key(item.name))
 
 
@@ -194,7 +199,7 @@ def read_input(item: Item, channels: int) -> Any:
   if item.form == 'image':
     raw = folder.upright(data(item.files[0]))  # A photo taken sideways, turned as its EXIF says, as in training.
     if not raw.startswith(JPEG_PNG):
-      raise Unreadable(f'{item.name}: not a JPEG or PNG file')
+      raise Unreadable(f'{item.name}: not an image file ({folder.IMAGE_FORMATS})')
     _check_image(raw, item.name, channels)
     return raw
   if item.form == 'video':
@@ -212,7 +217,7 @@ def read_input(item: Item, channels: int) -> Any:
   for path in item.files:
     raw = folder.upright(data(path))
     if not raw.startswith(JPEG_PNG):
-      raise Unreadable(f'{item.name}: frame {path} is not a JPEG or PNG file')
+      raise Unreadable(f'{item.name}: frame {path} is not an image file ({folder.IMAGE_FORMATS})')
     _check_image(raw, f'{item.name}: frame {path}', channels)
     try:
       frames.append(tf.io.decode_image(raw, channels=channels, expand_animations=False).numpy())

@@ -41,8 +41,10 @@ def read_video(path: str, channels: int) -> np.ndarray:
   """(T, H, W, channels) uint8 frames of a video file or a folder of images; one line for an empty or bad one."""
   check(os.path.exists(path), f'--video {path} does not exist: give a video file or a folder of frames')
   if os.path.isdir(path):
-    names = sorted((n for n in os.listdir(path) if n.lower().endswith(folder.IMAGE_EXTENSIONS)), key=folder.natural_key)
-    check(names, f'--video {path} holds no frames ({"/".join(folder.IMAGE_EXTENSIONS)} files)')
+    names = sorted(
+      (n for n in os.listdir(path) if n.lower().endswith(folder.JPEG_PNG_EXTENSIONS)), key=folder.natural_key
+    )
+    check(names, f'--video {path} holds no frames ({"/".join(folder.JPEG_PNG_EXTENSIONS)} files)')
     frames = [Image.open(os.path.join(path, n)) for n in names]
   else:
     av = folder._import_av(path)

@@ -44,7 +44,10 @@ from vit_jax_lab.errors import ConfigError, check
 PREFIX = 'folder:'  # data.name = PREFIX + the folder's path.
 TEST_PERCENT = 20  # Class folders at the top: the files whose path hashes below this percentage are `test`.
 EVAL_SPLITS = ('test', 'val')  # Folders (or .tsv files) besides train that are splits.
-IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png')  # Images and frames, compared in lower case.
+JPEG_PNG_EXTENSIONS = ('.jpg', '.jpeg', '.png')  # What TensorFlow decodes: a tracking benchmark's frames.
+# Images and frames, compared in lower case: the other formats are re-encoded as PNG where they are read (`upright`).
+IMAGE_EXTENSIONS = (*JPEG_PNG_EXTENSIONS, '.webp', '.bmp', '.gif', '.tif', '.tiff')
+IMAGE_FORMATS = 'JPEG, PNG, WebP, BMP, GIF or TIFF'
 VIDEO_EXTENSIONS = ('.mp4', '.avi', '.mov', '.mkv', '.webm')  # Video files, decoded with PyAV.
 LISTED = 50  # Skipped files listed by path after preparing; further ones are only counted.
 _WORKERS = 8  # Threads that read and check files while preparing (TF and PyAV decode outside the GIL).
@@ -150,7 +153,7 @@ class _Scan:
     items = self.class_folder(path, label, kind)
     check(
       items,
-      f'class folder {path} has no {"/".join(IMAGE_EXTENSIONS)} images or videos: add them, or remove the folder',
+      f'class folder {path} has no images ({IMAGE_FORMATS}) or videos: add them, or remove the folder',
     )
     if kind == 'videos' and any(not item.frames for item in items):
       _import_av(path)
@@ -295,10 +298,22 @@ EXIF_ORIENTATION = 0x0112  # The EXIF tag saying how a camera held sideways turn
 
 
 def upright(data: bytes) -> bytes:
-  """A JPEG's bytes with its EXIF orientation applied, as a phone's photo is meant to be seen (re-encoded at quality
-  95, the tag gone); an upright JPEG and every other file unchanged. TensorFlow's decoders ignore EXIF."""
+  """An image file's bytes as the pipelines decode them: a JPEG with its EXIF orientation applied, as a phone's
+  photo is meant to be seen (re-encoded at quality 95, the tag gone); a WebP, BMP, GIF (its first frame) or TIFF
+  re-encoded as PNG, which is lossless (TensorFlow decodes JPEG and PNG); an upright JPEG, a PNG and every other
+  file unchanged (the checks report what is not an image). TensorFlow's decoders ignore EXIF."""
   if not data.startswith(b'\xff\xd8'):
-    return data
+    if data.startswith(b'\x89PNG'):
+      return data
+    try:
+      with Image.open(io.BytesIO(data)) as image:
+        if image.format not in ('WEBP', 'BMP', 'GIF', 'TIFF'):
+          return data
+        out = io.BytesIO()
+        (image if image.mode in ('L', 'RGB') else image.convert('RGB')).save(out, 'PNG')
+        return out.getvalue()
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+      return data
   try:
     with Image.open(io.BytesIO(data)) as image:
       if image.getexif().get(EXIF_ORIENTATION, 1) == 1:
@@ -445,7 +460,7 @@ class Folder(tfds.core.GeneratorBasedBuilder):
       lines.append(f'skipped {len(skipped)} of {self._read} {unit} that do not decode{more}')
     if layout.ignored:
       lines.append(
-        f'ignored {len(layout.ignored)} file(s) that are neither {"/".join(IMAGE_EXTENSIONS)} images nor videos, '
+        f'ignored {len(layout.ignored)} file(s) that are neither images ({IMAGE_FORMATS}) nor videos, '
         f'e.g. {os.path.join(layout.root, layout.ignored[0])}'
       )
     return lines

@@ -31,7 +31,7 @@ from typing import Iterator, NamedTuple
 import numpy as np
 import tensorflow_datasets as tfds
 
-from vit_jax_lab.data.builders.folder import IMAGE_EXTENSIONS, natural_key
+from vit_jax_lab.data.builders.folder import JPEG_PNG_EXTENSIONS, natural_key
 from vit_jax_lab.errors import check
 
 FOLDERS = {'got10k': 'GOT-10k', 'lasot': 'LaSOT', 'otb100': 'OTB100', 'uav123': 'UAV123'}
@@ -98,8 +98,8 @@ def read_flags(path: str, count: int) -> np.ndarray:
 def frames_in(folder: str) -> list[str]:
   """The image files of a folder, in natural order; none is a ConfigError."""
   check(os.path.isdir(folder), f'{folder} is missing: each sequence needs its folder of frames')
-  names = sorted((n for n in os.listdir(folder) if n.lower().endswith(IMAGE_EXTENSIONS)), key=natural_key)
-  check(bool(names), f'{folder} has no frames ({"/".join(IMAGE_EXTENSIONS)}): add them or remove the sequence')
+  names = sorted((n for n in os.listdir(folder) if n.lower().endswith(JPEG_PNG_EXTENSIONS)), key=natural_key)
+  check(bool(names), f'{folder} has no frames ({"/".join(JPEG_PNG_EXTENSIONS)}): add them or remove the sequence')
   return [os.path.join(folder, n) for n in names]
 
 
