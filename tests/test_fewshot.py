@@ -166,6 +166,19 @@ def test_a_run_logs_few_shot_metrics_and_the_command_reproduces_them(smoke_confi
   assert 'not both' in capsys.readouterr().err
 
 
+def test_the_commands_flag_mistakes_name_the_flags_before_the_run_is_read(tmp_path, capsys):
+  """--shots, --draws and --batch_size, not the eval.fewshot.* keys they set, and before anything loads (the
+  workdir does not exist)."""
+  for flags, message in [
+    (['--shots', '0'], '--shots 0: give distinct positive integers, e.g. 1,5,10,25'),
+    (['--shots', '1,1'], '--shots 1,1: give distinct positive integers, e.g. 1,5,10,25'),
+    (['--draws', '0'], '--draws 0: give a positive number of draws, e.g. 5'),
+    (['--batch_size', '0'], '--batch_size 0: give a positive batch size'),
+  ]:
+    assert fewshot_tool.main(['--workdir', str(tmp_path / 'no_run'), *flags]) == 2
+    assert capsys.readouterr().err.strip() == f'error: {message}'
+
+
 def _dark_and_bright(root, swap_test: bool) -> None:
   """Two classes of noisy 8x8 photos, dark and bright, in train/ and test/; `swap_test` files the test split's
   bright photos as `dark` and its dark ones as `bright`."""

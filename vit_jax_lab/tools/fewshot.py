@@ -67,13 +67,25 @@ def _config(argv: list[str]) -> tuple[ml_collections.ConfigDict, str | None, boo
     help='examples per forward pass; default: data.eval_batch_size rounded down to a multiple of the device count',
   )
   args, overrides = parser.parse_known_args(argv)
+  shots = None
+  if args.shots is not None:  # The flags' mistakes name the flags, before anything loads.
+    try:
+      shots = tuple(int(k) for k in args.shots.split(','))
+    except ValueError:
+      raise ConfigError(f'--shots {args.shots}: expected comma-separated integers, e.g. 1,5,10,25') from None
+    if min(shots) < 1 or len(set(shots)) < len(shots):
+      raise ConfigError(f'--shots {args.shots}: give distinct positive integers, e.g. 1,5,10,25')
+  if args.draws is not None and args.draws < 1:
+    raise ConfigError(f'--draws {args.draws}: give a positive number of draws, e.g. 5')
+  if args.batch_size is not None and args.batch_size < 1:
+    raise ConfigError(f'--batch_size {args.batch_size}: give a positive batch size')
   config = common.config_of(args.workdir, args.config, overrides)
   config.mesh.data, config.mesh.fsdp, config.mesh.model = -1, 1, 1  # Whatever devices this machine has.
   config.data.shards = -1
   devices = jax.device_count()
   if args.batch_size is not None:
-    if args.batch_size < 1 or args.batch_size % devices:
-      raise ConfigError(f'--batch_size {args.batch_size}: must be a positive multiple of the {devices} devices')
+    if args.batch_size % devices:
+      raise ConfigError(f'--batch_size {args.batch_size}: must be a multiple of the device count, {devices}')
     batch = args.batch_size
   else:
     batch = max(devices, config.data.eval_batch_size // devices * devices)
@@ -83,11 +95,8 @@ def _config(argv: list[str]) -> tuple[ml_collections.ConfigDict, str | None, boo
     f.datasets = tuple(name.strip() for name in args.dataset.split(','))
   elif not f.datasets:
     f.datasets = (config.data.name,)
-  if args.shots is not None:
-    try:
-      f.shots = tuple(int(k) for k in args.shots.split(','))
-    except ValueError:
-      raise ConfigError(f'--shots {args.shots}: expected comma-separated integers, e.g. 1,5,10,25') from None
+  if shots is not None:
+    f.shots = shots
   if args.draws is not None:
     f.draws = args.draws
   return config, args.workdir, args.shots is None
@@ -120,8 +129,8 @@ def main(argv: list[str]) -> int:
   own = [name for name in results if workdir is not None and name == config.data.name]
   if own:
     print(
-      f'note: {", ".join(own)} is the data the model was trained on: its features already separate these classes, '
-      'so the probes agree with its own head (the same accuracy at every k); name other datasets with --dataset'
+      f'note: {", ".join(own)} is the data the model was trained on: the probes measure how well its features '
+      'separate classes it has learnt, not transfer; name other datasets with --dataset'
     )
   return 0
 
