@@ -47,6 +47,12 @@ def test_track_figure_says_what_its_rows_colours_and_scales_mean(tmp_path):
   assert fig.axes[0].patches[0].get_bbox().bounds == (1.0, 2.0, 14.0, 14.0)
   image = np.asarray(Image.open(path))
   assert image.shape[2] in (3, 4) and image.std() > 0
+  # An animation's frame is one column: its legend of three entries stacked, inside the figure (in one row it was
+  # cut at both edges).
+  fig = track.draw(str(tmp_path / 'seq.gif'), frames, predicted, truth, crops, cls, reg, 'sequence 2', regions)
+  fig.canvas.draw()
+  legend = fig.legends[0].get_window_extent()
+  assert legend.x0 >= 0 and legend.x1 <= fig.bbox.width and legend.height > 2.5 * legend.width / 8
   # A user's video has no true boxes: no such legend entry; a GIF holds every frame.
   fig = track.draw(str(tmp_path / 'clip.gif'), frames, predicted, None, crops, cls, reg, 'clip.mp4')
   assert texts(fig)['legend'] == ['predicted box']

@@ -171,7 +171,9 @@ def figure(
     handles.append(Patch(fill=False, edgecolor=TRUE, linestyle='--', label='true box'))
   if regions is not None:
     handles.append(Patch(fill=False, edgecolor=SEARCHED, linestyle=':', label='search crop (rows 2, 3)'))
-  fig.legend(handles=handles, loc='outside lower center', ncols=len(handles))  # Below: the title keeps the top.
+  # Below: the title keeps the top. In one row only where the columns are wide enough (an animation's one column
+  # would cut it at both edges).
+  fig.legend(handles=handles, loc='outside lower center', ncols=len(handles) if len(shown) >= 3 else 1)
   fig.suptitle(title)
   return fig
 
