@@ -30,6 +30,12 @@ def test_patch_scores():
 
 
 @pytest.mark.slow
+def test_a_missing_image_is_one_line_before_the_run_is_read(tmp_path, capsys):
+  missing = str(tmp_path / 'cat.jpg')
+  assert attention_map.main(['--workdir', str(tmp_path / 'no_run'), '--image', missing]) == 2
+  assert capsys.readouterr().err.strip() == f'error: --image {missing} does not exist'
+
+
 def test_command_draws_a_trained_digits_model(smoke_config, tmp_path, capsys):
   workdir, out = str(tmp_path / 'run'), str(tmp_path / 'attention.png')
   train.train_and_evaluate(smoke_config(), workdir)  # A class-token model with 2 heads.

@@ -103,6 +103,8 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--layer', type=int, default=-1, help='the layer whose heads are drawn (-1: the last)')
   parser.add_argument('--out', help='the PNG to write; default: attention_EXAMPLE.png (or the image name) in --workdir')
   args, overrides = parser.parse_known_args(argv)
+  if args.image and not os.path.exists(args.image):  # Before the run is read.
+    raise ConfigError(f'--image {args.image} does not exist')
   out = args.out or _default_out(args)
   config = _config(args, overrides)
   if not models.get(config.model.name).offers('attention_maps') or config.model.get('scan'):
@@ -138,8 +140,6 @@ def _config(args, overrides):
 def _input(s, args) -> tuple[np.ndarray, np.ndarray, int | None]:
   """(the image for display as uint8, the preprocessed model input, its true class: None for --image)."""
   if args.image:
-    if not os.path.exists(args.image):
-      raise ConfigError(f'--image {args.image} does not exist')
     try:  # As predict reads it: turned upright as its EXIF says, checked before it is decoded.
       data = predictors.read_input(predictors.Item(args.image, 'image', (args.image,)), s.info.input_shape[-1])
     except predictors.Unreadable as e:
