@@ -86,9 +86,14 @@ def test_bad_config_is_one_line_and_exit_2(overrides, message, data_dir, tmp_pat
   assert not os.path.exists(workdir)  # Failed before anything was written.
 
 
-def test_missing_config_file(capsys):
+def test_missing_config_file(capsys, monkeypatch, tmp_path):
   assert main.main(['--config', 'configs/vit/nope.py', '--workdir', 'w']) == 2
   assert "no config file 'configs/vit/nope.py' here or in " in capsys.readouterr().err
+  # A `pip install .` (not -e) has no clone beside the package: the line says where the configs are.
+  monkeypatch.setattr(config_lib, 'CONFIGS', str(tmp_path / 'site-packages' / 'configs'))
+  assert main.main(['--config', 'vit/digits', '--workdir', 'w']) == 2
+  err = capsys.readouterr().err
+  assert 'this install has no configs folder (they live in the clone): install with pip install -e .' in err
 
 
 def test_a_config_that_is_not_a_python_file_is_one_line(capsys):

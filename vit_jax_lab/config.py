@@ -106,6 +106,11 @@ def load(spec: str) -> ml_collections.ConfigDict:
   message."""
   given, _, arg = spec.partition(':')
   path = resolve(given)
+  if path is None and not os.path.isdir(CONFIGS):  # `pip install .` copies the package, not the clone's configs.
+    raise ConfigError(
+      f'--config: no config file {given!r} here, and this install has no configs folder (they live in the clone): '
+      'install with pip install -e . from the clone, or give the config file by its path'
+    )
   if path is None:
     raise ConfigError(
       f'--config: no config file {given!r} here or in {CONFIGS}; e.g. --config vit/digits (its configs/vit/digits.py)'
