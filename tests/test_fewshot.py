@@ -222,9 +222,9 @@ def test_default_shots_a_small_folder_cannot_fill_are_left_out_with_a_note(tmp_p
 
 def test_batch_size_option_is_checked_and_listed_in_help(capsys):
   assert fewshot_tool.main(['--config', 'configs/vit/digits.py:smoke', '--batch-size', '3']) == 2
-  assert 'error: --batch_size 3: must be a positive multiple of the 8 devices' in capsys.readouterr().err
+  assert 'error: --batch_size 3: must be a multiple of the device count, 8' in capsys.readouterr().err
   assert fewshot_tool.main(['--config', 'configs/vit/digits.py:smoke', '--batch_size', '3']) == 2  # As elsewhere.
-  assert 'error: --batch_size 3: must be a positive multiple of the 8 devices' in capsys.readouterr().err
+  assert 'error: --batch_size 3: must be a multiple of the device count, 8' in capsys.readouterr().err
   with pytest.raises(SystemExit):
     fewshot_tool.main(['--help'])
   assert '--batch_size' in capsys.readouterr().out

@@ -202,8 +202,26 @@ def test_the_families_import_by_class_name_and_say_what_a_call_lacks():
   assert vit_jax_lab.__version__ not in ('', None)
   model = ViT(num_classes=3, input_shape=(8, 8, 1), variant='mu/2', dropout=0.1, rngs=nnx.Rngs(0))
   assert model(jnp.ones((2, 8, 8, 1))).shape == (2, 3)
-  with pytest.raises(ValueError, match=r'this ViT takes images of shape \(8, 8, 1\), got \(16, 16, 1\)'):
+  with pytest.raises(ValueError, match=r'this ViT takes a batch of images \(B, \*\(8, 8, 1\)\), got \(1, 16, 16, 1\)'):
     model(jnp.ones((1, 16, 16, 1)))
+  with pytest.raises(ValueError, match=r'got \(8, 8, 1\)'):  # No batch axis.
+    model(jnp.ones((8, 8, 1)))
+  clips = ViViT(
+    num_classes=3,
+    input_shape=(4, 8, 8, 1),
+    patch_size=4,
+    tubelet_time=2,
+    width=8,
+    depth=1,
+    mlp_dim=8,
+    num_heads=2,
+    rngs=nnx.Rngs(0),
+  )
+  assert clips(jnp.ones((2, 4, 8, 8, 1))).shape == (2, 3)
+  with pytest.raises(
+    ValueError, match=r'this ViViT takes a batch of clips \(B, \*\(4, 8, 8, 1\)\), got \(1, 8, 8, 8, 1\)'
+  ):
+    clips(jnp.ones((1, 8, 8, 8, 1)))  # 8 frames, not 4: was a broadcasting TypeError.
   with pytest.raises(ValueError, match=r'train=True with dropout or stochastic depth needs rngs: call model\(x, '):
     model(jnp.ones((1, 8, 8, 1)), train=True)
   assert model(jnp.ones((1, 8, 8, 1)), train=True, rngs=nnx.Rngs(dropout=1)).shape == (1, 3)

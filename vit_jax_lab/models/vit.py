@@ -409,8 +409,8 @@ class ViT(base.Model):
   def tokens(self, images: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
     """Embedded patches with position embeddings, after the class, distillation and register tokens there are
     (normalised by norm_pre if the model has one)."""
-    if tuple(images.shape[-3:]) != self.input_shape:  # Else a broadcasting error that names no size.
-      raise ValueError(f'this ViT takes images of shape {self.input_shape}, got {tuple(images.shape[-3:])}')
+    if images.ndim != 4 or tuple(images.shape[1:]) != self.input_shape:  # Else an error that names no size.
+      raise ValueError(f'this ViT takes a batch of images (B, *{self.input_shape}), got {tuple(images.shape)}')
     x = self.embedding(images)
     if self.posemb_type == 'sincos2d':  # A float32 constant would promote bf16 tokens, and every layer after them.
       x = x + layers.sincos_2d(*self.grid, x.shape[-1]).astype(x.dtype)

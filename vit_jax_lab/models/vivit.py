@@ -326,6 +326,7 @@ class ViViT(base.Model):
         'use a video dataset, or model.name="vit" for images'
       )
     frames, height, wide, channels = input_shape
+    self.input_shape = tuple(input_shape)
     posemb = 'none' if posemb is None else posemb  # The command line reads --config.model.posemb=none as None.
     pool = pool or ('tok' if model in MODELS[:2] else 'gap')
     layers.check_options(
@@ -487,7 +488,7 @@ class ViViT(base.Model):
   def features(self, video: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
     """(B, width): the pooled representation the head classifies; what few-shot linear evaluation reads."""
     if self.model == 'factorised_encoder':
-      x = self.embedding(video)
+      x = self.embedding(self._checked(video))
       b, nt, ns, d = x.shape
       space, time = (layers.sincos_2d(*self.space_grid, d), layers.sincos_1d(nt, d)) if self.sincos else (None, None)
       x = self._encode(x.reshape(b * nt, ns, d), self.encoder, self.cls, self.pos_embedding, space, train, rngs)
@@ -502,12 +503,19 @@ class ViViT(base.Model):
         x = x.mean(axis=1) if self.pooler is None else self.pooler(x, train=train, rngs=rngs)
     return self.fc_norm(x) if self.fc_norm is not None else x
 
+  def _checked(self, video: jax.Array) -> jax.Array:
+    """`video` if it is a batch of the model's clips; else a ValueError naming both shapes (not a broadcasting
+    error deep inside)."""
+    if video.ndim != 5 or tuple(video.shape[1:]) != self.input_shape:
+      raise ValueError(f'this ViViT takes a batch of clips (B, *{self.input_shape}), got {tuple(video.shape)}')
+    return video
+
   def encode(self, video: jax.Array, *, train: bool = False, rngs: nnx.Rngs | None = None) -> jax.Array:
     """The encoder's output tokens (B, [1 +] nt * ns, D) of models 1, 3 and 4, before pooling (transformers'
     last_hidden_state)."""
     if self.model == 'factorised_encoder':
       raise ConfigError("ViViT.encode: model 'factorised_encoder' has two encoders, not one grid of output tokens")
-    x = self.embedding(video)
+    x = self.embedding(self._checked(video))
     b, nt, ns, d = x.shape
     fixed = None
     if self.sincos:
