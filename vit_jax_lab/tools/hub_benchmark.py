@@ -154,10 +154,10 @@ def main(argv: list[str]) -> int:
   parser = console.Parser(prog='python -m vit_jax_lab.tools.hub_benchmark', description=__doc__.split('\n\n')[0])
   commands = parser.add_subparsers(dest='command', required=True)
   w = commands.add_parser('write', help='write a random timm ViT folder')
-  w.add_argument('--size', default='L/16', choices=['Ti/16', 'B/16', 'L/16', 'g/14'])
-  w.add_argument('--out', required=True)
+  w.add_argument('--size', default='L/16', choices=['Ti/16', 'B/16', 'L/16', 'g/14'], help='the ViT variant written')
+  w.add_argument('--out', required=True, help='the new folder (config.json + model.safetensors)')
   m = commands.add_parser('measure', help='load a folder into a sharded ViT: time and peak host memory')
-  m.add_argument('path')
+  m.add_argument('path', help='a timm or transformers folder (image or video) as the hub serves it')
   args = parser.parse_args(argv)
   if args.command == 'write':
     print(f'{args.out}: {write(args.out, args.size) / 2**30:.2f} GiB')
