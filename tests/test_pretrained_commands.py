@@ -191,7 +191,7 @@ def test_predict_pretrained_video_mistakes_are_one_line(tmp_path, capsys):
   for i in range(3):
     tf.io.write_file(str(frames / f'{i}.png'), tf.io.encode_png(np.full((16, 24, 3), 9 * i, np.uint8)))
   for folder, given, message, code in [
-    ('hf_vit', clip, 'is a video, and this model reads images: give JPEG or PNG files', 2),
+    ('hf_vit', clip, 'is a video, and this model reads images: give image files (JPEG, PNG', 2),
     ('hf_vivit', IMAGE, 'is an image, and this model classifies videos', 2),
     ('hf_videomae', str(frames), 'the clip has 3 frames, and the model reads num_frames=4 sampled evenly', 2),
   ]:
