@@ -382,27 +382,35 @@ def test_tensorflows_start_up_lines_are_dropped_wherever_it_is_first_imported(tm
   assert verbose.stderr.splitlines() == lines  # VIT_JAX_LAB_VERBOSE=1 keeps them.
 
 
-def test_tensorflows_start_up_lines_at_its_first_use_are_dropped_too(tmp_path):
+def test_tensorflows_start_up_lines_whenever_they_come_are_dropped_from_a_commands_output(tmp_path):
   """Where a CPU's TensorFlow writes its start-up lines when it first runs something (its oneDNN graph passes, its
-  notes on CPU features), not as it loads: a stand-in that writes them at its first function call. The runtime is
-  started as TensorFlow is imported (console._start_runtime), so they are dropped there, GPUs hidden first."""
+  notes on CPU features; any C++ file's INFO or WARNING line before absl's log is set up), not as it loads: a
+  stand-in that writes them at its second call, long after the import. A command's whole run reads file descriptor
+  2 through console.library_lines_dropped: only the command's own line and a C++ error line are left."""
   env = stand_in_tensorflow(tmp_path, [])
-  text = ''.join(line + '\n' for line in TF_START_UP)
+  later = [
+    *TF_START_UP,
+    'W0000 00:00:1795747675.000001   28930 onednn_graph_util.cc:42] oneDNN graph rewrite on',
+    'E0000 00:00:1795747675.000002   28930 some_kernel.cc:7] a real error',
+  ]
+  text = ''.join(line + '\n' for line in later)
   (tmp_path / 'tensorflow' / '__init__.py').write_text(
-    'import os, types\n'
-    'CALLS = []\n'
-    'def _first_use(*a, **k):\n'
-    f'  CALLS.append(a)\n  os.write(2, {text!r}.encode()) if len(CALLS) == 2 else None\n'
-    'config = types.SimpleNamespace(set_visible_devices=_first_use)\n'
-    'def constant(x): return x\n'
-    'def function(fn, **kwargs): return lambda *a: (_first_use(), fn(*a))[1]\n'
+    'import os\nCALLS = []\n'
+    f'def run(x):\n  CALLS.append(x)\n  os.write(2, {text!r}.encode()) if len(CALLS) == 2 else None\n  return x\n'
   )
   script = (
-    'from vit_jax_lab import console\nconsole.quiet_libraries()\nimport tensorflow as tf\n'
-    'print(tf.CALLS[0], tf.function(lambda x: x * 2)(tf.constant(3)))'
+    'import sys\nfrom vit_jax_lab import console, errors\nconsole.quiet_libraries()\n'
+    '@console.command\ndef main(argv):\n  import tensorflow as tf\n  tf.run(1), tf.run(2)\n'
+    "  print('done', file=sys.stderr)\n  raise errors.ConfigError('a bad value')\n"
+    'sys.exit(main([]))'
   )
   quiet = subprocess.run([sys.executable, '-c', script], cwd=ROOT, env=env, capture_output=True, text=True)
-  assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "([], 'GPU') 6\n", '')
+  assert (quiet.returncode, quiet.stdout) == (2, '')
+  assert quiet.stderr.splitlines() == [later[-1], 'done', 'error: a bad value']
+  verbose = subprocess.run(
+    [sys.executable, '-c', script], cwd=ROOT, env=env | {'VIT_JAX_LAB_VERBOSE': '1'}, capture_output=True, text=True
+  )
+  assert verbose.stderr.splitlines() == [*later, 'done', 'error: a bad value']  # VIT_JAX_LAB_VERBOSE=1 keeps them.
 
 
 def test_a_mistake_in_a_config_that_imports_tensorflow_is_one_line(tmp_path):

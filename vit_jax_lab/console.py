@@ -1,7 +1,8 @@
 """What a command prints: its own lines, not the libraries' start-up logging, and every way it ends in one line.
 
 TensorFlow, absl, TFDS and orbax log to the terminal by default (C++ banners at import, progress bars,
-INFO lines). Commands call `quiet_libraries()` first; VIT_JAX_LAB_VERBOSE=1 in the environment keeps them.
+INFO lines). Commands call `quiet_libraries()` first, and `command` runs them with file descriptor 2 filtered
+(`library_lines_dropped`); VIT_JAX_LAB_VERBOSE=1 in the environment keeps them.
 """
 
 import argparse
@@ -16,6 +17,7 @@ import io
 import logging
 import os
 import re
+import select
 import sys
 import tempfile
 import textwrap
@@ -149,14 +151,91 @@ def _unless_abandoned_read(record: logging.LogRecord) -> bool:
   return True
 
 
-# What TensorFlow's C++ libraries print on file descriptor 2 as they load, whatever TF_CPP_MIN_LOG_LEVEL says on CPUs
-# where it turns oneDNN on: absl's notice before its log is set up, then INFO lines (oneDNN, the CPU feature guard
-# and the next line of its banner).
+# What TensorFlow's C++ libraries print on file descriptor 2 before absl's log is set up, so whatever
+# TF_CPP_MIN_LOG_LEVEL says, on CPUs where it turns oneDNN on (as they load, or at their first op, as a CPU has it):
+# absl's notice, then its INFO and WARNING lines (oneDNN's, the CPU feature guard's, any other C++ file's) and the
+# second line of the feature guard's banner. Errors (E, F) are kept.
 TENSORFLOW_START_UP_LINES = re.compile(
   r'(WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR'
-  r'|I\d{4} [\d:.]+ +\d+ (port|cpu_feature_guard)\.cc:\d+\]'
+  r'|[IW]\d{4} [\d:.]+ +\d+ [\w./-]+:\d+\]'
   r'|To enable the following instructions: .* in other operations, rebuild TensorFlow)'
 )
+
+
+@contextlib.contextmanager
+def library_lines_dropped() -> Iterator[None]:
+  """A command's whole run with file descriptor 2 read by a thread that drops TENSORFLOW_START_UP_LINES and passes
+  every other line on: whenever a CPU's TensorFlow writes them (as it loads, at its first op, when tf.data or a
+  dataset's generation first runs its kernels), none comes before or among the command's own lines. At the end fd 2
+  is the terminal again and everything read is written out. VIT_JAX_LAB_VERBOSE=1 keeps them."""
+  try:
+    sys.stderr.flush()
+    terminal = os.dup(2)
+  except (OSError, ValueError):  # No stderr to filter.
+    terminal = None
+  if VERBOSE or terminal is None:
+    yield
+    return
+  read, write = os.pipe()
+  os.dup2(write, 2)
+  os.close(write)
+  done = threading.Event()
+  forwarding = threading.Thread(target=_forward, args=(read, terminal, done), daemon=True)
+  forwarding.start()
+
+  def finish() -> None:
+    try:
+      sys.stderr.flush()
+    finally:
+      os.dup2(terminal, 2)
+      done.set()
+      forwarding.join()
+      os.close(read)
+      os.close(terminal)
+
+  _FILTERS.append(finish)
+  try:
+    yield
+  finally:
+    if finish in _FILTERS:
+      _FILTERS.remove(finish)
+      finish()
+
+
+_FILTERS: list[Callable[[], None]] = []  # The running filter's end, for `terminal_again`.
+
+
+def terminal_again() -> None:
+  """Ends library_lines_dropped's filter now, everything read written out: before os._exit, which no `finally`
+  outlives."""
+  while _FILTERS:
+    _FILTERS.pop()()
+
+
+def _forward(read: int, terminal: int, done: threading.Event) -> None:
+  """Lines from `read` to `terminal`, less TENSORFLOW_START_UP_LINES, until `done` and nothing is left to read (a
+  copy of the pipe's end a library kept cannot hold it open)."""
+  pending = b''
+  while True:
+    stopping = done.is_set()  # Seen before the look: all that was written before it was set is read after.
+    readable, _, _ = select.select([read], [], [], 0 if stopping else 0.05)
+    if not readable:
+      if stopping:
+        break
+      continue
+    chunk = os.read(read, 1 << 16)
+    if not chunk:  # Every writer gone.
+      break
+    *lines, pending = (pending + chunk).split(b'\n')
+    kept = b''.join(line + b'\n' for line in lines if not _start_up_line(line))
+    if kept:
+      os.write(terminal, kept)
+  if pending and not _start_up_line(pending):
+    os.write(terminal, pending)
+
+
+def _start_up_line(line: bytes) -> bool:
+  return bool(TENSORFLOW_START_UP_LINES.match(line.decode(errors='replace')))
 
 
 class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
@@ -185,7 +264,6 @@ class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
         with held_stderr() as held:
           held['replay'] = False
           load(module)
-          _start_runtime(module)
       finally:
         lines = held.get('text', b'').decode(errors='replace').splitlines(keepends=True)
         kept = ''.join(line for line in lines if not TENSORFLOW_START_UP_LINES.match(line))
@@ -194,17 +272,6 @@ class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
 
     spec.loader.exec_module = exec_module
     return spec
-
-
-def _start_runtime(tf: Any) -> None:
-  """Starts TensorFlow's runtime as it is imported (with file descriptor 2 held): where a CPU's lines come at its
-  first use rather than as it loads (its oneDNN graph passes, its notes on CPU features), they are dropped too,
-  not printed before a command's first line after TFDS or tf.data first ran. Its GPUs are hidden first, as the data
-  pipeline's TensorFlow runs on the host (data/pipeline.py); a stand-in without them has no runtime to start."""
-  if not all(hasattr(tf, name) for name in ('config', 'function', 'constant')):
-    return
-  tf.config.set_visible_devices([], 'GPU')
-  tf.function(lambda x: x + 1, autograph=False)(tf.constant(1))
 
 
 class _Deferred:
@@ -263,14 +330,15 @@ def command(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
 
   @functools.wraps(main)
   def run(argv: list[str]) -> int:
-    try:
-      return main(argv)
-    except errors.ConfigError as e:
-      print(f'error: {e}', file=sys.stderr)
-      return e.exit_status
-    except errors.Stopped as e:
-      print(e if isinstance(e, errors.Preempted) else f'error: {e}', file=sys.stderr)
-      return e.exit_status
+    with library_lines_dropped():
+      try:
+        return main(argv)
+      except errors.ConfigError as e:
+        print(f'error: {e}', file=sys.stderr)
+        return e.exit_status
+      except errors.Stopped as e:
+        print(e if isinstance(e, errors.Preempted) else f'error: {e}', file=sys.stderr)
+        return e.exit_status
 
   return run
 

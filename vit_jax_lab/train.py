@@ -28,6 +28,7 @@ from jax.experimental import multihost_utils
 from vit_jax_lab import (
   checkpoints,
   config as config_lib,
+  console,
   data as data_lib,
   errors,
   hosts,
@@ -544,6 +545,7 @@ class StopSignals:
       flush=True,
     )
     workdir_lib.release_lock(self.workdir)
+    console.terminal_again()  # The line above reaches the terminal before the process ends at once.
     os._exit(errors.SECOND_INTERRUPT_STATUS)
 
   def stop_at(self, step: int) -> bool:
