@@ -179,6 +179,17 @@ def test_mistakes_are_one_line(digits_run, digit_files, data_dir, tmp_path, caps
     assert len(err) == 1 and err[0].startswith('error: ') and message in err[0], (argv, err)
 
 
+@pytest.mark.slow
+def test_inputs_are_checked_before_the_weights_are_read(digits_run, tmp_path, capsys, monkeypatch):
+  def never(*args):
+    raise AssertionError('the weights were read')
+
+  monkeypatch.setattr(predict.common, 'params_of', never)
+  for given in (str(tmp_path / 'missing.png'), str(tmp_path)):
+    assert predict.main(['--workdir', digits_run[0], given]) == 2
+    assert capsys.readouterr().err.startswith('error: ')
+
+
 @pytest.fixture(scope='module')
 def scan_run(data_dir, tmp_path_factory):
   builders.register('scan/simple')

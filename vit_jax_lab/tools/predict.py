@@ -96,17 +96,23 @@ def _vocab_dir(config, workdir: str | None) -> str | None:
   )
 
 
-def load(args: argparse.Namespace, overrides: list[str], devices=None) -> Predictor:
-  """The model of --workdir (or --config and its init_from) with its evaluation parameters on one device."""
+def setup(args: argparse.Namespace, overrides: list[str], devices=None) -> train.Setup:
+  """The model of --workdir (or --config and its init_from) built abstractly on one device, with its data's info:
+  what it reads is known before any weight is."""
   config = _config(args, overrides)
   with contextlib.redirect_stdout(sys.stderr):  # Dataset preparation and init_from notes: not predictions.
-    s = train.setup(config, (devices or jax.devices())[:1], workdir=_vocab_dir(config, args.workdir))
+    return train.setup(config, (devices or jax.devices())[:1], workdir=_vocab_dir(config, args.workdir))
+
+
+def load(s: train.Setup, args: argparse.Namespace) -> Predictor:
+  """The predictor of setup `s` with its evaluation parameters (the newest checkpoint, or init_from) on one device."""
+  with contextlib.redirect_stdout(sys.stderr):
     params = common.params_of(s, args.workdir)
   labels = None
   if s.task.predicts == 'classes':
     labels = [str(n) for n in s.builder.info.features['label'].names]
   kind = s.task.input_kind(s.info)
-  return Predictor(kind, config, s, jax.device_put(params, s.mesh.devices.flat[0]), labels, args.top_k)
+  return Predictor(kind, s.config, s, jax.device_put(params, s.mesh.devices.flat[0]), labels, args.top_k)
 
 
 # --- The command --------------------------------------------------------------------------------------------------
@@ -183,8 +189,9 @@ def main(argv: list[str]) -> int:
     items, folders = collect(kind_of(args.pretrained), inputs, args.lines)  # Before the weights are read.
     predictor = load_hub(args.pretrained, args.top_k)
   else:
-    predictor = load(args, overrides)
-    items, folders = collect(predictor.kind, inputs, args.lines)
+    s = setup(args, overrides)
+    items, folders = collect(s.task.input_kind(s.info), inputs, args.lines)  # Before the weights are read.
+    predictor = load(s, args)
   loaded = time.perf_counter()
   batch = predictor.batch_size(min(args.batch_size or DEFAULT_BATCH[predictor.kind], len(items)))
   try:
