@@ -441,16 +441,17 @@ MAIN_THEN_SAY_IF_TF = (
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-  'fresh, override, message',
+  'fresh, override, message, loaded',
   [
-    # The dataset is generated first (TFDS writes it with TensorFlow), then the model is checked.
-    (True, '--config.model.patch_size=3', 'model.patch_size=3 must divide the image size 8x8'),
+    # A dataset not yet generated: the model is checked first on the shapes its builder declares, so nothing is
+    # written and TensorFlow (which TFDS writes records with) never loads.
+    (True, '--config.model.patch_size=3', 'model.patch_size=3 must divide the image size 8x8', False),
     # The few-shot evaluator reads its datasets with tf.data: checked after TensorFlow loads.
-    (False, "--config.eval.fewshot.datasets=('nope',)", "eval.fewshot.datasets: data.name='nope' is not a TFDS"),
+    (False, "--config.eval.fewshot.datasets=('nope',)", "eval.fewshot.datasets: data.name='nope' is not a TFDS", True),
   ],
 )
-def test_a_mistake_found_after_tensorflow_loads_is_one_line_with_onednn_on(
-  data_dir, tmp_path, fresh, override, message
+def test_a_mistake_is_one_line_with_onednn_on_before_or_after_tensorflow_loads(
+  data_dir, tmp_path, fresh, override, message, loaded
 ):
   """TF_ENABLE_ONEDNN_OPTS=1 makes TensorFlow print its start-up lines on CPUs that have the instructions (not on
   every CPU: where it prints none, this passes trivially; the import-hook test above forces them)."""
@@ -460,8 +461,11 @@ def test_a_mistake_found_after_tensorflow_loads_is_one_line_with_onednn_on(
     [sys.executable, '-c', MAIN_THEN_SAY_IF_TF, '--', *argv],
     cwd=ROOT, env=environment() | {'TF_ENABLE_ONEDNN_OPTS': '1'}, capture_output=True, text=True,
   )  # fmt: skip
-  assert result.returncode == 2 and result.stdout.splitlines()[-1] == 'tensorflow loaded: True', result.stdout
+  assert result.returncode == 2 and result.stdout.splitlines()[-1] == f'tensorflow loaded: {loaded}', result.stdout
   assert result.stderr.splitlines() == [result.stderr.splitlines()[0]] and result.stderr.startswith(f'error: {message}')
+  assert len(result.stdout.splitlines()) == 1  # No "generating the built-in dataset" line.
+  if fresh:
+    assert not os.path.exists(os.path.join(data, 'digits'))
 
 
 def test_an_abandoned_checkpoint_read_collected_late_prints_nothing():

@@ -160,9 +160,11 @@ def setup(
   # Without TensorFlow for a prepared dataset of images (tf.data's loader is TF-free too): the data's and the
   # model's mistakes are answered before it loads (5.4 s).
   load = _io(config.data).pipeline.load if config.data.backend == 'grain' else data_builders.load
-  builder, info = (
-    load(config.data, lambda b, d: task.dataset_info(b, d, workdir), resuming=resuming) if data is None else data
-  )
+  if data is None:
+    early = {} if config.data.backend == 'grain' else {'before_generating': _model_checker(config, task)}
+    builder, info = load(config.data, lambda b, d: task.dataset_info(b, d, workdir), resuming=resuming, **early)
+  else:
+    builder, info = data
   buckets = task.buckets(config.data, info)  # Refuses a token budget the task cannot batch by.
   if buckets is not None:
     _io().pipeline.bucket_rows(config.data, buckets.lengths(), shards * config.accum_steps)  # A budget too small.
@@ -198,6 +200,21 @@ def setup(
     )
     checkpoints.check_init_from(config.init_from, family.pretrained())
   return Setup(config, mesh, task, builder, info, graphdef, tx, abstract_state, state_shardings)
+
+
+def _model_checker(config: ml_collections.ConfigDict, task: tasks.Task) -> Callable[[Any], None]:
+  """For a dataset about to be generated (seconds, and TensorFlow): the model's mistakes answered first, the model
+  built abstractly on the shapes and classes its builder declares. Data whose declaration says too little (a
+  vocabulary trained on the examples, images of varying size) is checked once generated, as before."""
+
+  def check_model(builder) -> None:
+    try:
+      info = task.dataset_info(builder, config.data, None)
+    except Exception:  # noqa: BLE001 (a question for the generated data; asked again then)
+      return
+    nnx.eval_shape(lambda: build_model(config, task, info, _keys(0)[0]))
+
+  return check_model
 
 
 def _fit_eval_batch(

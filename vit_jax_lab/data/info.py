@@ -51,6 +51,12 @@ def resized_size(height: int, width: int, short: int) -> tuple[int, int]:
   return (height * short + shorter // 2) // shorter, (width * short + shorter // 2) // shorter
 
 
+def split_size(builder, split: str) -> int:
+  """The examples in `split`; 0 before the data is generated, when a builder declares its features alone (what the
+  model is checked on before the data is written)."""
+  return builder.info.splits[split].num_examples if builder.is_prepared() else 0
+
+
 def input_key(features) -> str | None:
   """'image' or 'video', else 'inputs' (token ids): the feature the model input is made from; None when there is
   none, or both an image and a video."""
@@ -93,8 +99,8 @@ def label_info(builder, data_config) -> LabelInfo:
     num_classes=features['label'].num_classes,
     input_key=key,
     input_shape=shape,
-    num_train=builder.info.splits[data_config.train_split].num_examples,
-    num_eval=builder.info.splits[data_config.eval_split].num_examples,
+    num_train=split_size(builder, data_config.train_split),
+    num_eval=split_size(builder, data_config.eval_split),
   )
 
 
@@ -127,8 +133,8 @@ def _token_info(builder, data_config) -> LabelInfo:
     num_classes=builder.info.features['label'].num_classes,
     input_key='inputs',
     input_shape=(length,),
-    num_train=builder.info.splits[data_config.train_split].num_examples,
-    num_eval=builder.info.splits[data_config.eval_split].num_examples,
+    num_train=split_size(builder, data_config.train_split),
+    num_eval=split_size(builder, data_config.eval_split),
     vocab_size=len(metadata['vocabulary']),
   )
 

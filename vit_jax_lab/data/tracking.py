@@ -16,7 +16,7 @@ import tensorflow_datasets as tfds
 
 from vit_jax_lab import boxes
 from vit_jax_lab.data import images, videos
-from vit_jax_lab.data.info import TrackingInfo
+from vit_jax_lab.data.info import TrackingInfo, split_size
 from vit_jax_lab.errors import check
 
 
@@ -53,16 +53,13 @@ def dataset_info(builder: tfds.core.DatasetBuilder, data_config) -> TrackingInfo
     )
     check(frames >= 2, f'data.name={data_config.name!r} has sequences of {frames} frame: tracking needs 2 or more')
 
-  def count(split):
-    return builder.info.splits[split].num_examples
-
   d = data_config
   return TrackingInfo(
     channels,
     frames,
     None if height is None else (height, width),
-    count(d.train_split),
-    count(d.eval_split),
+    split_size(builder, d.train_split),
+    split_size(builder, d.eval_split),
     d.template_size,
     d.search_size,
     d.template_factor,

@@ -141,13 +141,22 @@ def check_splits(builder, data_config) -> None:
       )
 
 
-def load(data_config, info_fn: Callable[[Any, Any], Any], *, resuming: bool = False) -> tuple[Any, Any]:
+def load(
+  data_config,
+  info_fn: Callable[[Any, Any], Any],
+  *,
+  resuming: bool = False,
+  before_generating: Callable[[Any], None] | None = None,
+) -> tuple[Any, Any]:
   """The TFDS builder (built-in datasets and folders are generated on first use) and what the task needs to know
   of the data: `info_fn(builder, data_config)`. `resuming`: a run continues, so a folder whose files changed since
   it was prepared is refused (folder.builder). TensorFlow loads only if the data is generated (TFDS writes its
-  records with it), so a prepared dataset's mistakes (and the model's, checked next) are answered without it."""
+  records with it), so a prepared dataset's mistakes (and the model's, checked next) are answered without it.
+  `before_generating(builder)`: called with a builder whose data is not there yet, before it is written."""
   builder = find(data_config, resuming)
   if not builder.is_prepared():  # Generated (a built-in dataset, a folder), by process 0 first.
+    if before_generating is not None:
+      before_generating(builder)
     builder = _prepare_once(lambda: find(data_config, resuming))
   check_splits(builder, data_config)
   return builder, info_fn(builder, data_config)
