@@ -161,8 +161,10 @@ def setup(
   # model's mistakes are answered before it loads (5.4 s).
   load = _io(config.data).pipeline.load if config.data.backend == 'grain' else data_builders.load
   if data is None:
-    early = {} if config.data.backend == 'grain' else {'before_generating': _model_checker(config, task)}
-    builder, info = load(config.data, lambda b, d: task.dataset_info(b, d, workdir), resuming=resuming, **early)
+    # Not with init_from: a hub folder sets model keys (pretrained_config, below) that the early check would lack.
+    early = config.data.backend != 'grain' and config.init_from is None
+    hook = {'before_generating': _model_checker(config, task)} if early else {}
+    builder, info = load(config.data, lambda b, d: task.dataset_info(b, d, workdir), resuming=resuming, **hook)
   else:
     builder, info = data
   buckets = task.buckets(config.data, info)  # Refuses a token budget the task cannot batch by.
