@@ -128,7 +128,7 @@ def figure(
   the region `regions` its search crop was cut from, when given), the regression token's attention over its search
   crop, the class token's; a legend for the boxes, a colour bar per attention row, whose scale runs to the highest
   share over the frames `scaled` (default: `shown`), so the frames of an animation share it."""
-  fig = Figure(figsize=(1.9 * len(shown) + 1.6, 6.4), layout='constrained')
+  fig = Figure(figsize=(1.75 * len(shown) + 1.4, 6.4), layout='constrained')
   axes = fig.subplots(3, len(shown), squeeze=False)
   rows = ((reg, "regression token's\nattention"), (cls, "class token's\nattention"))
   for i, t in enumerate(shown):
