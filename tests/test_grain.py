@@ -91,6 +91,7 @@ def test_eval_batches_and_shards_equal_tf_data(digits_dir, shards):
   ours = [jax.device_get(b) for b in grain_input.eval_batches(builder, config.data, info, sharding())]
   config.data.backend = 'tfdata'
   tf_builder, tf_info = pipeline.load(config.data, data_info.label_info)
+  assert info == tf_info  # The copy's split sizes too: evaluation's batch size is fitted to them.
   theirs = pipeline.eval_batches(
     tf_builder, config.data, labels.preprocess_fn(config.data, tf_info, False), sharding(), labels.prepare_fn(tf_info)
   )

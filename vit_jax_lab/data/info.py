@@ -52,9 +52,11 @@ def resized_size(height: int, width: int, short: int) -> tuple[int, int]:
 
 
 def split_size(builder, split: str) -> int:
-  """The examples in `split`; 0 before the data is generated, when a builder declares its features alone (what the
-  model is checked on before the data is written)."""
-  return builder.info.splits[split].num_examples if builder.is_prepared() else 0
+  """The examples in `split`; 0 before the data is generated, when a builder declares its features alone and no
+  split (what the model is checked on before the data is written). Not `is_prepared()`: a builder read from a
+  directory (grain's ArrayRecord copy) says False there, with its splits known."""
+  splits = builder.info.splits
+  return splits[split].num_examples if len(splits) else 0
 
 
 def input_key(features) -> str | None:
