@@ -239,8 +239,9 @@ def _start_up_line(line: bytes) -> bool:
 
 
 class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
-  """Finds `tensorflow` as Python would and loads it with file descriptor 2 held: its start-up lines are dropped,
-  any other line it printed is written out after. Wherever a command first imports it, and only if it does."""
+  """Finds `tensorflow` as Python would and loads it through library_lines_dropped: its start-up lines are dropped,
+  any other line it prints passed on. Wherever code that called quiet_libraries() first imports it (within a
+  command, whose run is filtered already, it adds nothing), and only if it does."""
 
   finding = False  # While it asks the other finders for the real spec.
 
@@ -259,16 +260,8 @@ class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
     def exec_module(module):
       if self in sys.meta_path:  # Loaded once: the finder's work is done.
         sys.meta_path.remove(self)
-      held: dict = {}
-      try:
-        with held_stderr() as held:
-          held['replay'] = False
-          load(module)
-      finally:
-        lines = held.get('text', b'').decode(errors='replace').splitlines(keepends=True)
-        kept = ''.join(line for line in lines if not TENSORFLOW_START_UP_LINES.match(line))
-        if kept:
-          os.write(2, kept.encode())
+      with library_lines_dropped():
+        load(module)
 
     spec.loader.exec_module = exec_module
     return spec
