@@ -47,6 +47,10 @@ def test_override_reaches_the_model(data_dir):
     (['--config.data.eval_batch_size=60'], 'data.eval_batch_size=60 must be divisible by the 8 batch shards'),
     (['--config.data.name=no_such_dataset'], "data.name='no_such_dataset' is not a TFDS dataset"),
     (['--config.data.name=mnist'], "data.name='mnist' is not prepared in data.data_dir="),
+    # Names TFDS cannot parse, or whose config or version the dataset lacks: its own errors were tracebacks.
+    (['--config.data.name=0'], "data.name='0': Parsing builder name string 0 failed; a TFDS name is NAME[/CONFIG]"),
+    (['--config.data.name=mnist/nope'], "data.name='mnist/nope': BuilderConfig nope not found with version"),
+    (['--config.data.name=mnist:9.9.9'], "data.name='mnist:9.9.9': Dataset mnist cannot be loaded at version 9.9.9"),
     (
       ['--config.data.data_dir=/no/such/dir', '--config.data.name=mnist'],
       "data.data_dir='/no/such/dir' does not exist",
@@ -72,6 +76,7 @@ def test_override_reaches_the_model(data_dir):
     (['--config.accum_steps=3'], 'data.batch_size=128 must be divisible by accum_steps=3 x 8 batch shards'),
     (['--config.init_from=/no/such.npz'], "init_from='/no/such.npz' does not exist"),
     (['--config.model.dropout=1.0'], 'model.dropout=1.0 must be in [0, 1)'),
+    (['--config.model.layernorm_epsilon=-1'], 'model.layernorm_epsilon=-1.0 must be a non-negative number'),
     (['--config.model.attention_impl=cudnn'], "model.attention_impl='cudnn' takes bf16 or fp16 only"),
     (['--batch_size=3'], "unrecognised argument '--batch_size=3'"),
   ],

@@ -105,6 +105,8 @@ class EncoderOptions:
       dict(dropout=self.dropout, attention_dropout=self.attention_dropout, drop_path=self.drop_path),
     )
     attention.check(self.attention, self.attention_window, self.attention_random_blocks, self.attention_dropout)
+    if not self.layernorm_epsilon >= 0:  # A negative one makes a constant token's variance negative: NaN.
+      raise ConfigError(f'model.layernorm_epsilon={self.layernorm_epsilon} must be a non-negative number (e.g. 1e-6)')
 
   @classmethod
   def keys(cls) -> tuple[str, ...]:

@@ -116,6 +116,9 @@ def find(data_config, resuming: bool = False):
       f'data.name={name!r} is not a TFDS dataset; built-in ones: {", ".join(BUILTIN)}; your own files: '
       'folder:/path/to/them'
     ) from None
+  except (ValueError, AssertionError) as e:  # A name TFDS cannot parse, a config or version the dataset lacks.
+    why = str(e).splitlines()[0].rsplit('": ', 1)[-1].split('. ')[0].rstrip('.: ')
+    raise ConfigError(f'data.name={name!r}: {why}; a TFDS name is NAME[/CONFIG][:VERSION]') from None
   check(
     builder.is_prepared(),
     f'data.name={name!r} is not prepared in data.data_dir={data_dir!r}: run `tfds build {name} --data_dir DIR` '
