@@ -52,6 +52,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   check(o.name in ('adamw', 'sgd'), f"optim.name={o.name!r} is not one of 'adamw', 'sgd'")
   check(o.lr > 0, f'optim.lr={o.lr} must be positive')
   check(o.weight_decay >= 0, f'optim.weight_decay={o.weight_decay} must be >= 0')
+  for key in ('b1', 'b2', 'momentum'):  # Outside [0, 1) a moment grows without bound: NaN within steps.
+    check(o[key] is None or 0 <= o[key] < 1, f'optim.{key}={o[key]} must be in [0, 1)')
+  check(o.eps > 0, f"optim.eps={o.eps} must be positive (Adam divides by its moment's root plus eps)")
   check(o.clip_norm >= 0, f'optim.clip_norm={o.clip_norm} must be >= 0 (0 turns clipping off)')
   check(
     o.mu_dtype in (None, 'float32', 'bfloat16'),

@@ -287,7 +287,9 @@ class ViT(base.Model):
     rotary_embeddings.check(rope, head_dim, rope_temperature, rope_axes, rope_ref_grid, rope_offset)
     if class_token is False and pool in ('tok', 'tok_gap'):
       raise ConfigError(f'model.class_token=False, but model.pool={pool!r} reads the class token: leave it None')
-    for key, value in dict(map_heads=map_heads, map_mlp_dim=map_mlp_dim).items():
+    for key, value in dict(
+      map_heads=map_heads, map_mlp_dim=map_mlp_dim, representation_size=representation_size
+    ).items():
       if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
         raise ConfigError(f'model.{key}={value!r} must be a positive integer or None')
     if (map_heads is not None or map_mlp_dim is not None or map_prefix) and pool != 'map':
