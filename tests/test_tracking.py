@@ -381,6 +381,10 @@ def test_both_box_heads_give_boxes_and_refuse_bad_options():
     tracker.Tracker(
       32, 64, 1, width=32, depth=1, mlp_dim=64, num_heads=2, patch_size=8, corner_margin=-1, rngs=nnx.Rngs(0)
     )
+  with pytest.raises(ConfigError, match='corner_channels=1 must be an integer >= 2'):  # Was a ZeroDivisionError.
+    tracker.Tracker(
+      32, 64, 1, width=32, depth=1, mlp_dim=64, num_heads=2, patch_size=8, corner_channels=1, rngs=nnx.Rngs(0)
+    )
 
 
 def test_conv_stem_tokens_lie_on_the_patch_grid_with_overlapping_receptive_fields():

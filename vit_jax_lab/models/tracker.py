@@ -192,6 +192,8 @@ class Tracker(base.Model):
       )
     if corner_margin < 0:
       raise ConfigError(f'model.corner_margin={corner_margin} must be >= 0 (cells past the search grid)')
+    if corner_channels < 2:  # Its second convolution has corner_channels // 2.
+      raise ConfigError(f'model.corner_channels={corner_channels} must be an integer >= 2')
     self.template_grid, self.search_grid = (template_size // p,) * 2, (search_size // p,) * 2
     self.search_start = 2 + self.template_grid[0] * self.template_grid[1]  # Token index of the first search patch.
     self.num_heads = dims['num_heads']
