@@ -213,3 +213,12 @@ def test_the_command_is_not_shadowed_by_a_main_py_in_the_working_folder(tmp_path
     text=True,
   )
   assert (done.returncode, done.stderr.strip()) == (2, 'error: optim.lr=-1.0 must be positive')
+
+
+def test_tools_evaluate_names_the_eval_batch_it_was_given(data_dir, capsys):
+  """tools.evaluate runs with data.batch_size set to data.eval_batch_size: a bad one is named as the user gave it."""
+  from vit_jax_lab.tools import evaluate
+
+  argv = ['--config', CONFIG, f'--config.data.data_dir={data_dir}', '--config.data.eval_batch_size=-1']
+  assert evaluate.main(argv) == 2
+  assert capsys.readouterr().err == 'error: data.eval_batch_size=-1 must be positive\n'

@@ -51,8 +51,9 @@ def dataset_keys() -> dict:
 
 def check_dataset(d: ml_collections.ConfigDict) -> None:
   check(d.name.strip() != '', 'data.name is empty: name a TFDS dataset, e.g. digits')
-  check(d.batch_size > 0, f'data.batch_size={d.batch_size} must be positive')
+  # The eval batch first: tools.evaluate runs with data.batch_size set to it, and a bad one is the user's eval key.
   check(d.eval_batch_size > 0, f'data.eval_batch_size={d.eval_batch_size} must be positive')
+  check(d.batch_size > 0, f'data.batch_size={d.batch_size} must be positive')
   check(d.shuffle_buffer > 0, f'data.shuffle_buffer={d.shuffle_buffer} must be positive (1: no shuffling)')
   check(d.shards == -1 or d.shards > 0, f'data.shards={d.shards} must be -1 (one per process) or positive')
   check(d.backend in BACKENDS, f'data.backend={d.backend!r} is not one of {", ".join(map(repr, BACKENDS))}')
