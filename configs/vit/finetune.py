@@ -53,6 +53,7 @@ def get_config(arg: str | None = None):
   c.data.image_size = (518 if variant == 'H/14' else 512) if paper else 384
   c.data.inception_crop = True
   c.data.flip = True
+  c.data.augment_on = 'device'  # The flip in the jitted step (data/device.py).
   c.data.antialias = False  # vision_transformer's tf.image.resize: matters where ImageNet images are shrunk.
   c.data.batch_size = 512
   c.data.eval_batch_size = 512

@@ -83,6 +83,7 @@ def get_config(arg: str | None = None):
   c.data.image_size, c.data.resize_size = 224, 256
   c.data.inception_crop = True
   c.data.flip = True
+  c.data.augment_on = 'device'  # Flip and RandAugment in the jitted step: the host decodes, crops and resizes.
   c.data.randaugment_layers, c.data.randaugment_magnitude = layers, magnitude
   c.data.batch_size = BATCH
   c.data.eval_batch_size = 1024

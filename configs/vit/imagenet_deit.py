@@ -52,6 +52,7 @@ def get_config(arg: str | None = None):
   c.data.image_size, c.data.resize_size = 224, 256  # Evaluation: shorter side 256, central 224.
   c.data.inception_crop = True
   c.data.flip = True
+  c.data.augment_on = 'device'  # Flip and RandAugment in the jitted step: the host decodes, crops and resizes.
   c.data.randaugment_layers, c.data.randaugment_magnitude = 2, 9.0
   c.data.random_erasing = 0.25
   c.data.repeated_augment = 3

@@ -53,6 +53,7 @@ def get_config(arg: str | None = None):
   c.data.resize_size = 256
   c.data.image_size = 224
   c.data.flip = True
+  c.data.augment_on = 'device'  # Flip and colours in the jitted step (data/device.py).
   c.data.scale_jitter = (0.9, 1.33)
   c.data.color_augment = 0.8
   c.data.color_drop = 0.1

@@ -20,8 +20,13 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # TensorFlow's C++ start-up 
 
 
 BACKENDS = ('tfdata', 'grain')
+AUGMENT_ON = ('host', 'device')
 JPEG_PNG = (b'\xff\xd8', b'\x89PNG')  # The starts of the image files read (JPEG and PNG).
-GRAIN_UNSUPPORTED = ('color_augment', 'color_drop', 'token_budget')  # Set (truthy): refused on grain.
+GRAIN_UNSUPPORTED = (
+  'color_augment',
+  'color_drop',
+  'token_budget',
+)  # Set (truthy): refused on grain (colours: on host).
 
 
 def dataset_keys() -> dict:
@@ -59,7 +64,10 @@ def check_dataset(d: ml_collections.ConfigDict) -> None:
   check(d.backend in BACKENDS, f'data.backend={d.backend!r} is not one of {", ".join(map(repr, BACKENDS))}')
   check(d.workers >= 0, f'data.workers={d.workers} must be >= 0 (0: batches are made in this process)')
   if d.backend == 'grain':
-    unsupported = [k for k in GRAIN_UNSUPPORTED if d[k]] + ['scale_jitter'] * (tuple(d.scale_jitter) != (1.0, 1.0))
+    on_device = ('color_augment', 'color_drop') if d.augment_on == 'device' else ()
+    unsupported = [k for k in GRAIN_UNSUPPORTED if d[k] and k not in on_device] + ['scale_jitter'] * (
+      tuple(d.scale_jitter) != (1.0, 1.0)
+    )
     check(
       not unsupported,
       f'data.{unsupported[0] if unsupported else ""} is not implemented on the grain backend: unset it, or use '
@@ -97,6 +105,11 @@ def image_keys() -> dict:
     # Training images: probability of replacing a random rectangle (2%-1/3 of the area) by noise, last, in the
     # jitted step (timm's RandomErasing, 'pixel' mode; DeiT: 0.25; data/device.py).
     random_erasing=0.0,
+    # Where training images and clips are flipped (data.flip), RandAugmented and colour-augmented: 'host' (the input
+    # pipeline's CPU threads, in tf.data or PIL) or 'device' (in the jitted step, per example, on the accelerator:
+    # the host then only decodes, crops and resizes, about 6x fewer CPU-seconds per image for the DeiT recipe). The
+    # same ops and distributions, other draws (data/device.py). The cluster recipes take 'device'.
+    augment_on='host',
     # Training: each example appears this many times in its batch, each copy augmented with its own seed
     # (repeated augmentation, Hoffer et al. 2020; DeiT: 3); 1: off. Batches per data shard must divide by it;
     # copies are spread over the batch (not side by side), so mixup and cutmix pair different examples.
@@ -130,6 +143,9 @@ def check_images(d: ml_collections.ConfigDict) -> None:
   check(
     0 <= d.randaugment_magnitude <= 30,
     f'data.randaugment_magnitude={d.randaugment_magnitude} must be in [0, 30] (0-10 is the scale, e.g. 9)',
+  )
+  check(
+    d.augment_on in AUGMENT_ON, f'data.augment_on={d.augment_on!r} is not one of {", ".join(map(repr, AUGMENT_ON))}'
   )
   check(d.repeated_augment >= 1, f'data.repeated_augment={d.repeated_augment} must be a positive integer (1: off)')
   per_shard = d.batch_size // d.shards if d.shards > 0 else d.batch_size  # Processes are counted in the pipeline.

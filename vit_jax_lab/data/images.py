@@ -160,11 +160,13 @@ def pixels(image: tf.Tensor) -> tf.Tensor:
 def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
   """(uint8 image or its encoded file, seed) -> uint8 image of `shape` (height, width, channels), augmented for
   training as `data_config` asks; resized pixels are rounded to whole levels, as PIL's resize gives them. The
-  jitted step scales them to data.value_range and erases at random (data/device.py)."""
+  jitted step scales them to data.value_range and erases at random (data/device.py), and with
+  data.augment_on='device' flips, RandAugments and colour-augments them first."""
   height, width, channels = shape
   short, jitter = data_config.resize_size, tuple(data_config.scale_jitter)
   color, antialias = color_fn(data_config), data_config.antialias
   randaugment = augment.randaugment_fn(data_config)
+  on_host = data_config.augment_on == 'host'  # Else the flip, RandAugment and colours are the jitted step's.
 
   def fn(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     crop_seed, pad_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
@@ -190,9 +192,9 @@ def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool) -> Call
       pad = data_config.crop_padding
       image = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
       image = tf.image.stateless_random_crop(image, (height, width, channels), seed=pad_seed)
-    if train and data_config.flip:
+    if train and data_config.flip and on_host:
       image = tf.image.stateless_random_flip_left_right(image, seed=flip_seed)
-    if train:  # RandAugment draws from a seed of its own, so the draws above stay what they were.
+    if train and on_host:  # RandAugment draws from a seed of its own, so the draws above stay what they were.
       image = randaugment(image, tf.random.experimental.stateless_fold_in(seed, 2))
       image = color(image, color_seed)
     return tf.ensure_shape(pixels(image), (height, width, channels))

@@ -126,9 +126,11 @@ def randaugment(image: Image.Image, rng: np.random.Generator, layers: int, magni
 def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool) -> Callable:
   """(image file or uint8 pixels, generator) -> uint8 (height, width, channels), augmented for training as
   `data_config` asks: images.preprocess_fn's steps in its order. Random erasing and the scaling to
-  data.value_range happen in the jitted step, as on tf.data."""
+  data.value_range happen in the jitted step, as on tf.data, and with data.augment_on='device' the flip, RandAugment
+  and colour augmentation too."""
   height, width, channels = shape
   short, antialias, d = data_config.resize_size, data_config.antialias, data_config
+  on_host = d.augment_on == 'host'  # Else the flip and RandAugment are the jitted step's (data/device.py).
 
   def fn(data, rng: np.random.Generator | None) -> np.ndarray:
     image = decode(data, channels)
@@ -144,9 +146,9 @@ def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool) -> Call
       padded = Image.new(image.mode, (image.width + 2 * p, image.height + 2 * p), 0)
       padded.paste(image, (p, p))
       image = random_crop(padded, height, width, rng)
-    if train and d.flip and rng.random() < 0.5:
+    if train and d.flip and on_host and rng.random() < 0.5:
       image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-    if train and d.randaugment_layers:
+    if train and d.randaugment_layers and on_host:
       image = randaugment(image, rng, d.randaugment_layers, float(d.randaugment_magnitude))
     return np.asarray(image, np.uint8).reshape(height, width, channels)
 

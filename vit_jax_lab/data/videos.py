@@ -83,9 +83,10 @@ def preprocess_fn(
         pad = data_config.crop_padding
         frames = tf.pad(frames, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
       frames = tf.image.stateless_random_crop(frames, (num_frames, height, width, channels), seed=crop_seed)
-      if data_config.flip:
-        frames = tf.where(tf.random.stateless_uniform([], flip_seed) < 0.5, tf.reverse(frames, [2]), frames)
-      frames = color(frames, color_seed)
+      if data_config.augment_on == 'host':  # Else the jitted step flips and colours (data/device.py).
+        if data_config.flip:
+          frames = tf.where(tf.random.stateless_uniform([], flip_seed) < 0.5, tf.reverse(frames, [2]), frames)
+        frames = color(frames, color_seed)
       out_shape = shape
     else:
       offsets = crop_offsets(tf.shape(frames)[1], tf.shape(frames)[2], height, width, crops)

@@ -1,0 +1,181 @@
+"""The augmentations that data.augment_on='device' runs in the jitted step: each device op against its host twin
+(augment.py's RandAugment ops, images.color_augment's colour changes: TensorFlow) on the same parameters, the
+per-example draws, 1 vs 8 devices, and a host that then leaves them to the device."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import load_config
+from test_input_path import photos  # noqa: F401 (the fixture)
+from vit_jax_lab.data import augment, device, info as data_info, labels, pipeline
+
+RNG = np.random.default_rng(1)
+
+
+def sample_images():
+  """Noise (every level, hard edges), a smooth gradient, a flat image and one of two levels (equalize's step 0)."""
+  h, w, rng = 13, 11, np.random.default_rng(0)
+  ys, xs = np.mgrid[0:h, 0:w]
+  smooth = np.stack([xs * 20, ys * 18, (xs + ys) * 9], -1).clip(0, 255).astype(np.uint8)
+  return [
+    rng.integers(0, 256, (h, w, 3), dtype=np.uint8),
+    rng.integers(40, 200, (h, w, 3), dtype=np.uint8),
+    smooth,
+    np.full((h, w, 3), 77, np.uint8),
+    np.where(rng.random((h, w, 1)) < 0.5, 10, 200).astype(np.uint8).repeat(3, -1),
+    rng.integers(0, 256, (h, w, 1), dtype=np.uint8),
+  ]
+
+
+@pytest.mark.parametrize('magnitude', [0.0, 4.0, 9.0, 20.0])
+@pytest.mark.parametrize('op', device.RANDAUGMENT_OPS)
+def test_each_randaugment_op_on_the_device_equals_the_host_op(op, magnitude):
+  """Every op at both signs on the same images: the host's TensorFlow op and the device's layer (lookup table, blend
+  and warp in one) give the same pixels, but for autocontrast's exact integers (PIL's and TensorFlow's float64
+  falls below some whole numbers: a level, at a few percent of pixels), and bilinear samples, lumas and means
+  rounded at a half the other way (a level, at most 3 pixels of 143)."""
+  assert device.RANDAUGMENT_OPS == augment.OPS
+  index = device.RANDAUGMENT_OPS.index(op)
+  layer = jax.jit(device.randaugment_layer, static_argnums=3)
+  for sign in (-1.0, 1.0):
+    host_op = augment._op_fns(magnitude, tf.constant(sign))[index]
+    for image in sample_images():
+      host = host_op(tf.constant(image)).numpy()
+      ours = np.asarray(layer(jnp.asarray(image), jnp.int32(index), jnp.float32(sign), magnitude))
+      assert ours.dtype == np.uint8 and ours.shape == image.shape
+      diff = np.abs(ours.astype(int) - host.astype(int))
+      assert diff.max() <= 1, (op, sign, diff.max())
+      assert (diff > 0).mean() <= (0.05 if op == 'autocontrast' else 0.03), (op, sign, (diff > 0).mean())
+
+
+def layer_ops(key, b):
+  """The RandAugment ops of image b's two layers (device.randaugment's draws)."""
+  return jnp.stack(
+    [
+      jax.random.randint(jax.random.split(jax.random.fold_in(jax.random.fold_in(key, b), layer))[0], (), 0, 14)
+      for layer in (0, 1)
+    ]
+  )
+
+
+def test_randaugment_draws_each_op_uniformly_per_image_and_layer():
+  """The op of image b's layer l comes from fold_in(fold_in(key, b), l): 14 ops about equally often over 2,000
+  images, and the two layers of an image independent (as often equal as chance says)."""
+  drawn = np.asarray(jax.jit(jax.vmap(lambda b: layer_ops(jax.random.key(0), b)))(jnp.arange(2000)))
+  counts = np.bincount(drawn[:, 0], minlength=14)
+  assert counts.min() > 2000 / 14 * 0.7 and counts.max() < 2000 / 14 * 1.3
+  assert abs((drawn[:, 0] == drawn[:, 1]).mean() - 1 / 14) < 0.03
+
+
+def test_randaugment_of_an_image_is_its_layers_in_a_row():
+  """device.randaugment applies, to image b, the layers its draws name, in order (the ops checked above)."""
+  images = jnp.asarray(np.stack([sample_images()[i] for i in (0, 1, 2, 0)]))
+  key = jax.random.key(4)
+  out = np.asarray(jax.jit(device.randaugment, static_argnums=(2, 3))(images, key, 2, 9.0))
+  for b in range(4):
+    image = images[b]
+    for layer in range(2):
+      op_key, sign_key = jax.random.split(jax.random.fold_in(jax.random.fold_in(key, b), layer))
+      op = jax.random.randint(op_key, (), 0, 14)
+      sign = jnp.where(jax.random.uniform(sign_key) < 0.5, -1.0, 1.0)
+      image = device.randaugment_layer(image, op, sign, 9.0)
+    assert (out[b] != np.asarray(image)).mean() < 0.02  # One program and another: a half rounded apart, rarely.
+  assert not np.array_equal(out[0], out[3])  # Same image, other row: other draws.
+
+
+@pytest.mark.parametrize('channels', [3, 1])
+def test_colour_jitter_on_the_device_equals_tensorflows(channels):
+  """images.color_augment's changes (tf.image's brightness, saturation, contrast, hue) and dm-pix's, on the same
+  parameters, for images and clips (contrast about each frame's mean): within float32 rounding, less than a level."""
+  for shape in ((13, 11, channels), (3, 9, 7, channels)):
+    x = RNG.integers(0, 256, shape).astype(np.float32)
+    for brightness, saturation, contrast, hue in [(0.1, 1.3, 0.7, 0.15), (-0.12, 0.6, 1.4, -0.2), (0.0, 1.0, 1.0, 0.0)]:
+      t = tf.image.adjust_brightness(tf.constant(x) / 255.0, brightness)
+      if channels == 3:
+        t = tf.image.adjust_saturation(t, saturation)
+      t = tf.image.adjust_contrast(t, contrast)
+      if channels == 3:
+        t = tf.image.adjust_hue(t, hue)
+      host = (tf.clip_by_value(t, 0.0, 1.0) * 255.0).numpy()
+      ours = np.asarray(device.color_jitter(jnp.asarray(x), brightness, saturation, contrast, hue))
+      np.testing.assert_allclose(ours, host, atol=0.05)
+
+
+def test_colour_augment_and_flip_draw_per_example_at_their_probability():
+  x = jnp.asarray(RNG.integers(0, 256, (400, 2, 4, 5, 3), dtype=np.uint8))  # Clips of 2 frames.
+  key = jax.random.key(2)
+  flipped = np.asarray(device.flip(x, key))
+  mirrored = (flipped == np.asarray(x)[:, :, :, ::-1]).all(axis=(1, 2, 3, 4))
+  kept = (flipped == np.asarray(x)).all(axis=(1, 2, 3, 4))
+  assert (mirrored ^ kept).all() and 0.4 < mirrored.mean() < 0.6  # Whole clips, both frames alike.
+  grey = np.asarray(device.color_augment(x, key, 0.0, 0.3))
+  greyed = (grey[..., 0] == grey[..., 1]).all(axis=(1, 2, 3)) & (grey[..., 1] == grey[..., 2]).all(axis=(1, 2, 3))
+  assert 0.22 < greyed.mean() < 0.38 and (grey[~greyed] == np.asarray(x)[~greyed]).all()
+  jittered = np.asarray(device.color_augment(x, key, 0.5, 0.0))
+  changed = (jittered != np.asarray(x)).any(axis=(1, 2, 3, 4))
+  assert 0.4 < changed.mean() < 0.6
+
+
+def augmenting_config(data_dir, **data):
+  config = load_config('configs/vit/digits.py:smoke', str(data_dir))
+  config.data.update(
+    dict(augment_on='device', flip=True, randaugment_layers=2, color_augment=0.8, color_drop=0.2, random_erasing=0.25)
+  )
+  config.data.update(data)
+  return config
+
+
+def test_the_steps_augmentation_is_the_same_on_1_and_8_devices(tmp_path):
+  """Row b of a step draws from fold_in(step key, b), and the ops' constants are worked out outside the step
+  (device.op_parameters), so the augmented batch does not depend on how it is sharded: equal under the suite's XLA
+  flags (conftest: LLVM's optimisations off). Optimised, XLA may fuse a multiply-add in a program of 64 rows and not
+  in one of 8: measured on 4 batches, 0.1-0.7% of the pixels of 5-8 rows of 64 a level or two apart."""
+  config = augmenting_config(tmp_path)
+  batch = {'inputs': jnp.asarray(RNG.integers(0, 256, (64, 16, 16, 3), dtype=np.uint8)), 'label': jnp.arange(64)}
+  key = jax.random.key(7)
+  fn = jax.jit(lambda b, k: device.train_inputs(b, config.data, k))
+  one = np.asarray(fn(batch, key)['inputs'])
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ('data',))
+  spread = jax.device_put(batch, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data')))
+  eight = fn(spread, key)['inputs']
+  assert len(eight.sharding.device_set) == 8
+  np.testing.assert_array_equal(one, np.asarray(eight))
+  config.data.augment_on = 'host'  # The same step with the host's augmentation: only scaled and erased.
+  plain = np.asarray(jax.jit(lambda b, k: device.train_inputs(b, config.data, k))(batch, key)['inputs'])
+  assert (np.abs(one - plain) > 0.01).mean() > 0.3
+
+
+def host_batches(config, steps=2):
+  builder, info = pipeline.load(config.data, data_info.label_info)
+  sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(jax.devices()[:1]), ('data',)), jax.P('data'))
+  it = pipeline.train_iterator(
+    builder,
+    config.data,
+    labels.preprocess_fn(config.data, info, train=True),
+    sharding,
+    seed=config.seed,
+    start_step=0,
+    prepare=labels.prepare_fn(info),
+  )
+  return [jax.device_get(next(it)) for _ in range(steps)]
+
+
+def test_with_augment_on_device_the_host_only_crops_and_resizes(photos, tmp_path):  # noqa: F811
+  """The host's batches with data.augment_on='device' are those of the same recipe without flip, RandAugment and
+  colours: the inception crop and resize stay on the host, with their draws unchanged."""
+  common = dict(
+    name=f'folder:{photos}', image_size=16, inception_crop=True, batch_size=8, shuffle_buffer=7, random_erasing=0.0
+  )
+  device_side = host_batches(augmenting_config(tmp_path, **common))
+  plain = host_batches(
+    augmenting_config(
+      tmp_path, augment_on='host', flip=False, randaugment_layers=0, color_augment=0.0, color_drop=0.0, **common
+    )
+  )
+  augmented = host_batches(augmenting_config(tmp_path, augment_on='host', **common))
+  for a, b, c in zip(device_side, plain, augmented):
+    np.testing.assert_array_equal(a['inputs'], b['inputs'])
+    assert not np.array_equal(a['inputs'], c['inputs'])
