@@ -139,7 +139,8 @@ class Classification(Task):
 
   def synthetic_batch(self, shape: str, batch_size: int) -> tuple[LabelInfo, Batch]:
     """H,W,C,CLASSES (images), T,H,W,C,CLASSES (videos) or LENGTH,VOCAB,CLASSES (token ids, none of them padding):
-    normal inputs or uniform ids, and uniform labels."""
+    uniform uint8 pixels (as the pipeline sends them: the step scales them, and augments them with
+    data.augment_on='device') or uniform ids, and uniform labels."""
     *input_shape, classes = synthetic_dims(shape, (3, 4, 5), 'H,W,C,CLASSES, T,H,W,C,CLASSES or LENGTH,VOCAB,CLASSES')
     keys = jax.random.split(jax.random.key(0))
     label = jax.random.randint(keys[1], (batch_size,), 0, classes)
@@ -148,7 +149,8 @@ class Classification(Task):
       info = LabelInfo(classes, key, (length,), 0, 0, vocab)
       return info, {'inputs': jax.random.randint(keys[0], (batch_size, length), 1, max(vocab, 2)), 'label': label}
     info = LabelInfo(classes, 'image' if len(input_shape) == 3 else 'video', tuple(input_shape), 0, 0)
-    return info, {'inputs': jax.random.normal(keys[0], (batch_size, *input_shape), jnp.float32), 'label': label}
+    pixels = jax.random.randint(keys[0], (batch_size, *input_shape), 0, 256).astype(jnp.uint8)
+    return info, {'inputs': pixels, 'label': label}
 
 
 def mix(
