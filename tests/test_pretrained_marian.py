@@ -272,15 +272,14 @@ def test_init_from_a_marian_folder_in_a_run(tmp_path, capsys, reference):
 
 
 def test_the_data_pipeline_tokenises_with_the_folder(reference):
-  """text.encoder, which tf.data maps over the examples, gives the folder's ids for a MarianVocab."""
+  """text.encoder, which tf.data maps over batches of examples, gives the folder's ids for a MarianVocab."""
   import tensorflow as tf
 
   from vit_jax_lab.data import text
 
   source = MarianVocab(FOLDER, 'source')
-  encode = text.encoder(source)
-  for sentence in reference['sources']:
-    assert encode(tf.constant(sentence)).numpy().tolist() == source.encode(sentence)
+  encoded = text.encoder(source)(tf.constant(reference['sources'])).to_list()
+  assert encoded == [source.encode(sentence) for sentence in reference['sources']]
 
 
 def test_predict_translates_with_the_folder(reference, capsys, tmp_path):

@@ -1,5 +1,6 @@
 """Training batches by a token budget (`data.token_budget`): batches fit the budget and their bucket, each epoch of a
 bucket uses its examples once, a resumed stream repeats the uninterrupted one, the device count changes nothing,
+a shard's prepared examples are held once and picked by index, SentencePiece tokenises batches as it does one text,
 and a run trains."""
 
 import collections
@@ -7,13 +8,14 @@ import collections
 import jax
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from conftest import load_config as load
 from test_train import read_metrics
 from vit_jax_lab import train
 from vit_jax_lab.config import ConfigError
-from vit_jax_lab.data import builders, pipeline
+from vit_jax_lab.data import builders, pipeline, text
 
 
 @pytest.fixture(scope='module')
@@ -138,3 +140,39 @@ def test_token_budget_mistakes_are_one_line_errors(scan_dir, smoke_config):
     assert '\n' not in str(e.value)
   with pytest.raises(ConfigError, match='use at least 392'):  # 8 rows on 8 devices.
     train.setup(scan_config(scan_dir, data__token_budget=100), jax.devices())
+
+
+def test_held_examples_picked_by_index_are_the_read_examples_filtered():
+  """pipeline.Held: the examples at any indices, in their order, are what enumerating the read dataset and keeping
+  those indices gives (variable-length ids, scalars, strings), across its read batches."""
+  rng = np.random.default_rng(0)
+  lengths = rng.integers(0, 9, 9000)
+  examples = [
+    {'ids': rng.integers(1, 50, n).astype(np.int32), 'label': np.int32(k), 'name': f'x{k}'.encode()}
+    for k, n in enumerate(lengths)
+  ]
+  ds = tf.data.Dataset.from_generator(
+    lambda: ((np.int32(len(e['ids']) // 3), e) for e in examples),
+    output_signature=(
+      tf.TensorSpec([], tf.int32),
+      {
+        'ids': tf.TensorSpec([None], tf.int32),
+        'label': tf.TensorSpec([], tf.int32),
+        'name': tf.TensorSpec([], tf.string),
+      },
+    ),
+  )
+  held = pipeline.Held(ds)
+  np.testing.assert_array_equal(held.buckets, lengths // 3)
+  picked = np.flatnonzero(held.buckets == 1)[::-1][:500]  # Any order, across read batches.
+  for (i, b, ex), k in zip(held.dataset(picked).as_numpy_iterator(), picked):
+    assert (i, b) == (k, lengths[k] // 3)
+    np.testing.assert_array_equal(ex['ids'], examples[k]['ids'])
+    assert ex['label'] == k and ex['name'] == examples[k]['name']
+
+
+def test_sentencepiece_tokenises_a_batch_as_each_text_alone(tmp_path):
+  texts = [f'jump {"twice " * (k % 3)}and walk left {k}' for k in range(300)] + ['', 'éà ✓ unseen']
+  vocab = text.train_sentencepiece(texts[:200], 40, str(tmp_path / 'sp.model'))
+  ragged = text.encoder(vocab)(tf.constant(texts))
+  assert ragged.to_list() == [vocab.encode(t) for t in texts]

@@ -379,6 +379,45 @@ def decoded_example_bytes(s) -> dict:
   return {'decoded_bytes': sum(sizes) / max(len(sizes), 1)}
 
 
+LIMIT_SECONDS = 10.0  # CPU-seconds of the host-limit loop at most (it stops after a pass over its examples).
+
+
+def host_limit(s) -> dict:
+  """Examples per CPU-second (one thread, this process) of the work the host cannot avoid for the row's examples,
+  on the same records: decoding an image (libjpeg-turbo through TensorFlow, or PNG); decoding the data.num_frames
+  frames a clip takes, or the 2 of a tracking pair; tokenising a sentence pair (SentencePiece from Python)."""
+  import tensorflow as tf
+  import tensorflow_datasets as tfds
+
+  from vit_jax_lab.data import pipeline
+
+  data, features = s.config.data, s.builder.info.features
+  keys = pipeline.encoded_features(s.builder)
+  ds = s.builder.as_dataset(split=data.train_split, decoders={k: tfds.decode.SkipDecoding() for k in keys})
+  examples = list(ds.take(64).as_numpy_iterator())
+  if 'frames' in features:  # A tracking sequence: a pair's 2 frames.
+    what, work = 'decode 2 frames', [list(ex['frames'][:2]) for ex in examples]
+  elif 'video' in features:
+    what = f'decode {data.num_frames} frames'
+    work = [list(ex['video'][: data.num_frames]) for ex in examples]
+  elif keys:
+    what, work = 'decode', [[ex[keys[0]]] for ex in examples]
+  else:
+    source, target = s.info.input_vocab, s.info.target_vocab
+    pairs = [(ex[s.info.input_key].decode(), ex[s.info.target_key].decode()) for ex in examples * 16]
+    start = time.process_time()
+    for a, b in pairs:
+      source.encode(a), target.encode(b)
+    return {'limit': len(pairs) / (time.process_time() - start), 'limit_what': 'tokenise (SentencePiece)'}
+  for files in work[:4]:  # Warm-up.
+    [tf.io.decode_image(f, channels=3, expand_animations=False) for f in files]
+  start, done = time.process_time(), 0
+  while time.process_time() - start < LIMIT_SECONDS and done < 4 * len(work):
+    [tf.io.decode_image(f, channels=3, expand_animations=False) for f in work[done % len(work)]]
+    done += 1
+  return {'limit': done / (time.process_time() - start), 'limit_what': what}
+
+
 def probe(args) -> dict:
   """The measurements `args.stages` ask for, of row `args.probe` (see main's --stages)."""
   from vit_jax_lab import config as config_lib, train
@@ -419,6 +458,7 @@ def probe(args) -> dict:
   window = dict(warmup=0, batches=2, seconds=0.0) if tiny else dict(warmup=2, batches=5, seconds=20.0, examples=epoch)
   if 'main' in stages:
     out['main'] = iterate(train, s, **window)
+    out |= host_limit(s)  # In the same process and sitting as the pipeline's rate.
   if 'resume' in stages:
     per_step = data.batch_size if buckets is None else out['main']['rows_per_batch']
     step, skipped = mid_epoch_step(out['n'] * out['repeats'], per_step)
@@ -508,6 +548,7 @@ def derive(row: Row, m: dict) -> dict:
   d['real_resume_bytes'] = row.real_examples / 2 * m['record_bytes']
   d['gpu_rate'] = row.gpu_rate or B16_TFLOPS * 1e12 / TRANSFORMER_FLOP_PER_TOKEN / main['tokens_per_example']
   d['cores'] = d['gpu_rate'] / d['per_cpu_s']
+  d['limit_cores'] = d['gpu_rate'] / m['limit'] if m.get('limit') else None
   return d
 
 
@@ -528,8 +569,9 @@ def speed_lines(results: dict) -> list[str]:
   lines = [
     '| row | config | batch here (recipe) | window: batches (examples) | ex / CPU-s | ex / s | cores busy | '
     'first batch | resume at mid-epoch: extra s (skipped) | at the real half epoch (skipped; reads) | '
-    'H100 needs ex/s | cores per H100 |',
-    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    'H100 needs ex/s | cores per H100 | host limit: ex / CPU-s (the work) | share of it | '
+    'cores per H100 at the limit |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ]
   for row in ROWS:
     if row.name not in results:
@@ -550,9 +592,16 @@ def speed_lines(results: dict) -> list[str]:
     lines.append(
       f'{head} {batch} | {main["batches"]} ({main["examples"]:,}) | {d["per_cpu_s"]:,.1f} | {d["per_s"]:,.1f} | '
       f'{main["cpu_s"] / main["wall_s"]:.2f} | {main["first_s"]:.1f} s | {extra} | {real} | {d["gpu_rate"]:,.0f} | '
-      f'{d["cores"]:,.1f} |'
+      f'{d["cores"]:,.1f} | {limit(m, d)}'
     )
   return lines
+
+
+def limit(m: dict, d: dict) -> str:
+  """The host-limit cells: the limit (what it is), the pipeline's share of it, the cores per H100 it needs."""
+  if not m.get('limit'):
+    return '— | — | — |'
+  return f'{m["limit"]:,.1f} ({m["limit_what"]}) | {d["per_cpu_s"] / m["limit"]:.0%} | {d["limit_cores"]:,.1f} |'
 
 
 def scale_lines(results: dict) -> list[str]:

@@ -141,7 +141,8 @@ def host_memory(
   example_bytes = ELEMENT_BYTES + sum(s.num_bytes for s in splits) / max(sum(s.num_examples for s in splits), 1)
   per_shard = builder.info.splits[data_config.train_split].num_examples // num_shards
   groups = 1 if buckets is None else len(buckets.lengths())  # Bucketed: a shuffle buffer per bucket group, at most.
-  buffered = (min(data_config.shuffle_buffer * groups, per_shard) + per_shard * data_config.cache) * len(local_shards)
+  held = data_config.cache or buckets is not None  # Bucketed: the prepared split is held in memory (Held).
+  buffered = (min(data_config.shuffle_buffer * groups, per_shard) + per_shard * held) * len(local_shards)
   batch_bytes = 0
   if buffered * example_bytes >= batches_from and buckets is None:
     ds = _read(builder, data_config.train_split, False, prepare)
@@ -264,15 +265,15 @@ def _bucketed(
   def bucket_of(ex):
     return tf.searchsorted(lengths, tf.reshape(tf.cast(buckets.length(ex), tf.int32), [1]))[0]
 
-  bases, local_counts = [], []
+  held = []  # Each shard's prepared examples (e.g. token ids), read and prepared once, in memory, with their buckets.
   for shard in local_shards:
     split = tfds.split_for_jax_process(data_config.train_split, process_index=shard, process_count=num_shards)
-    base = _read(builder, split, data_config.cache, prepare).enumerate()
-    bases.append(
-      base.map(lambda i, ex: (i, bucket_of(ex), ex), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    )
-    local_counts.append(_histogram(bases[-1].map(lambda i, b, ex: b), len(buckets.lengths())))
-  counts = np.stack(local_counts)  # (shard, bucket): examples of each bucket length; every process needs all.
+    prepared = _read(builder, split, False, prepare)
+    with _readable(builder):
+      held.append(Held(prepared.map(lambda ex: (bucket_of(ex), ex), num_parallel_calls=tf.data.AUTOTUNE)))
+  counts = np.stack(
+    [np.bincount(h.buckets, minlength=len(buckets.lengths())) for h in held]
+  )  # (shard, bucket): examples of each bucket length; every process needs all.
   if jax.process_count() > 1:
     counts = np.asarray(multihost_utils.process_allgather(counts.astype(np.int32))).reshape(num_shards, -1)
   groups = _groups(counts)
@@ -285,9 +286,9 @@ def _bucketed(
   per_group = []
   for g, ((first, last), r) in enumerate(zip(groups, rows)):
     length, per_batch, streams = buckets.lengths()[last], r // num_shards, []
-    for shard, base in zip(local_shards, bases):
+    for shard, h in zip(local_shards, held):
       n, n_group = int(counts[shard].sum()), int(counts[shard, first : last + 1].sum())
-      mine = base.filter(lambda i, b, ex, first=first, last=last: (b >= first) & (b <= last))
+      mine = h.dataset(np.flatnonzero((h.buckets >= first) & (h.buckets <= last)))
       buffer = min(data_config.shuffle_buffer, n_group)
 
       def epoch(e, mine=mine, n=n, shard=shard, buffer=buffer):
@@ -307,16 +308,27 @@ def _bucketed(
   return tf.data.Dataset.choose_from_datasets(per_group, schedule)
 
 
-def _histogram(bucket_ids: tf.data.Dataset, num_buckets: int) -> np.ndarray:
-  """Examples per bucket, in one pass."""
-  return (
-    bucket_ids.batch(4096)
-    .reduce(
-      tf.zeros([num_buckets], tf.int64),
-      lambda h, b: h + tf.math.bincount(b, minlength=num_buckets, maxlength=num_buckets, dtype=tf.int64),
-    )
-    .numpy()
-  )
+class Held:
+  """A data shard's prepared examples with their buckets, read once into memory (a variable-length feature as one
+  ragged tensor: O(tokens), no Python object per example), so that each bucket group's stream and epoch picks its
+  examples by index instead of reading, tokenising and filtering the split again."""
+
+  READ_BATCH = 4096
+
+  def __init__(self, ds: tf.data.Dataset):
+    buckets, parts = [], []
+    for b, ex in ds.ragged_batch(self.READ_BATCH):
+      buckets.append(b.numpy())
+      parts.append(ex)
+    self.buckets = np.concatenate(buckets) if buckets else np.zeros(0, np.int32)
+    self.features = {k: tf.concat([p[k] for p in parts], 0) for k in ds.element_spec[1]} if parts else {}
+
+  def dataset(self, indices: np.ndarray) -> tf.data.Dataset:
+    """(index, bucket, example) of the examples at `indices`, in their order: what reading the prepared split,
+    enumerating it and keeping those examples gives."""
+    features = {k: tf.gather(v, indices) for k, v in self.features.items()}
+    ds = tf.data.Dataset.from_tensor_slices((indices.astype(np.int64), self.buckets[indices], features))
+    return ds.map(lambda i, b, ex: (i, b, {k: tf.identity(v) for k, v in ex.items()}))
 
 
 def _groups(counts: np.ndarray) -> list[tuple[int, int]]:
