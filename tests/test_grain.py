@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from conftest import ROOT, build_builtin, digits_renamed, load_config, without_packages
+from conftest import ROOT, build_builtin, digits_renamed, load_config, wait_for_first_log, without_packages
 from vit_jax_lab import train
 from vit_jax_lab.data import augment, grain_input, info as data_info, labels, pil_images, pipeline
 from vit_jax_lab.errors import ConfigError
@@ -238,3 +239,54 @@ def test_a_read_only_prepared_dataset_is_one_line(mount):
   subprocess.run(['mount', '-o', 'remount,ro', data_dir], check=True)
   with pytest.raises(ConfigError, match='the grain backend copies .* to ArrayRecord once, beside it, and cannot write'):
     grain_input.load(grain_config(data_dir).data, data_info.label_info)
+
+
+def children(pid: int) -> list[int]:
+  """The processes whose parent is `pid` (from /proc)."""
+  found = []
+  for entry in os.listdir('/proc'):
+    try:
+      with open(f'/proc/{entry}/stat') as f:
+        ppid = int(f.read().rsplit(')', 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+      continue
+    if ppid == pid:
+      found.append(int(entry))
+  return found
+
+
+@pytest.mark.slow
+def test_grains_workers_end_with_a_run_killed_outright(digits_dir, tmp_path):
+  """SIGKILL of a run with data.workers=2 (no cleanup runs in it): its workers, adopted by init, end within seconds
+  by themselves (grain_input.end_with_parent); before, they stayed on the host."""
+  workdir = str(tmp_path / 'run')
+  command = [sys.executable, '-m', 'main', '--config', 'configs/vit/digits.py:smoke', '--workdir', workdir]
+  command += [f'--config.data.data_dir={digits_dir}', '--config.data.backend=grain', '--config.data.workers=2']
+  command += ['--config.total_steps=100000', '--config.log_every=1', '--config.eval_every=100000']
+  run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  try:
+    wait_for_first_log(workdir, timeout=240)
+    workers = [p for p in children(run.pid) if 'multiprocessing' in open(f'/proc/{p}/cmdline').read()]
+    assert len(workers) >= 2, children(run.pid)
+  finally:
+    run.kill()
+    run.wait()
+  deadline = time.time() + 15
+  while any(os.path.exists(f'/proc/{p}') for p in workers) and time.time() < deadline:
+    time.sleep(0.2)
+  alive = [p for p in workers if os.path.exists(f'/proc/{p}') and open(f'/proc/{p}/stat').read().split()[2] != 'Z']
+  assert not alive
+
+
+def test_workers_beyond_the_hosts_cores_or_memory_are_one_line(digits_dir, monkeypatch):
+  from vit_jax_lab import data as data_lib, hosts
+
+  config = grain_config(digits_dir, data__workers=(os.cpu_count() or 1) + 1)
+  with pytest.raises(ConfigError, match=rf'data.workers={os.cpu_count() + 1} is more than the {os.cpu_count()} cores'):
+    data_lib.validate(config.data)
+  config.data.workers = 1
+  data_lib.validate(config.data)
+  monkeypatch.setattr(hosts, 'available_memory', lambda: 2**27)  # 128 MiB free: not room for one worker.
+  with pytest.raises(ConfigError, match=r'data.workers=1 would take about 0.3 GiB .* use fewer') as e:
+    data_lib.validate(config.data)
+  assert '\n' not in str(e.value)

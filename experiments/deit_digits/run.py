@@ -28,6 +28,9 @@ ROWS = {
   'mixup 0.8 + CutMix 1.0': MIX,
   'RandAugment + mixup + CutMix': RANDAUGMENT | MIX,
   'all: both, repeated aug. 3, random erasing 0.25': ALL,
+  # The same recipes with the flip-free RandAugment in the jitted step (data.augment_on='device'): other draws.
+  'RandAugment n2 m9, on the device': RANDAUGMENT | {'data.augment_on': 'device'},
+  'all, RandAugment on the device': ALL | {'data.augment_on': 'device'},
 }
 BATCH = 120
 

@@ -13,6 +13,7 @@ import jax
 import ml_collections
 from ml_collections import config_dict
 
+from vit_jax_lab import hosts
 from vit_jax_lab.data import info
 from vit_jax_lab.errors import check
 
@@ -20,6 +21,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # TensorFlow's C++ start-up 
 
 
 BACKENDS = ('tfdata', 'grain')
+WORKER_BYTES = 300 * 2**20  # A grain worker process's resident memory (measured: about 270 MB).
 AUGMENT_ON = ('host', 'device')
 JPEG_PNG = (b'\xff\xd8', b'\x89PNG')  # The starts of the image files read (JPEG and PNG).
 GRAIN_UNSUPPORTED = (
@@ -63,6 +65,17 @@ def check_dataset(d: ml_collections.ConfigDict) -> None:
   check(d.shards == -1 or d.shards > 0, f'data.shards={d.shards} must be -1 (one per process) or positive')
   check(d.backend in BACKENDS, f'data.backend={d.backend!r} is not one of {", ".join(map(repr, BACKENDS))}')
   check(d.workers >= 0, f'data.workers={d.workers} must be >= 0 (0: batches are made in this process)')
+  cores = os.cpu_count() or 1
+  check(
+    d.workers <= cores,
+    f'data.workers={d.workers} is more than the {cores} cores of this host: use at most {cores} (each is a process)',
+  )
+  room = hosts.available_memory()
+  check(
+    room is None or d.workers * WORKER_BYTES <= room,
+    f'data.workers={d.workers} would take about {d.workers * WORKER_BYTES / 2**30:.1f} GiB '
+    f'(~{WORKER_BYTES // 2**20} MiB each), more than the {(room or 0) / 2**30:.1f} GiB this host has free: use fewer',
+  )
   if d.backend == 'grain':
     on_device = ('color_augment', 'color_drop') if d.augment_on == 'device' else ()
     unsupported = [k for k in GRAIN_UNSUPPORTED if d[k] and k not in on_device] + ['scale_jitter'] * (

@@ -23,6 +23,8 @@ import importlib.util
 import json
 import os
 import shutil
+import threading
+import time
 from typing import Any, Callable, Iterator
 
 import grain
@@ -40,6 +42,7 @@ from vit_jax_lab.errors import ConfigError, check
 
 ARRAY_RECORD = 'array_record'  # The copy's folder, inside the prepared dataset's folder.
 SOURCE = 'source.json'  # In the copy: what it was copied from, so a dataset prepared anew is copied anew.
+WATCH_SECONDS = 0.5  # How often a grain worker looks whether its parent still runs.
 
 Batch = dict[str, jax.Array]
 
@@ -232,8 +235,25 @@ def train_iterator(
   if workers:
     if not flags.FLAGS.is_parsed():  # grain's workers read absl flags, which this program does not parse.
       flags.FLAGS.mark_as_parsed()
-    ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=2))
+    ds = ds.mp_prefetch(
+      grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=2), worker_init_fn=end_with_parent
+    )
   return _to_global(ds, sharding)
+
+
+def end_with_parent(worker_index: int, worker_count: int) -> None:
+  """Runs first in each grain worker: a thread that ends the worker once its parent is gone. A training process
+  killed outright (SIGKILL, the out-of-memory killer, a scheduler) runs no cleanup, and its workers, adopted by init,
+  would stay on the node forever; this way they end within a second."""
+  del worker_index, worker_count
+  parent = os.getppid()
+
+  def watch() -> None:
+    while os.getppid() == parent:
+      time.sleep(WATCH_SECONDS)
+    os._exit(1)
+
+  threading.Thread(target=watch, daemon=True, name='end_with_parent').start()
 
 
 class EvalBatches:
