@@ -142,9 +142,10 @@ def test_token_budget_mistakes_are_one_line_errors(scan_dir, smoke_config):
     train.setup(scan_config(scan_dir, data__token_budget=100), jax.devices())
 
 
-def test_held_examples_picked_by_index_are_the_read_examples_filtered():
-  """pipeline.Held: the examples at any indices, in their order, are what enumerating the read dataset and keeping
-  those indices gives (variable-length ids, scalars, strings), across its read batches."""
+def test_held_examples_stream_as_permutations_of_the_read_examples_and_resume_anywhere():
+  """pipeline.Held: each epoch of a stream is a permutation of the examples it is given (as read: variable-length
+  ids, scalars, strings, across read batches), each tagged with e * n + its index in the shard; a stream started at
+  an epoch and an offset is the uninterrupted one from there."""
   rng = np.random.default_rng(0)
   lengths = rng.integers(0, 9, 9000)
   examples = [
@@ -164,11 +165,18 @@ def test_held_examples_picked_by_index_are_the_read_examples_filtered():
   )
   held = pipeline.Held(ds)
   np.testing.assert_array_equal(held.buckets, lengths // 3)
-  picked = np.flatnonzero(held.buckets == 1)[::-1][:500]  # Any order, across read batches.
-  for (i, b, ex), k in zip(held.dataset(picked).as_numpy_iterator(), picked):
-    assert (i, b) == (k, lengths[k] // 3)
-    np.testing.assert_array_equal(ex['ids'], examples[k]['ids'])
-    assert ex['label'] == k and ex['name'] == examples[k]['name']
+  mine = np.flatnonzero(held.buckets == 1)
+  stream = list(held.stream(mine, (0, 0, 1), 0, 0).take(2 * len(mine) + 7).as_numpy_iterator())
+  for epoch in (0, 1):
+    part = stream[epoch * len(mine) : (epoch + 1) * len(mine)]
+    indices = [index - epoch * 9000 for index, _ in part]
+    assert sorted(indices) == list(mine) and indices != list(mine)  # All of them, shuffled.
+    for k, ex in zip(indices, (ex for _, ex in part)):
+      np.testing.assert_array_equal(ex['ids'], examples[k]['ids'])
+      assert ex['label'] == k and ex['name'] == examples[k]['name']
+  assert [i for i, _ in stream[: len(mine)]] != [i - 9000 for i, _ in stream[len(mine) : 2 * len(mine)]]
+  resumed = list(held.stream(mine, (0, 0, 1), 1, 5).take(len(mine) + 2).as_numpy_iterator())
+  assert [i for i, _ in resumed] == [i for i, _ in stream[len(mine) + 5 : 2 * len(mine) + 7]]
 
 
 def test_sentencepiece_tokenises_a_batch_as_each_text_alone(tmp_path):

@@ -10,13 +10,16 @@ example at index i seeded by i * r + k, so an epoch is n * r long.
 
 With a token budget (`data.token_budget`), examples are put in length buckets, and each shard has one such
 stream per bucket, of that bucket's examples only, batched to as many rows as fit the budget at the bucket's
-length. Which bucket step s takes is a fixed schedule, the same on every process (so global batch shapes
-agree), that gives each bucket its share of the steps by its batches per epoch; a resumed run skips, in each
-bucket's stream, the batches the schedule gave that bucket before step s.
+length. A shard's prepared examples (token ids) are read and prepared once and held in memory, and each epoch of a
+bucket's stream is a whole permutation of them (data.shuffle_buffer is not used). Which bucket step s takes is a
+fixed schedule, the same on every process (so global batch shapes agree), that gives each bucket its share of the
+steps by its batches per epoch; a resumed run starts each bucket's stream after the batches the schedule gave that
+bucket before step s.
 """
 
 import contextlib
 import dataclasses
+import itertools
 import math
 import re
 from typing import Callable, Iterator
@@ -140,9 +143,10 @@ def host_memory(
   splits = builder.info.splits.values()
   example_bytes = ELEMENT_BYTES + sum(s.num_bytes for s in splits) / max(sum(s.num_examples for s in splits), 1)
   per_shard = builder.info.splits[data_config.train_split].num_examples // num_shards
-  groups = 1 if buckets is None else len(buckets.lengths())  # Bucketed: a shuffle buffer per bucket group, at most.
-  held = data_config.cache or buckets is not None  # Bucketed: the prepared split is held in memory (Held).
-  buffered = (min(data_config.shuffle_buffer * groups, per_shard) + per_shard * held) * len(local_shards)
+  if buckets is None:
+    buffered = (min(data_config.shuffle_buffer, per_shard) + per_shard * data_config.cache) * len(local_shards)
+  else:  # The prepared split is held in memory (Held), and shuffled there.
+    buffered = per_shard * len(local_shards)
   batch_bytes = 0
   if buffered * example_bytes >= batches_from and buckets is None:
     ds = _read(builder, data_config.train_split, False, prepare)
@@ -256,9 +260,9 @@ def _bucketed(
   start_step: int,
   prepare: Prepare,
 ) -> tf.data.Dataset:
-  """Local train batches by token budget: per shard and bucket, the shard's epochs of that bucket's examples
-  (shuffled per (seed, shard, epoch) as above, augmentations seeded by epoch and example), batched; step s takes
-  the bucket `_schedule` gives it."""
+  """Local train batches by token budget: per shard and bucket group, the shard's epochs of that group's examples
+  (each a permutation drawn from (seed, shard, group, epoch): Held.stream; augmentations seeded by epoch and
+  example), batched; step s takes the bucket `_schedule` gives it."""
   local_shards, num_shards = data_lib.shard_ids(data_config)
   lengths = tf.constant(buckets.lengths(), tf.int32)
 
@@ -287,16 +291,9 @@ def _bucketed(
   for g, ((first, last), r) in enumerate(zip(groups, rows)):
     length, per_batch, streams = buckets.lengths()[last], r // num_shards, []
     for shard, h in zip(local_shards, held):
-      n, n_group = int(counts[shard].sum()), int(counts[shard, first : last + 1].sum())
-      mine = h.dataset(np.flatnonzero((h.buckets >= first) & (h.buckets <= last)))
-      buffer = min(data_config.shuffle_buffer, n_group)
-
-      def epoch(e, mine=mine, n=n, shard=shard, buffer=buffer):
-        order = mine.shuffle(buffer, seed=(seed * 1_000_003 + shard) * 1_000_003 + e, reshuffle_each_iteration=False)
-        return order.map(lambda i, b, ex: (e * n + i, ex))  # A unique index per epoch and example.
-
-      start_epoch, offset = divmod(int(used[g]) * per_batch, n_group)
-      ds = tf.data.Dataset.range(start_epoch, 2**62).flat_map(epoch).skip(offset)
+      mine = np.flatnonzero((h.buckets >= first) & (h.buckets <= last))
+      start_epoch, offset = divmod(int(used[g]) * per_batch, len(mine))
+      ds = h.stream(mine, (seed, shard, first), start_epoch, offset)
       ds = ds.map(
         lambda i, ex, shard=shard: preprocess(ex, _example_seed(seed, shard, i)),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -309,26 +306,68 @@ def _bucketed(
 
 
 class Held:
-  """A data shard's prepared examples with their buckets, read once into memory (a variable-length feature as one
-  ragged tensor: O(tokens), no Python object per example), so that each bucket group's stream and epoch picks its
-  examples by index instead of reading, tokenising and filtering the split again."""
+  """A data shard's prepared examples with their buckets, read once into memory as NumPy (a variable-length feature
+  as one flat array and offsets: O(tokens), no Python object per example), so that each bucket group's stream picks
+  its examples by index instead of reading, tokenising and filtering the split again. Its epochs are whole
+  permutations (the examples are all in memory: no shuffle buffer to fill before the first batch)."""
 
   READ_BATCH = 4096
 
   def __init__(self, ds: tf.data.Dataset):
-    buckets, parts = [], []
+    self.spec = ds.element_spec[1]
+    buckets, parts = [], {k: [] for k in self.spec}
     for b, ex in ds.ragged_batch(self.READ_BATCH):
       buckets.append(b.numpy())
-      parts.append(ex)
+      for k, v in ex.items():
+        parts[k].append(
+          (v.flat_values.numpy(), v.row_lengths().numpy()) if isinstance(v, tf.RaggedTensor) else v.numpy()
+        )
     self.buckets = np.concatenate(buckets) if buckets else np.zeros(0, np.int32)
-    self.features = {k: tf.concat([p[k] for p in parts], 0) for k in ds.element_spec[1]} if parts else {}
+    self.features = {}
+    for k, chunks in parts.items():
+      if chunks and isinstance(chunks[0], tuple):
+        lengths = np.concatenate([c[1] for c in chunks])
+        self.features[k] = (np.concatenate([c[0] for c in chunks]), np.concatenate([[0], np.cumsum(lengths)]))
+      else:
+        self.features[k] = np.concatenate(chunks) if chunks else np.zeros((0,), self.spec[k].dtype.as_numpy_dtype)
 
-  def dataset(self, indices: np.ndarray) -> tf.data.Dataset:
-    """(index, bucket, example) of the examples at `indices`, in their order: what reading the prepared split,
-    enumerating it and keeping those examples gives."""
-    features = {k: tf.gather(v, indices) for k, v in self.features.items()}
-    ds = tf.data.Dataset.from_tensor_slices((indices.astype(np.int64), self.buckets[indices], features))
-    return ds.map(lambda i, b, ex: (i, b, {k: tf.identity(v) for k, v in ex.items()}))
+  def rows(self, indices: np.ndarray) -> dict:
+    """The examples at `indices` as a batch: variable-length features as ragged tensors (gathered in NumPy)."""
+    out = {}
+    for k, v in self.features.items():
+      if isinstance(v, tuple):
+        flat, offsets = v
+        starts, lengths = offsets[indices], offsets[indices + 1] - offsets[indices]
+        ends = np.cumsum(lengths)
+        gather = np.arange(ends[-1] if len(ends) else 0) - np.repeat(ends - lengths - starts, lengths)
+        out[k] = tf.RaggedTensor.from_row_lengths(flat[gather], lengths)
+      else:
+        out[k] = v[indices]
+    return out
+
+  def stream(self, indices: np.ndarray, key: tuple[int, ...], start_epoch: int, offset: int) -> tf.data.Dataset:
+    """(stream index, example) of the examples at `indices`, epoch after epoch from `start_epoch`, `offset` examples
+    into it: epoch e is a permutation drawn from (*key, e); the stream index e * n + i, with i the example's index in
+    the shard (of n), seeds its augmentation. Made by a generator a chunk of examples at a time (the data stays out
+    of tf.data's graph, which holds at most 2 GB)."""
+    n = len(self.buckets)
+
+    def chunks():
+      for e in itertools.count(start_epoch):
+        order = indices[np.random.default_rng([*key, e]).permutation(len(indices))]
+        order = order[offset:] if e == start_epoch else order
+        for c in range(0, len(order), self.READ_BATCH):
+          rows = order[c : c + self.READ_BATCH]
+          yield e * n + rows.astype(np.int64), self.rows(rows)
+
+    signature = {
+      k: tf.RaggedTensorSpec([None, None], v.dtype, 1, tf.int64)
+      if v.shape.rank == 1 and v.shape[0] is None
+      else tf.TensorSpec([None, *v.shape], v.dtype)
+      for k, v in self.spec.items()
+    }
+    ds = tf.data.Dataset.from_generator(chunks, output_signature=(tf.TensorSpec([None], tf.int64), signature))
+    return ds.unbatch()
 
 
 def _groups(counts: np.ndarray) -> list[tuple[int, int]]:
