@@ -42,6 +42,38 @@ def test_a_prepared_dataset_naming_a_module_of_its_own_runs_no_code(data_dir, tm
   ]
 
 
+@pytest.mark.parametrize('where', ['features.json', 'array_record/features.json'])
+def test_a_builtin_dataset_naming_a_module_runs_no_code_on_grain(data_dir, tmp_path, where):
+  """The grain backend opens its ArrayRecord copy from the files alone (tfds.builder_from_directory), which imports
+  what features.json names, even for a built-in dataset: the prepared folder's or only the copy's features.json
+  naming `payload` is one line, and payload.py never runs."""
+  from vit_jax_lab.data import grain_input
+
+  prepared = tmp_path / 'tfds' / 'digits' / '1.0.0'
+  shutil.copytree(os.path.join(data_dir, 'digits', '1.0.0'), prepared, ignore=shutil.ignore_patterns('array_record*'))
+  config = config_lib.load(os.path.join(ROOT, 'configs/vit/digits.py'))
+  config.data.update(dict(data_dir=str(tmp_path / 'tfds'), backend='grain'))
+  grain_input.load(config.data, data_info.label_info)  # The copy, made while the folder is sound.
+  features = (prepared / where).read_text()
+  (prepared / where).write_text(features.replace('tensorflow_datasets.core.features.class_label_feature', 'payload'))
+  marker = tmp_path / 'MARKER'
+  (tmp_path / 'payload.py').write_text(f'open({str(marker)!r}, "w").write("ran")\n')
+  command = [sys.executable, '-m', 'main', '--config', os.path.join(ROOT, 'configs/vit/digits.py')]
+  command += [
+    '--workdir',
+    str(tmp_path / 'run'),
+    f'--config.data.data_dir={tmp_path}/tfds',
+    '--config.data.backend=grain',
+  ]
+  done = subprocess.run(command, cwd=tmp_path, env=elsewhere_env(), capture_output=True, text=True, timeout=300)
+  assert done.returncode == 2 and not marker.exists(), done.stderr[-2000:]
+  assert done.stderr.strip().splitlines() == [
+    f"error: {prepared}/{where} names the feature class 'payload.ClassLabel', which TFDS would import to read "
+    'the data: only its own (tensorflow_datasets.core.features.*) are read; rebuild the dataset'
+  ]
+  assert not (tmp_path / 'run' / 'config.json').exists()
+
+
 def hub_folder(tmp_path, config) -> str:
   folder_path = tmp_path / 'hub'
   folder_path.mkdir()

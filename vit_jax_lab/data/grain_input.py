@@ -60,12 +60,16 @@ def load(data_config, info_fn: Callable[[Any, Any], LabelInfo], *, resuming: boo
     )
     builder = builders.load(data_config, lambda b, d: None, resuming=resuming)[0]
   copy = os.path.join(builder.data_dir, ARRAY_RECORD)
+  # TFDS reads the copy from its files alone: a features.json naming a foreign class would have it import that
+  # module (code run by a data file); tf.data's builders know their features without it.
+  builders.check_feature_files(builder.data_dir)
   if jax.process_index() == 0 and not _current(builder.data_dir, copy):
     _copy(builder.data_dir, copy)
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices('array_record copied')
     if not _current(builder.data_dir, copy):  # Hosts without a shared disk make their own copy.
       _copy(builder.data_dir, copy)
+  builders.check_feature_files(copy)  # Written by another host, or changed since.
   source = tfds.builder_from_directory(copy)
   builders.check_splits(source, data_config)
   info = info_fn(source, data_config)

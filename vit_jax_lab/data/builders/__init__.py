@@ -249,7 +249,14 @@ def check_features(data_dir: str | None, name: str) -> None:
   """Refuses a prepared dataset whose features.json names a class outside TFDS's own features: TFDS imports the
   module it names to read the dataset, so a data_dir handed over could otherwise run code (a `payload.py` beside the
   working folder, or any installed module). Every features.json under the dataset's folder is read (as JSON)."""
-  root = os.path.join(os.path.expanduser(data_dir or os.path.join('~', 'tensorflow_datasets')), name.split('/')[0])
+  check_feature_files(
+    os.path.join(os.path.expanduser(data_dir or os.path.join('~', 'tensorflow_datasets')), name.split('/')[0])
+  )
+
+
+def check_feature_files(root: str) -> None:
+  """`check_features` of every features.json under the folder `root` (the grain backend's copy read with
+  tfds.builder_from_directory, a built-in dataset's folder too)."""
   for path in glob.glob(os.path.join(glob.escape(root), '**', 'features.json'), recursive=True):
     names = _class_names(errors.read_json(path, "the prepared dataset's features"))
     foreign = [n for n in names if not (isinstance(n, str) and n.startswith(FEATURE_CLASSES))]
