@@ -1,9 +1,11 @@
 """The grain backend (data.backend='grain'): batches by step (the same from 0 or 2 workers, on 1 or 8 devices, and
 after a resume), shards as tf.data's, the NumPy/PIL ops against the TF ones, a run without TensorFlow."""
 
+import glob
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -155,6 +157,8 @@ def test_grain_refuses_what_it_does_not_do(digits_dir, moving_digits_dir):
   with pytest.raises(ConfigError, match="data.backend='grain' reads images, and data.name='moving_digits' has video"):
     config = grain_config(moving_digits_dir, data__name='moving_digits')
     grain_input.load(config.data, data_info.label_info)
+  prepared = glob.glob(os.path.join(moving_digits_dir, 'moving_digits', '*', 'dataset_info.json'))
+  assert prepared and not glob.glob(os.path.join(moving_digits_dir, 'moving_digits', '*', grain_input.ARRAY_RECORD))
   with pytest.raises(ConfigError, match="data.backend='grain' makes image classification batches, and task.name="):
     train.config_lib.validate(load_config('configs/seq2seq/scan.py', digits_dir, data__backend='grain'))
 
@@ -174,6 +178,37 @@ def test_a_damaged_record_file_is_one_line_and_a_new_preparation_is_copied_anew(
     grain_input.load(config.data, data_info.label_info)
   assert os.path.exists(os.path.join(copy, grain_input.SOURCE))  # The old copy stays until a whole one replaces it.
   assert not [p for p in os.listdir(prepared) if '.partial-' in p]
+
+
+@pytest.mark.parametrize('damage', ['cut', 'noise', 'empty', 'file'])
+def test_a_damaged_arrayrecord_copy_is_made_again_before_the_workdir_is_written(tmp_path, damage):
+  """The copy's record files are fingerprinted when written (size, and a hash of each end): one cut in half, filled
+  with random bytes or emptied is copied anew, and the batches are the sound copy's; `array_record` made a file is
+  one line. Before, each was a grain traceback after the workdir was written."""
+  data_dir = build_builtin('digits', str(tmp_path))
+  prepared = os.path.join(data_dir, 'digits', '1.0.0')
+  config = grain_config(data_dir)
+  grain_input.load(config.data, data_info.label_info)
+  before = batches(config, count=2)
+  copy = os.path.join(prepared, grain_input.ARRAY_RECORD)
+  path = sorted(glob.glob(os.path.join(copy, '*train.array_record-*')))[0]
+  size = os.path.getsize(path)
+  if damage == 'file':
+    shutil.rmtree(copy)
+    open(copy, 'w').close()
+    with pytest.raises(ConfigError, match=f'{copy} is a file, where the grain backend keeps its ArrayRecord copy'):
+      grain_input.load(config.data, data_info.label_info)
+    return
+  with open(path, 'r+b') as f:
+    if damage == 'cut':
+      f.truncate(size // 2)
+    elif damage == 'noise':
+      f.write(np.random.default_rng(0).bytes(size))
+    else:
+      f.truncate(0)
+  assert not grain_input._current(prepared, copy)
+  assert_same(batches(config, count=2), before)  # load (in batches) made the copy again.
+  assert grain_input._current(prepared, copy) and os.path.getsize(path) == size
 
 
 @pytest.mark.slow

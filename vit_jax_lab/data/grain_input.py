@@ -36,13 +36,14 @@ from array_record.python import array_record_module
 from jax.experimental import multihost_utils
 
 from vit_jax_lab import data as data_lib, errors, tfrecord
-from vit_jax_lab.data import builders, pil_images
+from vit_jax_lab.data import builders, info as data_info, pil_images
 from vit_jax_lab.data.info import LabelInfo
 from vit_jax_lab.errors import ConfigError, check
 
 ARRAY_RECORD = 'array_record'  # The copy's folder, inside the prepared dataset's folder.
 SOURCE = 'source.json'  # In the copy: what it was copied from, so a dataset prepared anew is copied anew.
 WATCH_SECONDS = 0.5  # How often a grain worker looks whether its parent still runs.
+FINGERPRINT_BYTES = 65_536  # Of each end of each copied record file, hashed into source.json.
 
 Batch = dict[str, jax.Array]
 
@@ -59,6 +60,11 @@ def load(data_config, info_fn: Callable[[Any, Any], LabelInfo], *, resuming: boo
       'is (a run of this config does, on either backend), then copy that data_dir here',
     )
     builder = builders.load(data_config, lambda b, d: None, resuming=resuming)[0]
+  kind = data_info.input_key(builder.info.features)  # Before anything is copied (a video dataset: terabytes).
+  check(
+    kind in ('image', None),
+    f"data.backend='grain' reads images, and data.name={data_config.name!r} has {kind}: use data.backend='tfdata'",
+  )
   copy = os.path.join(builder.data_dir, ARRAY_RECORD)
   # TFDS reads the copy from its files alone: a features.json naming a foreign class would have it import that
   # module (code run by a data file); tf.data's builders know their features without it.
@@ -89,11 +95,32 @@ def _fingerprint(prepared: str) -> dict:
   return {'dataset_info': digest, 'files': {os.path.basename(p): os.path.getsize(p) for p in files}}
 
 
+def _copy_fingerprint(copy: str) -> dict:
+  """The copy's own record files: each one's size and a hash of its first and last FINGERPRINT_BYTES, so that a file
+  cut short, emptied or overwritten is told from the one written (without reading the whole copy)."""
+  found = {}
+  for path in sorted(glob.glob(os.path.join(glob.escape(copy), '*.array_record-*'))):
+    size = os.path.getsize(path)
+    with open(path, 'rb') as f:
+      head = f.read(FINGERPRINT_BYTES)
+      f.seek(max(size - FINGERPRINT_BYTES, 0))
+      tail = f.read()
+    found[os.path.basename(path)] = [size, hashlib.sha256(head + tail).hexdigest()]
+  return found
+
+
 def _current(prepared: str, copy: str) -> bool:
+  """Whether `copy` is a whole copy of the dataset as `prepared` holds it now (else it is made again)."""
+  check(
+    not os.path.isfile(copy) and not os.path.islink(copy),
+    f'{copy} is a file, where the grain backend keeps its ArrayRecord copy of the dataset: move it away',
+  )
   try:
     with open(os.path.join(copy, SOURCE)) as f:
-      return json.load(f) == _fingerprint(prepared)
-  except (OSError, ValueError):
+      source = json.load(f)
+    mine = {k: v for k, v in source.items() if k != 'copy'}
+    return mine == _fingerprint(prepared) and source.get('copy') == _copy_fingerprint(copy)
+  except (OSError, ValueError, AttributeError):
     return False
 
 
@@ -155,7 +182,7 @@ def _write_copy(prepared: str, partial: str, info: dict) -> None:
     with open(os.path.join(partial, 'dataset_info.json'), 'w') as f:
       json.dump(info | {'fileFormat': 'array_record'}, f)
     with open(os.path.join(partial, SOURCE), 'w') as f:
-      json.dump(_fingerprint(prepared), f)
+      json.dump(_fingerprint(prepared) | {'copy': _copy_fingerprint(partial)}, f)
 
 
 def _source(builder, split: str):
