@@ -92,6 +92,7 @@ def main(argv: list[str]) -> int:
   parallel.initialize_distributed(config)  # Before anything touches a JAX backend.
   parallel.use_cpu_cores(config)
   parallel.enable_compilation_cache()
+  parallel.agree_on_config(config)  # A run's processes started with different configs: one line, nothing written.
   # Imported here, the one lazy import of the command: train loads TensorFlow (about 5 s), which a config mistake,
   # reported above, should not wait for.
   from vit_jax_lab import train

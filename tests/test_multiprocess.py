@@ -76,3 +76,42 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step(data_dir, tmp_path):
   outputs, returncodes = run_two_processes(workdir, data_dir, *steps, f'--config.total_steps={int(step) + 10}')
   assert returncodes == [0, 0] and f'resumed from step {step}' in outputs[0], outputs[0][-3000:]
   assert os.path.isdir(os.path.join(workdir, 'checkpoints', str(int(step) + 10)))
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_processes_started_with_different_configs_stop_in_one_line_before_writing(data_dir, tmp_path):
+  """Process 1 told total_steps=8, process 0 the config's 6: each says which key differs, with both values, and
+  exits 2 before the workdir records anything (before, process 0 finished and process 1 waited forever)."""
+  workdir = str(tmp_path / 'multi')
+  env = os.environ | {'JAX_NUM_CPU_DEVICES': '4', 'JAX_PLATFORMS': 'cpu'}
+  command = [sys.executable, '-m', 'main', '--config', 'configs/vit/digits.py:smoke', '--workdir', workdir]
+  command += [f'--config.data.data_dir={data_dir}', '--config.data.shards=2']
+  command += [f'--config.distributed.coordinator_address={local_address()}', '--config.distributed.num_processes=2']
+  procs = start_processes(
+    [
+      [*command, '--config.distributed.process_id=0'],
+      [*command, '--config.distributed.process_id=1', '--config.total_steps=8'],
+    ],
+    env,
+  )
+  outputs = [p.communicate(timeout=300)[0] for p in procs]
+  assert [p.returncode for p in procs] == [2, 2], outputs
+  expected = (
+    'error: the 2 processes of this run have different configs: total_steps differs (process 0: 6, process 1: 8); '
+    'start every process with the same config and overrides'
+  )
+  for out in outputs:
+    assert out.strip().splitlines()[-1] == expected, out[-2000:]
+  assert not os.path.exists(os.path.join(workdir, 'config.json'))
+
+
+def test_a_process_id_out_of_range_is_one_line(smoke_config):
+  from vit_jax_lab import config as config_lib
+
+  config = smoke_config()
+  config.distributed.update(dict(coordinator_address='127.0.0.1:1', num_processes=2, process_id=2))
+  with pytest.raises(
+    config_lib.ConfigError, match=r'^distributed.process_id=2 must be from 0 to num_processes - 1 = 1$'
+  ):
+    config_lib.validate(config)

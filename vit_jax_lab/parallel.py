@@ -1,15 +1,17 @@
 """Devices: multi-host start-up, the mesh, and where every array lives."""
 
+import json
 import os
 
 import jax
 import ml_collections
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from ml_collections import config_dict
 
 import vit_jax_lab.models.layers as layers
-from vit_jax_lab.errors import check
+from vit_jax_lab.errors import ConfigError, check
 
 AXES = ('data', 'fsdp', 'model')
 BATCH = P(('data', 'fsdp'))  # The batch dimension is split over the data-parallel devices.
@@ -51,6 +53,51 @@ def validate(config: ml_collections.ConfigDict) -> None:
     all(given) or not any(given),
     'distributed: set coordinator_address, num_processes and process_id together, or none of them',
   )
+  if all(given):
+    check(dist.num_processes > 0, f'distributed.num_processes={dist.num_processes} must be positive')
+    check(
+      0 <= dist.process_id < dist.num_processes,
+      f'distributed.process_id={dist.process_id} must be from 0 to num_processes - 1 = {dist.num_processes - 1}',
+    )
+
+
+SAME_EVERYWHERE_BUT = ('distributed.process_id',)  # Keys the processes of one run set differently.
+
+
+def agree_on_config(config: ml_collections.ConfigDict) -> None:
+  """In a run of several processes, before anything is written: every process's resolved config, all-gathered,
+  must equal every other's (but its process_id). Processes started with different configs would otherwise train
+  apart until a collective's shapes disagreed, or one finished while the others waited."""
+  if jax.process_count() == 1:
+    return
+  mine = flat_config(config)
+  data = np.frombuffer(json.dumps(mine, sort_keys=True, default=str).encode(), np.uint8)
+  lengths = np.asarray(multihost_utils.process_allgather(np.array([data.size], np.int32))).reshape(-1)
+  padded = np.zeros(int(lengths.max()), np.uint8)
+  padded[: data.size] = data
+  rows = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(lengths), -1)
+  configs = [json.loads(bytes(row[:n]).decode()) for row, n in zip(rows, lengths)]
+  keys = sorted({k for c in configs for k in c} - set(SAME_EVERYWHERE_BUT))
+  differ = [k for k in keys if len({json.dumps(c.get(k), default=str) for c in configs}) > 1]
+  if differ:
+    k = differ[0]
+    values = ', '.join(f'process {i}: {json.dumps(c.get(k), default=str)[:40]}' for i, c in enumerate(configs))
+    more = f' (and {len(differ) - 1} more: {", ".join(differ[1:4])})' if len(differ) > 1 else ''
+    raise ConfigError(
+      f'the {len(configs)} processes of this run have different configs: {k} differs ({values}){more}; start '
+      'every process with the same config and overrides'
+    )
+
+
+def flat_config(config: ml_collections.ConfigDict, prefix: str = '') -> dict:
+  """{'a.b': value} of a ConfigDict's leaves."""
+  out = {}
+  for k, v in config.items():
+    if isinstance(v, ml_collections.ConfigDict):
+      out |= flat_config(v, f'{prefix}{k}.')
+    else:
+      out[f'{prefix}{k}'] = list(v) if isinstance(v, tuple) else v
+  return out
 
 
 def initialize_distributed(config) -> None:
