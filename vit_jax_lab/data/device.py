@@ -251,7 +251,7 @@ def randaugment(images: jax.Array, key: jax.Array, layers: int, magnitude: float
       op_key, sign_key = jax.random.split(jax.random.fold_in(jax.random.fold_in(key, b), layer))
       op = jax.random.randint(op_key, (), 0, len(RANDAUGMENT_OPS))
       sign = jnp.where(jax.random.uniform(sign_key) < 0.5, -1.0, 1.0)
-      image = jax.lax.optimization_barrier(randaugment_layer(image, op, sign, magnitude))
+      image = randaugment_layer(image, op, sign, magnitude)
     return image
 
   return jax.vmap(one)(images, jnp.arange(images.shape[0]))
@@ -309,16 +309,14 @@ def augment(batch: dict[str, Any], data_config, key: jax.Array) -> dict[str, Any
   d = data_config
   if d.augment_on != 'device' or x is None or x.dtype != jnp.uint8 or x.ndim not in (4, 5):
     return batch
-  # Each stage's uint8 output behind a barrier: fused with the next stage, XLA may round its floats otherwise in
-  # a program of another batch shape (one device's or eight's), and a level apart grows in the ops after.
   if d.flip:
     x = flip(x, jax.random.fold_in(key, FLIP_STREAM))
   if d.randaugment_layers and x.ndim == 4:
     ra_key, magnitude = jax.random.fold_in(key, RANDAUGMENT_STREAM), float(d.randaugment_magnitude)
-    x = jax.lax.optimization_barrier(randaugment(x, ra_key, d.randaugment_layers, magnitude))
+    x = randaugment(x, ra_key, d.randaugment_layers, magnitude)
   if d.color_augment or d.color_drop:
     color_key = jax.random.fold_in(key, COLOR_STREAM)
-    x = jax.lax.optimization_barrier(color_augment(x, color_key, d.color_augment, d.color_drop))
+    x = color_augment(x, color_key, d.color_augment, d.color_drop)
   return batch | {'inputs': x}
 
 
