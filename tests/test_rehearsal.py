@@ -2,6 +2,7 @@
 of the DeiT recipe's input path that writes its table."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -103,9 +104,25 @@ def test_tiny_rehearsal_of_the_deit_recipe_writes_its_row(tmp_path):
   assert m['main']['batches'] == 2 and m['main']['examples'] == 12 and m['small']['buffer'] == 6
   assert (m['resume']['step'], m['resume']['skipped']) == rehearsal.mid_epoch_step(24 * 3, 6)
   assert len(m['resume']['first_0']) == len(m['resume']['first_mid']) == 1
+  assert m['limit_what'] == 'decode' and m['limit'] > 0  # The host limit: the stand-in's JPEGs decoded alone.
   lines = readme.read_text().splitlines()
   assert '**Made with --tiny: the numbers mean nothing.**' in lines
   assert (
     sum(line.startswith('| imagenet_deit | `configs/vit/imagenet_deit.py:Ti` | 6 (1152) | 2 (12) |') for line in lines)
     == 1
   )
+
+
+def test_the_readme_option_never_overwrites_a_file_it_did_not_write(tmp_path):
+  """--readme PATH of a file this script did not write (no PATH's .json beside it) is refused, and --tiny without
+  --readme too (its numbers would replace the committed table); nothing is written."""
+  notes = tmp_path / 'notes.md'
+  notes.write_text('mine\n')
+  command = [sys.executable, '-m', 'experiments.rehearsal.run', '--scratch', str(tmp_path), '--rows', 'imagenet_deit']
+  for extra, message in (
+    (['--readme', str(notes)], f'--readme {notes}: the file exists and this script did not write it; give a new path'),
+    (['--tiny'], '--tiny: its numbers mean nothing, so it does not write the README: give --readme NEW_PATH'),
+  ):
+    done = subprocess.run([*command, *extra], cwd=rehearsal.common.ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [message]
+  assert notes.read_text() == 'mine\n' and sorted(os.listdir(tmp_path)) == ['notes.md']

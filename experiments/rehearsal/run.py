@@ -1,7 +1,7 @@
 """Rehearsal of the cluster recipes' input pipelines on stand-ins of their datasets, rendered into README.md.
 
 python -m experiments.rehearsal.run [--rows imagenet_deit,wmt14_ende] [--scratch /tmp/rehearsal] [--readme PATH]
-python -m experiments.rehearsal.run --tiny --rows imagenet_deit --readme /tmp/x.md   # a check that it runs
+python -m experiments.rehearsal.run --tiny --rows imagenet_deit --readme /tmp/x.md   # a check that it runs (a new file)
 
 For each row (ROWS: a cluster config of configs/), a stand-in of the recipe's dataset in its real format and shapes
 (standins.py, made once under --scratch) is read by the project's own training iterator, `train.setup(config)` then
@@ -709,7 +709,7 @@ def readme(results: dict, tiny: bool) -> str:
       '  112 cores for its 8 GPUs: 14 per GPU.',
       '- **Host limit**: the work the host cannot avoid for an example, timed alone in the same process right after',
       "  the pipeline's window, on the same records, one thread, per CPU-second: decoding the image (TensorFlow's",
-      "  libjpeg-turbo, or PNG), or the frames a clip or a tracking pair takes, or tokenising a sentence pair with the",
+      '  libjpeg-turbo, or PNG), or the frames a clip or a tracking pair takes, or tokenising a sentence pair with the',
       "  run's SentencePiece model from Python; the share is the pipeline's rate over it. The image recipes'",
       "  augmentation runs on the accelerator (`data.augment_on='device'`); their host work beyond decoding is the",
       '  crop and its antialiased resize.',
@@ -748,7 +748,11 @@ def main() -> None:
   parser = argparse.ArgumentParser(prog='python -m experiments.rehearsal.run', description=__doc__.splitlines()[0])
   parser.add_argument('--rows', help=f'comma-separated, of: {", ".join(BY_NAME)} (default: all)')
   parser.add_argument('--scratch', default='/tmp/rehearsal', help='where stand-ins and prepared data are kept')
-  parser.add_argument('--readme', default=os.path.join(os.path.dirname(os.path.abspath(__file__)), 'README.md'))
+  parser.add_argument(
+    '--readme',
+    help="where the table goes (default: this folder's README.md; with --tiny, a new path must be given): a file "
+    'this script did not write (no .json beside it) is never overwritten',
+  )
   parser.add_argument('--tiny', action='store_true', help='tiny stand-ins, 2 batches: a check that it runs')
   parser.add_argument('--probe', help=argparse.SUPPRESS)  # A row's probe process (run_probe).
   parser.add_argument('--stages', help=argparse.SUPPRESS)  # prepare, main, resume, small
@@ -764,6 +768,11 @@ def main() -> None:
       out = {'error': f'{type(e).__name__}: {text[0] if text else ""}'[:300]}
     print(RESULT + json.dumps(out), flush=True)
     return
+  if args.readme is None and args.tiny:
+    raise SystemExit('--tiny: its numbers mean nothing, so it does not write the README: give --readme NEW_PATH')
+  args.readme = args.readme or os.path.join(os.path.dirname(os.path.abspath(__file__)), 'README.md')
+  if os.path.exists(args.readme) and not os.path.exists(os.path.splitext(args.readme)[0] + '.json'):
+    raise SystemExit(f'--readme {args.readme}: the file exists and this script did not write it; give a new path')
   names = args.rows.split(',') if args.rows else list(BY_NAME)
   unknown = [n for n in names if n not in BY_NAME]
   if unknown:
