@@ -298,3 +298,23 @@ def test_damaged_jpegs_are_counted_and_libjpeg_prints_nothing(digits_run, digit_
   assert '1 of 3 inputs' in captured.err
   lines = [json.loads(line) for line in captured.out.splitlines()]
   assert len(lines[0]['top_k']) == 5 and 'error' in lines[1] and 'error' in lines[2]
+
+
+def test_names_labels_and_text_from_files_reach_the_terminal_escaped():
+  """A file name, a label name (a folder's class, a hub config's id2label) and decoded text holding a terminal's
+  escape sequences (retitle, clear the screen) are printed with their control characters escaped; JSON lines hold
+  them as JSON escapes."""
+  import io
+
+  from vit_jax_lab.tools import predict as predict_tool
+  from vit_jax_lab.tools.predictors import Item
+
+  hostile = '\x1b]0;owned\x07\x1b[2J'
+  out = io.StringIO()
+  predict_tool._write(out, Item(f'cat{hostile}.png', 'image'), [(f'tabby{hostile}', 0.9)], jsonl=False, classify=True)
+  predict_tool._write(out, Item('a sentence', 'text'), f'eine{hostile}', jsonl=False, classify=False)
+  predict_tool._write(out, Item(f'x{hostile}.png', 'image'), [(hostile, 0.5)], jsonl=True, classify=True)
+  text = out.getvalue()
+  assert '\x1b' not in text and '\x07' not in text
+  assert 'cat\\x1b]0;owned\\x07\\x1b[2J.png' in text and 'tabby\\x1b' in text and 'eine\\x1b' in text
+  assert json.loads(text.split('\n')[-2])['top_k'][0][0] == hostile

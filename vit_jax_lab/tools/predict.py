@@ -44,6 +44,7 @@ import jax
 from vit_jax_lab import (
   config as config_lib,
   console,
+  errors,
   parallel,
   tasks,
   train,
@@ -120,18 +121,22 @@ def load(s: train.Setup, args: argparse.Namespace) -> Predictor:
 
 def _write(out: TextIO, item: Item, value: Any, jsonl: bool, classify: bool) -> None:
   if isinstance(value, Unreadable):
-    console.say(f'error: {value}')
+    console.say(f'error: {errors.foreign(value, 4096)}')
     if jsonl:
       out.write(json.dumps({'input': item.name, 'error': str(value)}, ensure_ascii=False) + '\n')
     return
   if jsonl:
     out.write(json.dumps({'input': item.name, 'top_k' if classify else 'output': value}, ensure_ascii=False) + '\n')
-  elif classify:
-    out.write(item.name + '\n' + ''.join(f'  {p:.4f}  {label}\n' for label, p in value))
+    return
+  # File names, label names (a folder's, a hub config's) and decoded text come from files handed over: their
+  # control characters are escaped, so none retitles or clears the terminal (JSON escapes them itself).
+  name = errors.foreign(item.name, 4096)
+  if classify:
+    out.write(name + '\n' + ''.join(f'  {p:.4f}  {errors.foreign(label, 4096)}\n' for label, p in value))
   elif item.form == 'text':
-    out.write(value + '\n')
+    out.write(errors.foreign(value, 2**20) + '\n')
   else:
-    out.write(f'{item.name}\t{value}\n')
+    out.write(f'{name}\t{errors.foreign(value, 2**20)}\n')
 
 
 def _notes(predictor: Predictor, adapted: int) -> str | None:
