@@ -18,6 +18,7 @@ if __name__ == '__main__':
     signal.signal(_sig, lambda sig, frame: _EARLY_SIGNALS.append(signal.Signals(sig).name))
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import os  # noqa: E402
 
 from vit_jax_lab import console, errors  # noqa: E402 (neither imports JAX)
@@ -92,12 +93,13 @@ def main(argv: list[str]) -> int:
   parallel.initialize_distributed(config)  # Before anything touches a JAX backend.
   parallel.use_cpu_cores(config)
   parallel.enable_compilation_cache()
-  parallel.agree_on_config(config)  # A run's processes started with different configs: one line, nothing written.
   # Imported here, the one lazy import of the command: train loads TensorFlow (about 5 s), which a config mistake,
   # reported above, should not wait for.
   from vit_jax_lab import train
 
-  train.train_and_evaluate(config, workdir, given=config_lib.given_keys(argv))
+  with console.gloo_lines_dropped() if parallel.multi_process(config) else contextlib.nullcontext():
+    parallel.agree_on_config(config)  # Processes started with different configs: one line, nothing written.
+    train.train_and_evaluate(config, workdir, given=config_lib.given_keys(argv))
   return 0
 
 

@@ -8,6 +8,7 @@ INFO lines). Commands call `quiet_libraries()` first, and `command` runs them wi
 import argparse
 import ast
 import contextlib
+import ctypes
 import functools
 import glob
 import importlib
@@ -168,26 +169,46 @@ def library_lines_dropped() -> Iterator[None]:
   every other line on: whenever a CPU's TensorFlow writes them (as it loads, at its first op, when tf.data or a
   dataset's generation first runs its kernels), none comes before or among the command's own lines. At the end fd 2
   is the terminal again and everything read is written out. VIT_JAX_LAB_VERBOSE=1 keeps them."""
+  with _lines_dropped(2, sys.stderr, _start_up_line):
+    yield
+
+
+GLOO_LINES = re.compile(r'\[Gloo\] Rank \d+ is connected to \d+ peer ranks')
+
+
+@contextlib.contextmanager
+def gloo_lines_dropped() -> Iterator[None]:
+  """A multi-process run with file descriptor 1 read by a thread that drops Gloo's connection lines ("[Gloo] Rank 0
+  is connected to 1 peer ranks...", printed by its C++ on stdout at each new communicator's first collective) and
+  passes every other line on, as library_lines_dropped does for fd 2."""
+  with _lines_dropped(1, sys.stdout, lambda line: bool(GLOO_LINES.match(line.decode(errors='replace')))):
+    yield
+
+
+@contextlib.contextmanager
+def _lines_dropped(fd: int, stream, drop: Callable[[bytes], bool]) -> Iterator[None]:
+  """File descriptor `fd` read by a thread that passes on every line but those `drop` says, until the block ends."""
   try:
-    sys.stderr.flush()
-    terminal = os.dup(2)
-  except (OSError, ValueError):  # No stderr to filter.
+    stream.flush()
+    terminal = os.dup(fd)
+  except (OSError, ValueError):  # Nothing to filter.
     terminal = None
   if VERBOSE or terminal is None:
     yield
     return
   read, write = os.pipe()
-  os.dup2(write, 2)
+  os.dup2(write, fd)
   os.close(write)
   done = threading.Event()
-  forwarding = threading.Thread(target=_forward, args=(read, terminal, done), daemon=True)
+  forwarding = threading.Thread(target=_forward, args=(read, terminal, done, drop), daemon=True)
   forwarding.start()
 
   def finish() -> None:
     try:
-      sys.stderr.flush()
+      stream.flush()
+      _flush_c_stdio()  # A C library's buffered lines go through the filter, not out at exit.
     finally:
-      os.dup2(terminal, 2)
+      os.dup2(terminal, fd)
       done.set()
       forwarding.join()
       os.close(read)
@@ -202,19 +223,25 @@ def library_lines_dropped() -> Iterator[None]:
       finish()
 
 
-_FILTERS: list[Callable[[], None]] = []  # The running filter's end, for `terminal_again`.
+def _flush_c_stdio() -> None:
+  try:
+    ctypes.CDLL(None).fflush(None)
+  except (OSError, AttributeError):  # No C library to ask (not a POSIX system).
+    pass
+
+
+_FILTERS: list[Callable[[], None]] = []  # The running filters' ends, for `terminal_again`.
 
 
 def terminal_again() -> None:
-  """Ends library_lines_dropped's filter now, everything read written out: before os._exit, which no `finally`
-  outlives."""
+  """Ends the running filters now, everything read written out: before os._exit, which no `finally` outlives."""
   while _FILTERS:
     _FILTERS.pop()()
 
 
-def _forward(read: int, terminal: int, done: threading.Event) -> None:
-  """Lines from `read` to `terminal`, less TENSORFLOW_START_UP_LINES, until `done` and nothing is left to read (a
-  copy of the pipe's end a library kept cannot hold it open)."""
+def _forward(read: int, terminal: int, done: threading.Event, drop: Callable[[bytes], bool]) -> None:
+  """Lines from `read` to `terminal`, less those `drop` says, until `done` and nothing is left to read (a copy of
+  the pipe's end a library kept cannot hold it open)."""
   pending = b''
   while True:
     stopping = done.is_set()  # Seen before the look: all that was written before it was set is read after.
@@ -227,10 +254,10 @@ def _forward(read: int, terminal: int, done: threading.Event) -> None:
     if not chunk:  # Every writer gone.
       break
     *lines, pending = (pending + chunk).split(b'\n')
-    kept = b''.join(line + b'\n' for line in lines if not _start_up_line(line))
+    kept = b''.join(line + b'\n' for line in lines if not drop(line))
     if kept:
       os.write(terminal, kept)
-  if pending and not _start_up_line(pending):
+  if pending and not drop(pending):
     os.write(terminal, pending)
 
 

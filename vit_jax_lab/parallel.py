@@ -70,13 +70,7 @@ def agree_on_config(config: ml_collections.ConfigDict) -> None:
   apart until a collective's shapes disagreed, or one finished while the others waited."""
   if jax.process_count() == 1:
     return
-  mine = flat_config(config)
-  data = np.frombuffer(json.dumps(mine, sort_keys=True, default=str).encode(), np.uint8)
-  lengths = np.asarray(multihost_utils.process_allgather(np.array([data.size], np.int32))).reshape(-1)
-  padded = np.zeros(int(lengths.max()), np.uint8)
-  padded[: data.size] = data
-  rows = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(lengths), -1)
-  configs = [json.loads(bytes(row[:n]).decode()) for row, n in zip(rows, lengths)]
+  configs = _gathered_configs(flat_config(config))
   keys = sorted({k for c in configs for k in c} - set(SAME_EVERYWHERE_BUT))
   differ = [k for k in keys if len({json.dumps(c.get(k), default=str) for c in configs}) > 1]
   if differ:
@@ -89,6 +83,16 @@ def agree_on_config(config: ml_collections.ConfigDict) -> None:
     )
 
 
+def _gathered_configs(mine: dict) -> list[dict]:
+  """Every process's `mine`, in process order (JSON bytes all-gathered, padded to the longest)."""
+  data = np.frombuffer(json.dumps(mine, sort_keys=True, default=str).encode(), np.uint8)
+  lengths = np.asarray(multihost_utils.process_allgather(np.array([data.size], np.int32))).reshape(-1)
+  padded = np.zeros(int(lengths.max()), np.uint8)
+  padded[: data.size] = data
+  rows = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(lengths), -1)
+  return [json.loads(bytes(row[:n]).decode()) for row, n in zip(rows, lengths)]
+
+
 def flat_config(config: ml_collections.ConfigDict, prefix: str = '') -> dict:
   """{'a.b': value} of a ConfigDict's leaves."""
   out = {}
@@ -98,6 +102,11 @@ def flat_config(config: ml_collections.ConfigDict, prefix: str = '') -> dict:
     else:
       out[f'{prefix}{k}'] = list(v) if isinstance(v, tuple) else v
   return out
+
+
+def multi_process(config) -> bool:
+  """Whether the config or the environment makes this run one of several processes."""
+  return config.distributed.coordinator_address is not None or _distributed_environment()
 
 
 def initialize_distributed(config) -> None:
