@@ -37,7 +37,10 @@ def test_override_reaches_the_model(data_dir):
 @pytest.mark.parametrize(
   'overrides, message',
   [
-    (['--config.model.widht=3'], "unknown config key 'model.widht': valid keys at model are"),
+    (['--config.model.widht=3'], "unknown config key 'model.widht': did you mean 'model.width'? valid keys at model"),
+    (['--config.modle.width=3'], "unknown config key 'modle.width': did you mean 'model'? valid keys at the top"),
+    (['--config.optim.lr=nan'], 'optim.lr=nan is not a finite number'),
+    ([f'--config.total_steps={"9" * 5000}'], f'--config.total_steps={"9" * 60}...: expected int'),
     (['--config.data.batch_size=lots'], '--config.data.batch_size=lots: expected int'),
     (['--config.data.batch_size=1.5'], '--config.data.batch_size=1.5: expected int'),
     (['--config.model.patch_size=3'], 'model.patch_size=3 must divide the image size 8x8'),

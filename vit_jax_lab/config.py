@@ -8,6 +8,7 @@ message names the key and what would be valid; `main` prints it as one line and 
 
 import ast
 import contextlib
+import difflib
 import importlib.util
 import inspect
 import math
@@ -19,7 +20,7 @@ import ml_collections
 from ml_collections import config_dict
 
 import vit_jax_lab.models.attention as attention
-from vit_jax_lab import data, evaluators, optim, parallel
+from vit_jax_lab import data, errors, evaluators, optim, parallel
 from vit_jax_lab.errors import ConfigError, check
 
 
@@ -164,7 +165,12 @@ def override(config: ml_collections.ConfigDict, key: str, text: str) -> None:
   for i, part in enumerate(parts):
     if part not in node:
       where = '.'.join(parts[:i]) or 'the top level'
-      raise ConfigError(f'unknown config key {key!r}: valid keys at {where} are {", ".join(sorted(node.keys()))}')
+      near = difflib.get_close_matches(part, list(node.keys()), n=1)
+      likely = f'did you mean {".".join([*parts[:i], near[0]])!r}? ' if near else ''
+      raise ConfigError(
+        f'unknown config key {errors.foreign(key, 80)!r}: {likely}valid keys at {where} are '
+        f'{", ".join(sorted(node.keys()))}'
+      )
     if i < len(parts) - 1:
       node = node[part]
       if not isinstance(node, ml_collections.ConfigDict):
@@ -176,7 +182,7 @@ def override(config: ml_collections.ConfigDict, key: str, text: str) -> None:
   try:
     node[leaf] = _parse(text, field_type)
   except (TypeError, ValueError, SyntaxError) as e:
-    raise ConfigError(f'--config.{key}={text}: expected {field_type.__name__}') from e
+    raise ConfigError(f'--config.{key}={errors.foreign(text, 60)}: expected {field_type.__name__}') from e
 
 
 def apply_overrides(config: ml_collections.ConfigDict, args: list[str]) -> None:
@@ -202,6 +208,8 @@ def _parse(text: str, field_type: type) -> Any:
     if text.lower() not in ('true', 'false', '1', '0'):
       raise ValueError(text)
     return text.lower() in ('true', '1')
+  if field_type is float and text.strip().lower().lstrip('+-') in ('nan', 'inf', 'infinity'):
+    return float(text)  # Parsed, for validate to name it: not a finite number.
   value = ast.literal_eval(text)
   if field_type is float and isinstance(value, int):
     value = float(value)
