@@ -393,8 +393,12 @@ def host_limit(s) -> dict:
 
   data, features = s.config.data, s.builder.info.features
   keys = pipeline.encoded_features(s.builder)
-  ds = s.builder.as_dataset(split=data.train_split, decoders={k: tfds.decode.SkipDecoding() for k in keys})
-  examples = list(ds.take(64).as_numpy_iterator())
+  decoders = {k: tfds.decode.SkipDecoding() for k in keys}
+  if data.backend == 'grain':  # Its ArrayRecord copy is read by index (TFDS reads it with no as_dataset).
+    source = s.builder.as_data_source(data.train_split, decoders=decoders)
+    examples = [source[i] for i in range(min(64, len(source)))]
+  else:
+    examples = list(s.builder.as_dataset(split=data.train_split, decoders=decoders).take(64).as_numpy_iterator())
   if 'frames' in features:  # A tracking sequence: a pair's 2 frames.
     what, work = 'decode 2 frames', [list(ex['frames'][:2]) for ex in examples]
   elif 'video' in features:
