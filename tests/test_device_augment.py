@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import load_config
-from test_input_path import photos  # noqa: F401 (the fixture)
-from vit_jax_lab.data import augment, device, info as data_info, labels, pipeline
+from test_input_path import photos, stream  # noqa: F401 (photos: the fixture)
+from vit_jax_lab.data import augment, device
 
 RNG = np.random.default_rng(1)
 
@@ -148,34 +148,21 @@ def test_the_steps_augmentation_is_the_same_on_1_and_8_devices(tmp_path):
   assert (np.abs(one - plain) > 0.01).mean() > 0.3
 
 
-def host_batches(config, steps=2):
-  builder, info = pipeline.load(config.data, data_info.label_info)
-  sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(jax.devices()[:1]), ('data',)), jax.P('data'))
-  it = pipeline.train_iterator(
-    builder,
-    config.data,
-    labels.preprocess_fn(config.data, info, train=True),
-    sharding,
-    seed=config.seed,
-    start_step=0,
-    prepare=labels.prepare_fn(info),
-  )
-  return [jax.device_get(next(it)) for _ in range(steps)]
-
-
 def test_with_augment_on_device_the_host_only_crops_and_resizes(photos, tmp_path):  # noqa: F811
   """The host's batches with data.augment_on='device' are those of the same recipe without flip, RandAugment and
   colours: the inception crop and resize stay on the host, with their draws unchanged."""
   common = dict(
     name=f'folder:{photos}', image_size=16, inception_crop=True, batch_size=8, shuffle_buffer=7, random_erasing=0.0
   )
-  device_side = host_batches(augmenting_config(tmp_path, **common))
-  plain = host_batches(
+  device_side = stream(augmenting_config(tmp_path, **common), 0, 2)
+  plain = stream(
     augmenting_config(
       tmp_path, augment_on='host', flip=False, randaugment_layers=0, color_augment=0.0, color_drop=0.0, **common
-    )
+    ),
+    0,
+    2,
   )
-  augmented = host_batches(augmenting_config(tmp_path, augment_on='host', **common))
+  augmented = stream(augmenting_config(tmp_path, augment_on='host', **common), 0, 2)
   for a, b, c in zip(device_side, plain, augmented):
     np.testing.assert_array_equal(a['inputs'], b['inputs'])
     assert not np.array_equal(a['inputs'], c['inputs'])

@@ -24,23 +24,11 @@ from typing import Callable
 
 import tensorflow as tf
 
-# The RandAugment paper's 14 ops (its Table 1 list; big_vision and timm add invert, cutout and solarize-add).
-OPS = (
-  'identity',
-  'autocontrast',
-  'equalize',
-  'rotate',
-  'solarize',
-  'color',
-  'posterize',
-  'contrast',
-  'brightness',
-  'sharpness',
-  'shear_x',
-  'shear_y',
-  'translate_x',
-  'translate_y',
-)
+from vit_jax_lab.data.device import RANDAUGMENT_OPS
+
+# The RandAugment paper's 14 ops (its Table 1 list; big_vision and timm add invert, cutout and solarize-add), in the
+# order the draws index, shared with the device's ops.
+OPS = RANDAUGMENT_OPS
 FILL = 128  # Uncovered pixels of geometric ops: mid grey, as big_vision and timm fill them.
 MAX_MAGNITUDE = 30.0  # Magnitudes are checked against this (AugReg's strongest is 20).
 

@@ -26,7 +26,7 @@ import numpy as np
 
 # Streams of the step key, apart from the task's draws: random erasing, and the device augmentations.
 ERASE_STREAM, FLIP_STREAM, RANDAUGMENT_STREAM, COLOR_STREAM = 2**30, 2**30 + 1, 2**30 + 2, 2**30 + 3
-RANDAUGMENT_OPS = (  # augment.OPS, in its order (the draws index it).
+RANDAUGMENT_OPS = (  # The RandAugment paper's 14 (augment.OPS), in the order the draws index.
   'identity',
   'autocontrast',
   'equalize',
