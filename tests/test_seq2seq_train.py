@@ -122,7 +122,7 @@ def test_wmt_recipe_trains_a_sentencepiece_vocabulary_and_reuses_it(seq_data_dir
   model_file = os.path.join(workdir, 'sentencepiece.model')
   vocab = text.SentencePieceVocab(model_file)
   assert vocab.size == 48
-  ids = [int(i) for i in text.encoder(vocab)(tf.constant('The cat sees a dog.'))] + [text.EOS]
+  ids = text.encoder(vocab)(tf.constant(['The cat sees a dog.'])).to_list()[0] + [text.EOS]
   assert vocab.decode(ids) == 'The cat sees a dog.'
   before = os.path.getmtime(model_file)
   train.train_and_evaluate(wmt_config(seq_data_dir, total_steps=4, eval_every=4), workdir)  # Resumes.

@@ -120,7 +120,7 @@ def image_keys() -> dict:
     random_erasing=0.0,
     # Where training images and clips are flipped (data.flip), RandAugmented and colour-augmented: 'host' (the input
     # pipeline's CPU threads, in tf.data or PIL) or 'device' (in the jitted step, per example, on the accelerator:
-    # the host then only decodes, crops and resizes, about 6x fewer CPU-seconds per image for the DeiT recipe). The
+    # the host then only decodes, crops and resizes: 4.7x fewer CPU-seconds per image for the DeiT recipe). The
     # same ops and distributions, other draws (data/device.py). The cluster recipes take 'device'.
     augment_on='host',
     # Training: each example appears this many times in its batch, each copy augmented with its own seed
