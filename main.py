@@ -95,10 +95,10 @@ def main(argv: list[str]) -> int:
   parallel.enable_compilation_cache()
   # Imported here, the one lazy import of the command: train loads TensorFlow (about 5 s), which a config mistake,
   # reported above, should not wait for.
-  from vit_jax_lab import train
+  from vit_jax_lab import train, workdir as workdir_lib
 
   with console.gloo_lines_dropped() if parallel.multi_process(config) else contextlib.nullcontext():
-    parallel.agree_on_config(config)  # Processes started with different configs: one line, nothing written.
+    workdir_lib.agree_on_config(config)  # Processes started with different configs: one line, nothing written.
     train.train_and_evaluate(config, workdir, given=config_lib.given_keys(argv))
   return 0
 

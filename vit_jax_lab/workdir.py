@@ -272,6 +272,38 @@ def _update(node: ml_collections.ConfigDict, values: dict[str, Any], prefix: str
       node[key] = tuple(value) if isinstance(node[key], tuple) else value
 
 
+SAME_EVERYWHERE_BUT = ('distributed.process_id',)  # Keys the processes of one run set differently.
+
+
+def agree_on_config(config: ml_collections.ConfigDict) -> None:
+  """In a run of several processes, before anything is written: every process's resolved config, all-gathered,
+  must equal every other's (but its process_id). Processes started with different configs would otherwise train
+  apart until a collective's shapes disagreed, or one finished while the others waited."""
+  if jax.process_count() == 1:
+    return
+  configs = _gathered_configs(_flatten(config.to_dict()))  # As record_config compares a resumed run's.
+  keys = sorted({k for c in configs for k in c} - set(SAME_EVERYWHERE_BUT))
+  differ = [k for k in keys if len({json.dumps(c.get(k), default=str) for c in configs}) > 1]
+  if differ:
+    k = differ[0]
+    values = ', '.join(f'process {i}: {json.dumps(c.get(k), default=str)[:40]}' for i, c in enumerate(configs))
+    more = f' (and {len(differ) - 1} more: {", ".join(differ[1:4])})' if len(differ) > 1 else ''
+    raise ConfigError(
+      f'the {len(configs)} processes of this run have different configs: {k} differs ({values}){more}; start '
+      'every process with the same config and overrides'
+    )
+
+
+def _gathered_configs(mine: dict) -> list[dict]:
+  """Every process's `mine`, in process order (JSON bytes all-gathered, padded to the longest)."""
+  data = np.frombuffer(json.dumps(mine, sort_keys=True, default=str).encode(), np.uint8)
+  lengths = np.asarray(multihost_utils.process_allgather(np.array([data.size], np.int32))).reshape(-1)
+  padded = np.zeros(int(lengths.max()), np.uint8)
+  padded[: data.size] = data
+  rows = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(lengths), -1)
+  return [json.loads(bytes(row[:n]).decode()) for row, n in zip(rows, lengths)]
+
+
 def _flatten(d: dict, prefix: str = '') -> dict[str, Any]:
   out = {}
   for k, v in d.items():

@@ -24,11 +24,8 @@ BACKENDS = ('tfdata', 'grain')
 WORKER_BYTES = 300 * 2**20  # A grain worker process's resident memory (measured: about 270 MB).
 AUGMENT_ON = ('host', 'device')
 JPEG_PNG = (b'\xff\xd8', b'\x89PNG')  # The starts of the image files read (JPEG and PNG).
-GRAIN_UNSUPPORTED = (
-  'color_augment',
-  'color_drop',
-  'token_budget',
-)  # Set (truthy): refused on grain (colours: on host).
+# Set (truthy): refused on grain; the colours only with data.augment_on='host' (the device makes them).
+GRAIN_UNSUPPORTED = ('color_augment', 'color_drop', 'token_budget')
 
 
 def dataset_keys() -> dict:
