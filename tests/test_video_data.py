@@ -242,11 +242,25 @@ def test_scale_jitter_and_colour_are_seeded_per_example_and_alike_for_all_frames
   grey = clip(2, color_drop=1.0).numpy()
   assert np.array_equal(grey[..., 0], grey[..., 1]) and np.array_equal(grey[..., 1], grey[..., 2])
   assert not np.array_equal(grey, clip(2).numpy())
-  sizes = {
-    tuple(image_data.scale_jitter(tf.zeros((12, 16, 3)), seed(s), 0.9, 1.33, (8, 8)).shape[:2]) for s in range(20)
-  }
+  sizes = {tuple(image_data.jittered_size((12, 16), seed(s), 0.9, 1.33, (8, 8)).numpy()) for s in range(20)}
   assert len(sizes) > 5 and all(11 <= h <= 16 and 14 <= w <= 22 for h, w in sizes)
-  assert image_data.scale_jitter(tf.zeros((8, 8, 3)), seed(0), 0.5, 0.6, (8, 8)).shape[:2] == (8, 8)
+  assert tuple(image_data.jittered_size((8, 8), seed(0), 0.5, 0.6, (8, 8)).numpy()) == (8, 8)
+
+
+@pytest.mark.parametrize('antialias', [True, False])
+def test_resized_crop_is_a_resize_then_a_crop(antialias):
+  """The training crop resamples only the window it keeps: the same pixels as resizing the whole frames (smaller and
+  larger) and cutting the crop at the offsets stateless_random_crop draws."""
+  frames = np.random.default_rng(0).integers(0, 256, (3, 30, 40, 3)).astype(np.uint8)
+  for size, s in (((36, 50), 0), ((20, 27), 1), ((30, 40), 2), ((61, 79), 3)):
+    whole = tf.image.resize(frames, size, antialias=antialias)
+    expected = tf.image.stateless_random_crop(whole, (3, 16, 20, 3), seed(s))
+    top, left = image_data.crop_offset(size, (16, 20), seed(s), 4).numpy()
+    np.testing.assert_array_equal(expected, whole[:, top : top + 16, left : left + 20])
+    crop = image_data.resized_crop(frames, size, (top, left), (16, 20), antialias)
+    np.testing.assert_allclose(crop, expected, atol=2e-3)
+    one = image_data.resized_crop(frames[0], size, (top, left), (16, 20), antialias)
+    np.testing.assert_allclose(one, crop[0], atol=1e-4)
 
 
 def test_clip_starts_crop_offsets_and_resized_size():

@@ -106,13 +106,48 @@ def central_crop(image: tf.Tensor, height: int, width: int) -> tf.Tensor:
   return image[..., top : top + height, left : left + width, :]
 
 
-def scale_jitter(image: tf.Tensor, seed: tf.Tensor, low: float, high: float, min_size: tuple[int, int]) -> tf.Tensor:
-  """Height and width each scaled by a factor drawn from [low, high] (scenic's ViViT scale jitter), but never
+def jittered_size(size, seed: tf.Tensor, low: float, high: float, min_size: tuple[int, int]) -> tf.Tensor:
+  """`size` (height, width) each scaled by a factor drawn from [low, high] (scenic's ViViT scale jitter), but never
   below `min_size`, so that a crop of that size still fits."""
   factors = tf.random.stateless_uniform([2], seed, low, high)
-  size = tf.cast(tf.shape(image)[-3:-1], tf.float32) * factors
-  size = tf.maximum(tf.cast(tf.round(size), tf.int32), min_size)
-  return tf.image.resize(image, size, antialias=True)
+  return tf.maximum(tf.cast(tf.round(tf.cast(size, tf.float32) * factors), tf.int32), min_size)
+
+
+def crop_offset(size, crop: tuple[int, int], seed: tf.Tensor, rank: int) -> tf.Tensor:
+  """(top, left) of a random `crop` of an image of `size`, drawn as tf.image.stateless_random_crop draws it for a
+  tensor of `rank` whose spatial axes are the last but one two."""
+  limit = tf.concat([tf.ones([rank - 3], tf.int32), tf.cast(size, tf.int32) - crop + 1, [1]], 0)
+  offset = tf.random.stateless_uniform([rank], seed, maxval=tf.int32.max, dtype=tf.int32) % limit
+  return offset[rank - 3 : rank - 1]
+
+
+def resized_crop(image: tf.Tensor, size, top_left, crop: tuple[int, int], antialias: bool) -> tf.Tensor:
+  """float32 `crop` (height, width) at `top_left` of `image` (..., H, W, C) resized to `size`: tf.image.resize then a
+  crop, to float rounding, but resampling only the window the crop keeps (a video's jittered frames are up to 1.8x
+  the crop)."""
+  shape = tf.shape(image)
+  scale = tf.cast(size, tf.float32) / tf.cast(shape[-3:-1], tf.float32)
+  out = tf.raw_ops.ScaleAndTranslate(
+    images=tf.reshape(image, tf.concat([[-1], shape[-3:]], 0)),
+    size=crop,
+    scale=scale,
+    translation=-tf.cast(top_left, tf.float32),
+    kernel_type='triangle',  # tf.image.resize's bilinear.
+    antialias=antialias,
+  )
+  return tf.reshape(out, tf.concat([shape[:-3], crop, shape[-1:]], 0))
+
+
+def random_resized_crop(
+  image: tf.Tensor, short: int, jitter: tuple, crop: tuple[int, int], jitter_seed, crop_seed, antialias: bool
+) -> tf.Tensor:
+  """A random `crop` of `image` (..., H, W, C) resized so that its shorter side is `short`, then each side scaled by
+  a factor drawn from `jitter` (low, high) (antialiased, as scenic's ViViT); float32."""
+  size = resized_size(tf.shape(image)[-3], tf.shape(image)[-2], short)
+  if jitter != (1.0, 1.0):
+    size, antialias = jittered_size(size, jitter_seed, *jitter, crop), True
+  top_left = crop_offset(size, crop, crop_seed, len(image.shape))
+  return resized_crop(image, size, top_left, crop, antialias)
 
 
 def color_augment(image: tf.Tensor, seed: tf.Tensor, prob: float, drop: float) -> tf.Tensor:
@@ -175,19 +210,15 @@ def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool) -> Call
       image = decode_inception_crop(image, channels, crop_seed)
     else:
       image = decode(image, channels)
-    image = tf.cast(image, tf.float32)
     if train and data_config.inception_crop:
       image = tf.image.resize(image, (height, width), antialias=antialias)
-    elif short is not None:  # big_vision's resize_small, then a random (training) or central crop.
-      image = resize_small(image, short, antialias)
-      if train:
-        if jitter != (1.0, 1.0):
-          image = scale_jitter(image, jitter_seed, *jitter, (height, width))
-        image = tf.image.stateless_random_crop(image, (height, width, channels), seed=crop_seed)
-      else:
-        image = central_crop(image, height, width)
+    elif short is not None and train:  # big_vision's resize_small, scale jitter and a random crop: one resampling.
+      image = random_resized_crop(image, short, jitter, (height, width), jitter_seed, crop_seed, antialias)
+    elif short is not None:
+      image = central_crop(resize_small(image, short, antialias), height, width)
     elif data_config.image_size is not None:
       image = tf.image.resize(image, (height, width), antialias=antialias)
+    image = tf.cast(image, tf.float32)
     if train and data_config.crop_padding:
       pad = data_config.crop_padding
       image = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])

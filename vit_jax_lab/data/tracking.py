@@ -73,17 +73,17 @@ def encoded(builder: tfds.core.DatasetBuilder) -> bool:
   return builder.info.features['frames'].dtype == tf.string
 
 
-def crop(image: tf.Tensor, region: boxes.Region, size: int) -> tf.Tensor:
-  """A (size, size, C) float32 crop of `image` (H, W, C) over the square `region`, bilinear, each crop pixel sampled
-  at its centre (boxes.crop_sample_points); outside the image: 0. `vit_jax_lab.tasks.tracking.crop` is the same in
-  JAX."""
+def crop(image: tf.Tensor, region: boxes.Region, size: int, fill: float = 0.0) -> tf.Tensor:
+  """A (size, size, C) float32 crop of `image` (H, W, C, any number type) over the square `region`, bilinear, each
+  crop pixel sampled at its centre (boxes.crop_sample_points); outside the image: `fill`.
+  `vit_jax_lab.tasks.tracking.crop` is the same in JAX."""
   x0, y0, side = (tf.cast(v, tf.float32) for v in region)
   height, width = (tf.cast(v, tf.float32) for v in tf.unstack(tf.shape(image)[:2]))
   first_x, last_x = (boxes.crop_sample_points((x0, side), size, i) for i in (0.0, size - 1.0))
   first_y, last_y = (boxes.crop_sample_points((y0, side), size, i) for i in (0.0, size - 1.0))
   # crop_and_resize samples box corners given as fractions of (H - 1) and (W - 1).
   corners = tf.stack([first_y / (height - 1), first_x / (width - 1), last_y / (height - 1), last_x / (width - 1)])
-  return tf.image.crop_and_resize(tf.cast(image, tf.float32)[None], corners[None], [0], [size, size])[0]
+  return tf.image.crop_and_resize(image[None], corners[None], [0], [size, size], extrapolation_value=fill)[0]
 
 
 def _jittered(box: boxes.Box, seed: tf.Tensor, centre_jitter: float, size_jitter: float) -> boxes.Box:
@@ -157,9 +157,16 @@ def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dic
     gap = tf.random.stateless_uniform([], gap_seed, -d.max_gap, d.max_gap + 1, tf.int32)
     t, s = visible[i], visible[tf.clip_by_value(i + gap, 0, length - 1)]
     template_box, search_box = tuple(tf.unstack(sequence_boxes[t])), tuple(tf.unstack(sequence_boxes[s]))
-    # Crops of scaled frames: the pixels outside a frame are 0 in data.value_range, as in online evaluation.
-    template_frame, search_frame = (scale(images.decode(frames[k], info.channels), d.value_range) for k in (t, s))
-    template = crop(template_frame, boxes.region(template_box, d.template_factor), d.template_size)
+    # The crops are cut from the uint8 frames and scaled after (not the whole frames), with the pixels outside a
+    # frame at the level that scales to 0 in data.value_range, as in online evaluation.
+    template_frame, search_frame = (images.decode(frames[k], info.channels) for k in (t, s))
+    low, high = d.value_range
+    fill = -low / (high - low) * 255.0
+
+    def scaled_crop(frame, region, size):
+      return scale(crop(frame, region, size, fill), d.value_range)
+
+    template = scaled_crop(template_frame, boxes.region(template_box, d.template_factor), d.template_size)
     around = _jittered(search_box, jitter_seed, d.centre_jitter, d.size_jitter)  # The box the crop is cut around.
     present = tf.random.stateless_uniform([], negative_seed) >= d.negative_fraction
     if d.distractor_fraction > 0:
@@ -175,7 +182,7 @@ def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dic
       )
     around = tf.cond(present, lambda: around, lambda: _away(search_box, away_seed, d.search_factor))
     region = boxes.region(around, d.search_factor)
-    search = crop(search_frame, region, d.search_size)
+    search = scaled_crop(search_frame, region, d.search_size)
     in_crop = boxes.to_crop(search_box, region)
     if d.distractor_fraction > 0:  # A crop around a distractor holds the target if the target's centre is in it.
       cx, cy, _, _ = boxes.to_centre(in_crop)

@@ -71,18 +71,25 @@ def preprocess_fn(
     else:
       starts = clip_starts(length, span, clips)
     frames = tf.gather(video, tf.reshape(frame_indices(starts, num_frames, stride, length), [-1]))
-    frames = tf.cast(decode_frames(frames, channels), tf.float32)  # (clips * T, H, W, C)
-    if train and data_config.inception_crop:
+    frames = decode_frames(frames, channels)  # (clips * T, H, W, C)
+    cropped = train and short is not None and not data_config.inception_crop and not data_config.crop_padding
+    if cropped:  # Resized, jittered and cropped in one resampling of the window the crop keeps.
+      crop = (height, width)
+      frames = images.random_resized_crop(frames, short, jitter, crop, jitter_seed, crop_seed, data_config.antialias)
+    elif train and data_config.inception_crop:
       frames = tf.image.resize(_inception_crop(frames, box_seed), (height, width), antialias=data_config.antialias)
     elif short is not None:
       frames = images.resize_small(frames, short, data_config.antialias)
       if train and jitter != (1.0, 1.0):
-        frames = images.scale_jitter(frames, jitter_seed, *jitter, (height, width))
+        size = images.jittered_size(tf.shape(frames)[1:3], jitter_seed, *jitter, (height, width))
+        frames = tf.image.resize(frames, size, antialias=True)
+    frames = tf.cast(frames, tf.float32)
     if train:
       if data_config.crop_padding:
         pad = data_config.crop_padding
         frames = tf.pad(frames, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
-      frames = tf.image.stateless_random_crop(frames, (num_frames, height, width, channels), seed=crop_seed)
+      if not cropped:
+        frames = tf.image.stateless_random_crop(frames, (num_frames, height, width, channels), seed=crop_seed)
       if data_config.augment_on == 'host':  # Else the jitted step flips and colours (data/device.py).
         if data_config.flip:
           frames = tf.where(tf.random.stateless_uniform([], flip_seed) < 0.5, tf.reverse(frames, [2]), frames)
