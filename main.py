@@ -21,7 +21,7 @@ import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import os  # noqa: E402
 
-from vit_jax_lab import console, errors  # noqa: E402 (neither imports JAX)
+from vit_jax_lab import console, errors, supervisor  # noqa: E402 (none imports JAX)
 
 
 def _import_jax_parts():
@@ -87,6 +87,10 @@ def main(argv: list[str]) -> int:
   console.quiet_libraries()
   config, workdir = parse_args(argv)
   config_lib, parallel = _import_jax_parts()
+  if parallel.multi_process(config) and not supervisor.supervised():  # Trains in a child: a lost peer is one line.
+    return supervisor.run(argv, workdir, config.distributed.process_id, config.distributed.num_processes)
+  if supervisor.supervised():
+    supervisor.end_with_parent()
   if not console.VERBOSE:  # TensorFlow's C++ warnings too (a full disk: eight lines before our one line); our
     # modules' imports have set a lower level by now (data/__init__.py: 2), so this one is not a default.
     os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'

@@ -3,8 +3,10 @@ on their config, or a process_id out of range, stop in one line."""
 
 import json
 import os
+import re
 import signal
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -117,3 +119,34 @@ def test_a_process_id_out_of_range_is_one_line(smoke_config):
     config_lib.ConfigError, match=r'^distributed.process_id=2 must be from 0 to num_processes - 1 = 1$'
   ):
     config_lib.validate(config)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_process_killed_outright_ends_the_other_in_one_line_within_the_heartbeat_bound(data_dir, tmp_path):
+  """SIGKILL of process 1 (the command started: its training child goes with it): process 0 says which process
+  was lost and where a rerun continues, exit 75, within the heartbeat bound; before, it aborted after 92 s with 48
+  lines of the runtime's log."""
+  from vit_jax_lab import supervisor
+
+  workdir = str(tmp_path / 'multi')
+  procs = start_two_processes(workdir, data_dir, '--config.total_steps=3000', '--config.checkpoint_every=1000')
+  deadline = time.monotonic() + 200
+  while not os.path.isdir(os.path.join(workdir, 'checkpoints', '1')) and time.monotonic() < deadline:
+    time.sleep(0.05)  # The first checkpoint (step 1) finalised.
+  with open(f'/proc/{procs[1].pid}/task/{procs[1].pid}/children') as f:
+    trainer = int(f.read().split()[0])
+  procs[1].kill()
+  start = time.monotonic()
+  out = procs[0].communicate(timeout=120)[0]
+  waited = time.monotonic() - start
+  assert procs[0].returncode == 75, out[-3000:]
+  lines = out.strip().splitlines()
+  assert lines[-1] == (
+    f'error: process 1 of 2 stopped answering (no heartbeat for {supervisor.HEARTBEAT_S} s), so process 0 stopped '
+    'too; start every process again with the same command to continue from the checkpoint of step 1'
+  ), out[-3000:]
+  noise = re.compile(r'[EFW]\d{4} |\*\*\* |    @ |Traceback|Additional GRPC|\[Gloo\]|.*peer ranks')
+  assert not [line for line in lines if noise.match(line)], out[-3000:]
+  assert waited < supervisor.HEARTBEAT_S + 15
+  assert not os.path.exists(f'/proc/{trainer}') or open(f'/proc/{trainer}/stat').read().split()[2] == 'Z'

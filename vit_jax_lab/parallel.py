@@ -9,6 +9,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from ml_collections import config_dict
 
 import vit_jax_lab.models.layers as layers
+from vit_jax_lab import supervisor
 from vit_jax_lab.errors import check
 
 AXES = ('data', 'fsdp', 'model')
@@ -67,10 +68,17 @@ def multi_process(config) -> bool:
 def initialize_distributed(config) -> None:
   """Starts multi-host JAX when the config or the environment asks for it. Call before any JAX backend use."""
   d = config.distributed
+  timeouts = dict(  # A lost process ends the others within HEARTBEAT_S: supervisor.py.
+    initialization_timeout=supervisor.CONNECT_S,
+    heartbeat_timeout_seconds=supervisor.HEARTBEAT_S,
+    shutdown_timeout_seconds=supervisor.SHUTDOWN_S,
+  )
   if d.coordinator_address is not None:
-    jax.distributed.initialize(d.coordinator_address, num_processes=d.num_processes, process_id=d.process_id)
+    jax.distributed.initialize(
+      d.coordinator_address, num_processes=d.num_processes, process_id=d.process_id, **timeouts
+    )
   elif _distributed_environment():
-    jax.distributed.initialize()  # Detects SLURM, Cloud TPU and GKE by itself.
+    jax.distributed.initialize(**timeouts)  # Detects SLURM, Cloud TPU and GKE by itself.
 
 
 CPU_CORES: int | None = None  # Set by use_cpu_cores: the CPU devices it made, one per physical core.

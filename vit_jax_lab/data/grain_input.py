@@ -23,8 +23,6 @@ import importlib.util
 import json
 import os
 import shutil
-import threading
-import time
 from typing import Any, Callable, Iterator
 
 import grain
@@ -35,14 +33,13 @@ from absl import flags
 from array_record.python import array_record_module
 from jax.experimental import multihost_utils
 
-from vit_jax_lab import data as data_lib, errors, tfrecord
+from vit_jax_lab import data as data_lib, errors, supervisor, tfrecord
 from vit_jax_lab.data import builders, info as data_info, pil_images
 from vit_jax_lab.data.info import LabelInfo
 from vit_jax_lab.errors import ConfigError, check
 
 ARRAY_RECORD = 'array_record'  # The copy's folder, inside the prepared dataset's folder.
 SOURCE = 'source.json'  # In the copy: what it was copied from, so a dataset prepared anew is copied anew.
-WATCH_SECONDS = 0.5  # How often a grain worker looks whether its parent still runs.
 FINGERPRINT_BYTES = 65_536  # Of each end of each copied record file, hashed into source.json.
 
 Batch = dict[str, jax.Array]
@@ -273,18 +270,10 @@ def train_iterator(
 
 
 def end_with_parent(worker_index: int, worker_count: int) -> None:
-  """Runs first in each grain worker: a thread that ends the worker once its parent is gone. A training process
-  killed outright (SIGKILL, the out-of-memory killer, a scheduler) runs no cleanup, and its workers, adopted by init,
-  would stay on the node forever; this way they end within a second."""
+  """Runs first in each grain worker: it ends once its parent is gone (supervisor.end_with_parent), as a training
+  process killed outright runs no cleanup and its workers would stay on the node forever."""
   del worker_index, worker_count
-  parent = os.getppid()
-
-  def watch() -> None:
-    while os.getppid() == parent:
-      time.sleep(WATCH_SECONDS)
-    os._exit(1)
-
-  threading.Thread(target=watch, daemon=True, name='end_with_parent').start()
+  supervisor.end_with_parent()
 
 
 class EvalBatches:
