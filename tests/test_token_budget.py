@@ -163,7 +163,7 @@ def test_held_examples_stream_as_permutations_of_the_read_examples_and_resume_an
       },
     ),
   )
-  held = pipeline.Held(ds)
+  held = pipeline.Held(ds.ragged_batch(1000))
   np.testing.assert_array_equal(held.buckets, lengths // 3)
   mine = np.flatnonzero(held.buckets == 1)
   stream = list(held.stream(mine, (0, 0, 1), 0, 0).take(2 * len(mine) + 7).as_numpy_iterator())
@@ -184,3 +184,19 @@ def test_sentencepiece_tokenises_a_batch_as_each_text_alone(tmp_path):
   vocab = text.train_sentencepiece(texts[:200], 40, str(tmp_path / 'sp.model'))
   ragged = text.encoder(vocab)(tf.constant(texts))
   assert ragged.to_list() == [vocab.encode(t) for t in texts]
+
+
+def test_prepared_batches_hold_the_examples_prepare_gives_one_by_one(scan_dir):
+  """The batched form Held reads (no tf.data op per example) keeps and tokenises exactly what the per-example one
+  does, lengths filtered alike (max_target_length 20 leaves some of SCAN's pairs out), and buckets by their lengths."""
+  config = scan_config(scan_dir, data__max_target_length=20)
+  s = train.setup(config, jax.devices()[:1])
+  prepare = s.task.prepare(s.info, True)
+  raw = s.builder.as_dataset(split='train', shuffle_files=False)
+  one_by_one = [(tuple(ex['inputs']), tuple(ex['targets'])) for ex in prepare(raw).as_numpy_iterator()]
+  batched = [
+    (tuple(x), tuple(y)) for b in prepare.batches(raw) for x, y in zip(b['inputs'].to_list(), b['targets'].to_list())
+  ]
+  assert batched == one_by_one and 0 < len(one_by_one) < s.builder.info.splits['train'].num_examples
+  lengths = s.task.buckets(config.data, s.info).length(next(iter(prepare.batches(raw))))
+  assert list(lengths.numpy()[:5]) == [max(len(x), len(y)) for x, y in one_by_one[:5]]

@@ -159,7 +159,8 @@ def dataset_info(builder, data_config, vocab_dir: str | None = None) -> TextInfo
 
 def prepare_fn(info: TextInfo, train: bool) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
   """Raw examples -> {'inputs', 'targets'} token ids (EOS-terminated) or images. For training, examples longer
-  than the maximum lengths are left out; for evaluation every example is kept and cut to them."""
+  than the maximum lengths are left out; for evaluation every example is kept and cut to them. Its `batches`
+  attribute gives them as ragged batches, without a tf.data op per example."""
   max_input, max_target = info.input_shape[0], info.max_target_length
   encode_target = encoder(info.target_vocab)
   encode_input = None if info.input_vocab is None else encoder(info.input_vocab)
@@ -180,6 +181,19 @@ def prepare_fn(info: TextInfo, train: bool) -> Callable[[tf.data.Dataset], tf.da
     fit = tf.shape(ex['targets'])[0] <= max_target
     return fit if info.input_vocab is None else fit & (tf.shape(ex['inputs'])[0] <= max_input)
 
+  def fitting(batch):
+    fit = batch['targets'].row_lengths() <= max_target
+    if info.input_vocab is not None:
+      fit &= batch['inputs'].row_lengths() <= max_input
+    return {k: tf.ragged.boolean_mask(v, fit) for k, v in batch.items()}
+
+  def batches(ds):
+    """The same examples as `prepare`, TOKENIZE_BATCH at a time as ragged batches (pipeline.Held reads these)."""
+    if info.input_vocab is None:
+      return prepare(ds).ragged_batch(TOKENIZE_BATCH)
+    ds = ds.batch(TOKENIZE_BATCH).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.map(fitting, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True) if train else ds
+
   def prepare(ds):
     if info.input_vocab is None:
       ds = ds.map(tokenize_one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -187,6 +201,7 @@ def prepare_fn(info: TextInfo, train: bool) -> Callable[[tf.data.Dataset], tf.da
       ds = ds.batch(TOKENIZE_BATCH).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
     return ds.filter(fits) if train else ds
 
+  prepare.batches = batches
   return prepare
 
 
@@ -196,8 +211,8 @@ def buckets(info: TextInfo) -> pipeline.Buckets:
   tokens = info.input_vocab is not None
   keys = ('inputs', 'targets') if tokens else ('targets',)
 
-  def length(ex):
-    return tf.reduce_max([tf.shape(ex[k])[0] for k in keys])
+  def length(batch):
+    return tf.reduce_max([tf.cast(batch[k].row_lengths(), tf.int32) for k in keys], axis=0)
 
   def cut(batch, length):
     return batch | {k: batch[k][:, :length] for k in keys}
