@@ -156,3 +156,13 @@ def test_a_run_whose_buffers_exceed_the_hosts_memory_is_refused_before_anything_
   assert '\n' not in str(e.value) and not workdir.exists()
   monkeypatch.setattr(hosts, 'available_memory', lambda: int(per_example * 9) + 2**30)  # Room: it runs.
   train.setup(config, jax.devices()[:1])
+
+
+def test_a_batch_beyond_the_hosts_memory_is_refused_before_anything_runs(photos, tmp_path):
+  """data.batch_size=10**12 on a small folder: one line naming data.batch_size (before, the run started and hung
+  building its first batch, with no line)."""
+  config = deit_like(photos, tmp_path / 'tfds', batch_size=10**12, shuffle_buffer=16, cache=False)
+  workdir = tmp_path / 'run'
+  with pytest.raises(config_lib.ConfigError, match=r'batches of .* in flight.* lower data\.batch_size') as e:
+    train.train_and_evaluate(config, str(workdir))
+  assert '\n' not in str(e.value) and not workdir.exists()

@@ -272,14 +272,14 @@ def _check_host_memory(data_config: ml_collections.ConfigDict, builder, task: ta
     return
   spare = 0.8 * have - need.shards * pipeline.BATCHES_IN_FLIGHT * need.batch_bytes
   fits = int(spare / max(need.example_bytes * need.shards, 1)) if spare > 0 else 0
-  if data_config.cache and fits < need.buffered // need.shards:
+  if spare <= 0:  # The batches alone do not fit.
+    fix = 'lower data.batch_size'
+  elif data_config.cache and fits < need.buffered // need.shards:
     fix = 'set data.cache=False'
   elif fits >= 1_000:
     fix = f'lower data.shuffle_buffer (to at most {fits // 1000 * 1000:,} here)'
-  elif fits > 0:
-    fix = f'lower data.shuffle_buffer (to at most {fits:,} here)'
   else:
-    fix = 'lower data.batch_size'
+    fix = f'lower data.shuffle_buffer (to at most {fits:,} here)'
   raise errors.ConfigError(
     f'the input pipeline would hold {what}, more than the {_size(have)} this host has available: {fix}'
   )

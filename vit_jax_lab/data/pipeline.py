@@ -137,8 +137,8 @@ def host_memory(
 ) -> HostMemory:
   """The host memory the training input pipeline will hold, from its buffer sizes and the dataset's recorded bytes
   per example (TFDS's split sizes: images and videos as their files, which is how the buffers hold them), and,
-  when the buffers alone come to `batches_from` bytes or more, from its batch (the preprocessing is traced for its
-  output shapes, ~1 s for the DeiT recipe, so small runs skip it)."""
+  when the buffers or the batches at their records' size come to `batches_from` bytes or more, from its batch (the
+  preprocessing is traced for its output shapes, ~1 s for the DeiT recipe, so small runs skip it)."""
   local_shards, num_shards, shard_batch = data_lib.shards(data_config, 'batch_size')
   splits = builder.info.splits.values()
   example_bytes = ELEMENT_BYTES + sum(s.num_bytes for s in splits) / max(sum(s.num_examples for s in splits), 1)
@@ -148,7 +148,8 @@ def host_memory(
   else:  # The prepared split is held in memory (Held), and shuffled there.
     buffered = per_shard * len(local_shards)
   batch_bytes = 0
-  if buffered * example_bytes >= batches_from and buckets is None:
+  # Traced where the buffers, or the batches in flight at the records' own size, come near the limit.
+  if (buffered + BATCHES_IN_FLIGHT * shard_batch * len(local_shards)) * example_bytes >= batches_from and not buckets:
     ds = _read(builder, data_config.train_split, False, prepare)
     spec = ds.map(lambda ex: preprocess(ex, tf.zeros([2], tf.int64)))
     shapes = [s for s in tf.nest.flatten(spec.element_spec) if s.shape.is_fully_defined()]
