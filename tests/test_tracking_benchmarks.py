@@ -2,6 +2,7 @@
 here: what each layout's sequences become, training and online evaluation on sequences of any length and frame
 size, a GOT-10k-trained run scored on another benchmark, and one-line errors for broken folders."""
 
+import glob
 import os
 import shutil
 import zipfile
@@ -84,8 +85,14 @@ def got10k_dir(tmp_path_factory) -> str:
 
 
 def read_split(data_dir: str, name: str, split: str) -> list[dict]:
+  """The split's sequences, 'paths' as stored (relative to the benchmark's folder) and 'frames' the files read."""
   builder = tfds.builder(f'tracking_benchmarks/{name}', data_dir=data_dir)
-  return list(builder.as_dataset(split=split, shuffle_files=False).as_numpy_iterator())
+  out = []
+  for ex in builder.as_dataset(split=split, shuffle_files=False).as_numpy_iterator():
+    ex['paths'] = ex['frames']
+    ex['frames'] = [open(os.path.join(builder.frames_root(), p.decode()), 'rb').read() for p in ex['paths']]
+    out.append(ex)
+  return out
 
 
 def test_got10k_sequences_keep_their_frames_boxes_and_absence(got10k_dir):
@@ -98,7 +105,8 @@ def test_got10k_sequences_keep_their_frames_boxes_and_absence(got10k_dir):
     np.testing.assert_array_equal(ex['boxes'], truth)
     assert len(ex['frames']) == len(truth) and np.flatnonzero(ex['absent']).tolist() == [5]
     with open(os.path.join(manual, 'train', name, '00000003.png'), 'rb') as f:
-      assert ex['frames'][2] == f.read()  # Stored as the files are, in frame order.
+      assert ex['frames'][2] == f.read()  # The files, in frame order: their paths in the benchmark's folder.
+    assert ex['paths'][2].decode() == os.path.join('train', name, '00000003.png')
   assert len(read_split(got10k_dir, 'got10k', 'val')) == 2
   for ex in read_split(got10k_dir, 'got10k', 'test'):  # The first box alone: the others are the server's.
     name = ex['name'].decode()
@@ -265,6 +273,25 @@ def test_training_pairs_from_benchmark_frames_of_any_size(got10k_dir):
   with pytest.raises(ConfigError, match="distractor_fraction=0.5 needs the distractors' boxes") as e:
     train.setup(config)
   assert '\n' not in str(e.value) and 'set data.distractor_fraction=0' in str(e.value)
+
+
+def test_training_reads_the_benchmarks_files_and_says_when_they_are_gone(got10k_dir, tmp_path):
+  """The prepared records hold the frames' paths (a pair reads its two files, not its sequence); frames moved away
+  after preparing are one line naming the file, and a benchmark folder gone is one line before anything runs."""
+  data_dir = str(tmp_path / 'tfds')
+  shutil.copytree(got10k_dir, data_dir)
+  records = glob.glob(os.path.join(data_dir, 'tracking_benchmarks', 'got10k', '*', '*train.tfrecord*'))
+  frames = glob.glob(os.path.join(data_dir, 'downloads', 'manual', 'GOT-10k', 'train', '*', '*.png'))
+  assert sum(os.path.getsize(f) for f in records) < sum(os.path.getsize(f) for f in frames) / 4
+  manual = os.path.join(data_dir, 'downloads', 'manual', 'GOT-10k')
+  os.rename(os.path.join(manual, 'train'), os.path.join(manual, 'moved'))
+  s = train.setup(load_config(SMOKE, data_dir=data_dir))
+  with pytest.raises(ConfigError, match=r'reads a file that cannot be read \(.*train/GOT-10k_Train_.*png') as e:
+    next(train.train_batches(s, 0))
+  assert '\n' not in str(e.value) and 'put it back where the data was prepared from' in str(e.value)
+  shutil.rmtree(manual)
+  with pytest.raises(ConfigError, match='reads its frames from .*GOT-10k, the folder it was prepared from, which is'):
+    train.setup(load_config(SMOKE, data_dir=data_dir))
 
 
 @pytest.mark.slow

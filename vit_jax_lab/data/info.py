@@ -204,6 +204,7 @@ class TrackingInfo:
   template_factor: float
   search_factor: float
   value_range: tuple[float, float] = (-1.0, 1.0)  # data.value_range: what frames are scaled to.
+  frames_root: str | None = None  # The folder the frames' paths are relative to; None: 'frames' holds the files.
 
 
 class MarianVocab:

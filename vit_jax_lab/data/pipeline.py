@@ -53,6 +53,12 @@ def _readable(builder: tfds.core.DatasetBuilder) -> Iterator[None]:
   TFDS's count of the examples it read, a FailedPreconditionError)."""
   try:
     yield
+  except (tf.errors.NotFoundError, tf.errors.PermissionDeniedError) as e:  # A file read by path (frames_root).
+    reason = re.sub(r'^\{\{.*?\}\}\s*|\s*\[Op:.*$', '', e.message.splitlines()[0])[:300]
+    raise ConfigError(
+      f'{builder.name} in {builder.data_dir} reads a file that cannot be read ({reason}): put it back where the data '
+      'was prepared from'
+    ) from None
   except (tf.errors.DataLossError, tf.errors.FailedPreconditionError) as e:
     if isinstance(e, tf.errors.FailedPreconditionError) and 'was expected to contain' not in e.message:
       raise

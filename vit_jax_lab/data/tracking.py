@@ -8,6 +8,7 @@ digits' boxes (zeros where fewer), for training crops cut around them (data.dist
 """
 
 import math
+import os
 from typing import Callable, Iterator
 
 import numpy as np
@@ -53,6 +54,12 @@ def dataset_info(builder: tfds.core.DatasetBuilder, data_config) -> TrackingInfo
     )
     check(frames >= 2, f'data.name={data_config.name!r} has sequences of {frames} frame: tracking needs 2 or more')
 
+  root = builder.frames_root() if hasattr(builder, 'frames_root') else None
+  check(
+    root is None or os.path.isdir(root),
+    f'data.name={data_config.name!r} reads its frames from {root}, the folder it was prepared from, which is gone: '
+    'put the benchmark back there',
+  )
   d = data_config
   return TrackingInfo(
     channels,
@@ -65,7 +72,17 @@ def dataset_info(builder: tfds.core.DatasetBuilder, data_config) -> TrackingInfo
     d.template_factor,
     d.search_factor,
     tuple(d.value_range),
+    root,
   )
+
+
+def read_frames(frames: tf.Tensor, info: TrackingInfo) -> tf.Tensor:
+  """The encoded files of `frames` (any shape): the files themselves, or read from their paths in the folder the
+  dataset was prepared from (info.frames_root)."""
+  if info.frames_root is None:
+    return frames
+  paths = tf.strings.join([info.frames_root, frames], os.sep)
+  return tf.map_fn(tf.io.read_file, paths) if frames.shape.rank else tf.io.read_file(paths)
 
 
 def encoded(builder: tfds.core.DatasetBuilder) -> bool:
@@ -159,7 +176,7 @@ def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dic
     template_box, search_box = tuple(tf.unstack(sequence_boxes[t])), tuple(tf.unstack(sequence_boxes[s]))
     # The crops are cut from the uint8 frames and scaled after (not the whole frames), with the pixels outside a
     # frame at the level that scales to 0 in data.value_range, as in online evaluation.
-    template_frame, search_frame = (images.decode(frames[k], info.channels) for k in (t, s))
+    template_frame, search_frame = (images.decode(read_frames(frames[k], info), info.channels) for k in (t, s))
     low, high = d.value_range
     fill = -low / (high - low) * 255.0
 

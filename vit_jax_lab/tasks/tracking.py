@@ -338,7 +338,9 @@ class Tracking(Task):
     def select(ex):
       absent = ex['absent'] if 'absent' in ex else tf.zeros(tf.shape(ex['boxes'])[:1], tf.bool)
       others = {'distractors': ex['distractors']} if train and 'distractors' in ex else {}
-      return {'frames': ex['frames'], 'boxes': ex['boxes'], 'absent': absent} | others
+      # Training reads the two frames a pair takes (data/tracking.py); evaluation tracks every frame.
+      frames = ex['frames'] if train else _data().tracking.read_frames(ex['frames'], info)
+      return {'frames': frames, 'boxes': ex['boxes'], 'absent': absent} | others
 
     return lambda ds: ds.map(select)
 

@@ -81,7 +81,9 @@ def run(argv: list[str]) -> tuple[list[str], int]:
     predict(*(np.zeros((1, n, n, g.channels), np.float32) for n in (g.template_size, g.search_size)))
   )
   count = 0
-  for count, example in enumerate(s.builder.as_dataset(split=split, shuffle_files=False).as_numpy_iterator(), 1):
+  examples = s.builder.as_dataset(split=split, shuffle_files=False)
+  examples = examples.map(lambda ex: ex | {'frames': data_tracking.read_frames(ex['frames'], g)})  # The files.
+  for count, example in enumerate(examples.as_numpy_iterator(), 1):
     name = example['name'].decode() if 'name' in example else f'{count - 1:05d}'
     frames = data_tracking.decoded_frames(example['frames'], g)
     seconds = []

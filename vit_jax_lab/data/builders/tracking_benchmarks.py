@@ -18,9 +18,11 @@ DATA_DIR/downloads/manual/<FOLDER> (FOLDERS below), prepared once into DATA_DIR 
 
 Box files hold one `x,y,w,h` per frame (commas, tabs or spaces), in pixels as the benchmark gives them; `NaN` boxes
 (UAV123) and frames labelled absent, occluded or out of view mark the target absent there. An example is one
-sequence: its frames as the encoded JPEG/PNG files (decoded only when read, so a training pair decodes two), its
-boxes and its `absent` flags. A box file with a line that is not four numbers, a sequence folder without frames, or
-frames and boxes of different counts stop the preparation with one line that names the file.
+sequence: its frames as the paths of their JPEG/PNG files in the benchmark's folder (`frames_root`: read and decoded
+only when used, so a training pair reads and decodes two files, not its whole sequence, as the trackers' own loaders
+do; the folder stays where it was prepared from), its boxes and its `absent` flags. A box file with a line that is
+not four numbers, a sequence folder without frames, or frames and boxes of different counts stop the preparation with
+one line that names the file.
 """
 
 import dataclasses
@@ -199,10 +201,11 @@ READERS = {'got10k': got10k, 'lasot': lasot, 'otb100': otb100, 'uav123': uav123}
 class TrackingBenchmarks(tfds.core.GeneratorBasedBuilder):
   """GOT-10k, LaSOT, OTB100 and UAV123 from their unpacked folders: one example per sequence."""
 
-  VERSION = tfds.core.Version('1.1.0')
+  VERSION = tfds.core.Version('1.2.0')
   RELEASE_NOTES = {
     '1.0.0': 'Sequences as encoded frames, boxes and absent flags.',
     '1.1.0': "GOT-10k's test split, its first boxes alone.",
+    '1.2.0': "Frames as their files' paths in the benchmark's folder: a training pair reads two files, not 93 MB.",
   }
   BUILDER_CONFIGS = [
     BenchmarkConfig(name=k, folder=v, description=f'{v} (manual folder)', withheld=WITHHELD.get(k, ()))
@@ -217,17 +220,21 @@ class TrackingBenchmarks(tfds.core.GeneratorBasedBuilder):
       features=tfds.features.FeaturesDict(
         {
           'name': tfds.features.Text(),
-          'frames': tfds.features.Tensor(shape=(None,), dtype=np.str_),  # Encoded JPEG/PNG files, bytes as read.
+          'frames': tfds.features.Tensor(shape=(None,), dtype=np.str_),  # Paths of the frames in frames_root().
           'boxes': tfds.features.Tensor(shape=(None, 4), dtype=np.float32),  # (x, y, w, h) in pixels.
           'absent': tfds.features.Tensor(shape=(None,), dtype=np.bool_),
         }
       ),
     )
 
+  def frames_root(self) -> str:
+    """The benchmark's folder, which the frames' paths are relative to."""
+    return os.path.join(self.data_dir_root, 'downloads', 'manual', self.builder_config.folder)
+
   def _split_generators(self, dl_manager):
     del dl_manager  # The manual folder is read directly: its absence is one line of ours, not TFDS's instructions.
     c = self.builder_config
-    root = os.path.join(self.data_dir_root, 'downloads', 'manual', c.folder)
+    root = self.frames_root()
     check(
       os.path.isdir(root) and os.listdir(root),
       f'data.name=tracking_benchmarks/{c.name} reads {c.folder} from {root}, which is missing or empty: unpack '
@@ -235,12 +242,9 @@ class TrackingBenchmarks(tfds.core.GeneratorBasedBuilder):
     )
     splits = READERS[c.name](root)
     check(bool(splits), f'{root} holds no {c.folder} split in the published layout (see tracking_benchmarks.py)')
-    return {split: self._generate_examples(sequences) for split, sequences in splits.items()}
+    return {split: self._generate_examples(root, sequences) for split, sequences in splits.items()}
 
-  def _generate_examples(self, sequences: list[Sequence]) -> Iterator[tuple[str, dict]]:
+  def _generate_examples(self, root: str, sequences: list[Sequence]) -> Iterator[tuple[str, dict]]:
     for s in sequences:
-      frames = []
-      for path in s.frames:
-        with open(path, 'rb') as f:
-          frames.append(f.read())
+      frames = [os.path.relpath(path, root) for path in s.frames]
       yield s.name, {'name': s.name, 'frames': np.asarray(frames, object), 'boxes': s.boxes, 'absent': s.absent}
