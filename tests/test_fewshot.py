@@ -82,6 +82,7 @@ def test_first_examples_cuts_any_split_spec(smoke_config):
     ('shots', (0, 5), 'eval.fewshot.shots='),
     ('shots', (5, 5), 'eval.fewshot.shots='),
     ('draws', 0, 'eval.fewshot.draws=0'),
+    ('draws', 10**12, 'eval.fewshot.draws=1000000000000 must be from 1 to 1,000'),
     ('every', -1, 'eval.fewshot.every=-1'),
     ('l2_reg', 0.0, 'eval.fewshot.l2_reg=0.0'),
     ('max_train', 0, 'eval.fewshot.max_train=0'),

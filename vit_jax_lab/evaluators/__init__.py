@@ -44,13 +44,19 @@ def check_fewshot(f: ml_collections.ConfigDict) -> None:
     and len(set(f.shots)) == len(f.shots),
     f'eval.fewshot.shots={f.shots} must be distinct positive integers (training images per class), e.g. (1, 5, 10, 25)',
   )
-  check(f.draws > 0, f'eval.fewshot.draws={f.draws} must be a positive integer')
+  check(
+    0 < f.draws <= MAX_DRAWS,
+    f'eval.fewshot.draws={f.draws} must be from 1 to {MAX_DRAWS:,} (each draw is a regression per shot count at every '
+    'evaluation; big_vision averages a few): use 5',
+  )
   check(f.every >= 0, f'eval.fewshot.every={f.every} must be >= 0 (0: whenever the run evaluates)')
   check(f.l2_reg > 0, f'eval.fewshot.l2_reg={f.l2_reg} must be positive')
   check(f.max_train > 0, f'eval.fewshot.max_train={f.max_train} must be a positive integer')
   for key in ('train_split', 'test_split'):
     check(f[key].strip() != '', f'eval.fewshot.{key} is empty: name a split, e.g. train')
 
+
+MAX_DRAWS = 1_000  # eval.fewshot.draws beyond it would hold an evaluation for days (10**12 was accepted).
 
 # name -> (its keys, their checks): the groups of config.eval.
 KEYS: dict[str, tuple[Callable[[], dict], Callable[[ml_collections.ConfigDict], None]]] = {
