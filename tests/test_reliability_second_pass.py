@@ -114,6 +114,10 @@ def faulty_workdir(tmp_path, source: str, fault: str) -> tuple[list[str], dict]:
       while size < len(data) // 2:
         size += 16 + int.from_bytes(data[size : size + 8], 'little')
     os.truncate(records, size)
+  elif fault == 'empty dataset_info.json':
+    data_dir = str(tmp_path / 'tfds')
+    shutil.copytree(source, data_dir)
+    open(os.path.join(data_dir, 'digits', '1.0.0', 'dataset_info.json'), 'w').close()
   else:
     name, kind = fault.split(' a ')
     os.makedirs(workdir)
@@ -133,6 +137,7 @@ def faulty_workdir(tmp_path, source: str, fault: str) -> tuple[list[str], dict]:
       'truncated train records between two records',  # TFDS counts the examples: a FailedPreconditionError.
       'the prepared data of digits in .*/digits/1.0.0 is damaged .*expected to contain .*: delete .* run again',
     ),
+    ('empty dataset_info.json', "dataset_info.json of its prepared data .* is damaged .*: delete the dataset's folder"),
     ('metrics.jsonl a folder', 'metrics.jsonl is a folder where the run keeps its metrics.jsonl file'),
     ('tensorboard a file', 'tensorboard is a file where the run keeps its tensorboard folder'),
     ('checkpoints a file', 'checkpoints is a file where the run keeps its checkpoints folder'),

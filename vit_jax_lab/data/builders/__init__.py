@@ -95,7 +95,25 @@ def _remove_killed(parent: str, version: str) -> None:
 def find(data_config, resuming: bool = False):
   """The TFDS builder of data.name, prepared or not (built-in datasets and folders are generated on first use, by
   load). `resuming`: a run continues, so a folder whose files changed since it was prepared is refused
-  (folder.builder). Another TFDS dataset must be prepared already."""
+  (folder.builder). Another TFDS dataset must be prepared already. A prepared dataset_info.json that is not JSON
+  (emptied, cut short) is one line, not protobuf's ParseError."""
+  from google.protobuf import json_format
+
+  try:
+    return _find(data_config, resuming)
+  except json_format.ParseError as e:
+    name, data_dir = data_config.name, data_config.data_dir
+    reason = str(e).split('Failed to load JSON: ')[-1].rstrip('.')[:120]
+    fix = "delete the dataset's folder there and run again: it is prepared anew"
+    if not name.startswith('folder:') and not is_builtin(name):
+      fix = f'rebuild it (`tfds build {name} --data_dir DIR`)'
+    raise ConfigError(
+      f'data.name={name!r}: the dataset_info.json of its prepared data in data.data_dir={data_dir!r} is damaged '
+      f'({reason}): {fix}'
+    ) from None
+
+
+def _find(data_config, resuming: bool):
   # Here, not at the top: config checks import this package, and a mistake is reported before TFDS loads (0.6 s).
   import tensorflow_datasets as tfds
 
