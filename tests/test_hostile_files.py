@@ -91,6 +91,7 @@ def hub_folder(tmp_path, config) -> str:
     ([1, 2], 'holds a JSON list, not an object'),
     (b'{"architecture": ', 'is not JSON'),
     (b'\xff\xfe', 'is not JSON'),
+    (b'[' * 10**6 + b']' * 10**6, 'nests its JSON too deep to read'),  # Before: 34 lines of RecursionError.
   ],
 )
 def test_a_hub_config_of_the_wrong_kind_is_one_line(tmp_path, config, message):

@@ -215,6 +215,8 @@ def read_json(path: str, what: str, kind: type = dict) -> Any:
       value = json.load(f)
   except (ValueError, UnicodeDecodeError) as e:
     raise ConfigError(f'{what} {foreign(path)} is not JSON ({foreign(e, 80)})') from None
+  except RecursionError:  # Lists or objects nested thousands deep: no file a library writes.
+    raise ConfigError(f'{what} {foreign(path)} nests its JSON too deep to read: is it the right file?') from None
   check(
     isinstance(value, kind),
     f'{what} {foreign(path)} holds a JSON {type(value).__name__}, not {"an object" if kind is dict else kind.__name__}',
