@@ -1333,3 +1333,18 @@ def test_timm_heads_without_model_args_are_timms_for_every_vit_architecture():
   assert not wrong, wrong
   assert timm_layout.heads_of('vit_huge_plus_patch16_dinov3.lvd1689m') == 20
   assert timm_layout.heads_of('vitamin_xlarge_256') is None
+
+
+@pytest.mark.parametrize(
+  'field, value, message',
+  [
+    ('frames_per_clip', 0, 'has frames_per_clip=0; it must be a positive integer'),  # Before: ZeroDivisionError.
+    ('crop_size', 10**6, 'crop_size=1000000 and frames_per_clip=.* must be at most 4,096'),  # Before: 33 lines.
+    ('num_attention_heads', 'x', "has num_attention_heads='x'; it must be a positive integer"),
+  ],
+)
+def test_vjepa2_config_sizes_out_of_range_are_one_line(field, value, message):
+  weights = hub.read(os.path.join(DATA, 'hf_vjepa2'))
+  with pytest.raises(ConfigError, match=f'init_from: the V-JEPA 2 config.*{message}') as e:
+    vjepa2_layout.vivit_options(weights.config | {field: value}, weights.tensors)
+  assert '\n' not in str(e.value)

@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from vit_jax_lab import hub
+from vit_jax_lab import errors, hub
 from vit_jax_lab.errors import ConfigError
 from vit_jax_lab.models import transformers_layout
 
 # VJEPA2Config's defaults, for a config.json that leaves them out.
+MAX_CLIP = 4096  # Pixels a side and frames of a clip, beyond any V-JEPA 2 release (crop 256-384, 64 frames).
 DEFAULTS = dict(hidden_act='gelu', layer_norm_eps=1e-6, crop_size=256, frames_per_clip=64, num_attention_heads=16)
 _PATCH = 'encoder.embeddings.patch_embeddings.proj'
 _LAYER = re.compile(r'encoder\.layer\.(\d+)\.')
@@ -85,8 +86,13 @@ def vivit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> 
   if transformers_layout.ACTIVATIONS.get(act, ('',))[0] != 'gelu':
     raise ConfigError(f"init_from: hidden_act={act!r} of the V-JEPA 2 config: the ViViT's MLPs compute GELU only")
   crop = config['crop_size']
-  if isinstance(crop, bool) or not isinstance(crop, int) or crop <= 0:
-    raise ConfigError(f'init_from: crop_size={crop!r} of the V-JEPA 2 config must be a positive integer')
+  sizes = {k: config[k] for k in ('crop_size', 'frames_per_clip', 'num_attention_heads')}
+  errors.positive_ints('init_from: the V-JEPA 2 config', sizes)
+  if crop > MAX_CLIP or config['frames_per_clip'] > MAX_CLIP:
+    raise ConfigError(
+      f"init_from: the V-JEPA 2 config's crop_size={crop} and frames_per_clip={config['frames_per_clip']} must be at "
+      f'most {MAX_CLIP:,}, the clip the model reads: is it the right file?'
+    )
   head = 'classifier.weight' in names
   pool_depth = len({m.group(1) for n in names if (m := re.match(r'pooler\.self_attention_layers\.(\d+)\.', n))})
   pooled = 'pooler.query_tokens' in names
