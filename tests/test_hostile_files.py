@@ -172,6 +172,17 @@ def test_predict_out_never_overwrites_a_file_nor_an_input(tmp_path, capsys):
   assert image.read_bytes() == before
 
 
+def test_an_out_in_a_missing_folder_is_one_line_before_anything_is_done(tmp_path):
+  """`DIR/missing/../x.npz`: the path climbs out of a folder that is not there (before: FileNotFoundError at the
+  write, after the export's work)."""
+  from vit_jax_lab.tools import common
+
+  with pytest.raises(ConfigError, match=r'missing/\.\. does not exist \(make it first\)'):
+    common.check_new(str(tmp_path / 'missing' / '..' / 'x.npz'))
+  common.check_new(str(tmp_path / 'x.npz'))
+  assert os.listdir(tmp_path) == []
+
+
 def test_a_marian_vocabulary_of_the_wrong_kind_is_one_line(tmp_path):
   for name in data_info.MarianVocab.FILES:
     (tmp_path / name).write_text('{}')

@@ -75,3 +75,6 @@ def test_metrics_that_are_not_numbers_and_bad_outs_are_one_line(runs, tmp_path, 
   assert plot.main([str(bad)]) == 2
   assert plot.main([a, '--out', str(tmp_path / 'missing' / 'x.png')]) == 2
   assert 'its folder does not exist' in capsys.readouterr().err
+  assert plot.main([a, '--out', '/proc/x.png']) == 2  # A folder that refuses new files (before: 35 lines).
+  err = capsys.readouterr().err
+  assert err == 'error: /proc/x.png cannot be written (No such file or directory): name a place that can\n'

@@ -143,6 +143,8 @@ def output_errors(path: str) -> Iterator[None]:
       yield
     except Exception as e:
       reason = next((r for r in _REFUSED if r in str(e) or r == getattr(e, 'strerror', None)), None)
+      if isinstance(e, FileNotFoundError) and str(e.filename).startswith(os.path.splitext(path)[0]):
+        reason = e.strerror  # The output itself (its folder refuses new files: /proc), not a file being read.
       if reason is None:
         raise
       raise ConfigError(f'{path} cannot be written ({reason}): name a place that can') from None

@@ -79,6 +79,8 @@ def load_model(s: train.Setup, workdir: str | None) -> nnx.Module:
 def check_new(path: str) -> None:
   """A command's --out must not exist: what is already saved there is never overwritten."""
   check(not os.path.lexists(path), f'--out {path} exists: name a new file or folder (nothing is overwritten)')
+  folder = os.path.dirname(path) or '.'
+  check(os.path.isdir(folder), f'--out {path}: its folder {folder} does not exist (make it first)')
 
 
 def class_names(builder, num_classes: int) -> list[str]:
