@@ -104,6 +104,10 @@ def test_rope_is_applied_alike_in_scanned_and_local_attention():
     (dict(rope='axial', rope_temperature=-1.0), 'model.rope_temperature=-1.0 must be a positive number'),
     (dict(rope='axial', rope_offset='one'), "model.rope_offset='one' must be a number"),
     (dict(rope_temperature=-1.0), 'model.rope_temperature=-1.0 must be a positive number'),  # Without model.rope too.
+    (dict(rope='axial', rope_temperature=float('inf')), 'model.rope_temperature=inf must be a positive number up to'),
+    (dict(rope='axial', rope_temperature=1e300), 'model.rope_temperature=1e\\+300 must be a positive number up to'),
+    (dict(rope='axial', rope_offset=1e300), 'model.rope_offset=1e\\+300 must be a number from -10,000 to 10,000'),
+    (dict(rope='axial', rope_offset=float('nan')), 'model.rope_offset=nan must be a number from'),
     (dict(rope_axes='yx'), "model.rope_axes='yx' is not one of 'xy', 'ij'"),
     (dict(map_heads=2), 'model.map_heads, model.map_mlp_dim and model.map_prefix set the attention pool: they need'),
     (dict(pool='map', map_heads=0), 'model.map_heads=0 must be a positive integer or None'),

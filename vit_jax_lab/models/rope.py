@@ -41,10 +41,19 @@ def check_kind(kind: str | None, kinds: tuple[str, ...]) -> None:
     raise ConfigError(f'model.rope={kind!r} is not one of None, {", ".join(map(repr, kinds))}')
 
 
+# Bounds past every model's values, within float32: a larger offset loses the patch indices' precision, a larger
+# base overflows the frequencies (1e300 trained with NumPy's overflow warnings; an offset of 1e300 died at step 1).
+MAX_OFFSET = 10_000
+MAX_BASE = 1e9
+
+
 def check(kind: str | None, head_dim: int, temperature: float, axes: str, ref_grid: int | None, offset: float) -> None:
   """The rope keys of a ViT, each mistake one line, whether or not model.rope is set."""
-  if isinstance(offset, bool) or not isinstance(offset, (int, float)):
-    raise ConfigError(f'model.rope_offset={offset!r} must be a number')
+  if isinstance(offset, bool) or not isinstance(offset, (int, float)) or not abs(offset) <= MAX_OFFSET:
+    raise ConfigError(
+      f'model.rope_offset={offset!r} must be a number from -{MAX_OFFSET:,} to {MAX_OFFSET:,} (added to each patch '
+      'index; Perception Encoder: 1)'
+    )
   check_kind(kind, KINDS)
   if axes not in AXES:
     raise ConfigError(f'model.rope_axes={axes!r} is not one of {", ".join(map(repr, AXES))}')
@@ -53,8 +62,11 @@ def check(kind: str | None, head_dim: int, temperature: float, axes: str, ref_gr
       f'model.rope={kind!r} turns pairs of channels by two coordinates: the head width {head_dim} '
       'must be a multiple of 4 (model.width / model.num_heads)'
     )
-  if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
-    raise ConfigError(f'model.rope_temperature={temperature!r} must be a positive number')
+  if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature <= MAX_BASE:
+    raise ConfigError(
+      f'model.rope_temperature={temperature!r} must be a positive number up to {MAX_BASE:.0e} (the base of the '
+      'frequencies: 100 for RoPE-ViT, 10,000 for timm)'
+    )
   if ref_grid is not None and (isinstance(ref_grid, bool) or not isinstance(ref_grid, int) or ref_grid <= 0):
     raise ConfigError(f'model.rope_ref_grid={ref_grid!r} must be a positive integer (patches per side) or None')
 
