@@ -792,6 +792,10 @@ def test_place_puts_each_parameter_in_its_sharding():
   assert placed['kernel'].sharding == sharding and placed['bias'].sharding == shardings['bias']
   np.testing.assert_array_equal(placed['kernel'], kernel)
   np.testing.assert_array_equal(placed['bias'], tree['bias'])
+  tree['block'] = {'scale': np.array([1.0, np.inf, 2.0], jax.numpy.bfloat16)}  # A damaged file: one line, not NaN outputs.
+  shardings['block'] = {'scale': shardings['bias']}
+  with pytest.raises(ConfigError, match=r'hold NaN or infinite values \(in block\.scale\)'):
+    hub.place(tree, shardings)
 
 
 def test_hub_benchmark_loads_a_random_timm_folder(tmp_path):

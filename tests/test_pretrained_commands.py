@@ -711,3 +711,22 @@ def test_predict_pretrained_crops_a_timm_folder_as_torchvision_rounds():
   hf_like = hub.Preprocessing(None, (5, 4), 'bilinear', 1.0, (0.0,), (1.0,))
   assert float(pretrained._preprocess(timm_like, image)[0][0, 0, 0]) == 4 * 4  # Row 4 first.
   assert float(pretrained._preprocess(hf_like, image)[0][0, 0, 0]) == 3 * 4  # Row 3 first.
+
+
+def test_weights_holding_nan_are_one_line_not_nan_probabilities(tmp_path, capsys):
+  """A folder whose weights hold a NaN (a damaged or diverged file): predict --pretrained names the parameter and
+  exits 2; before, it printed nan probabilities with exit status 0."""
+  import safetensors.numpy
+
+  folder = tmp_path / 'hf_vit'
+  shutil.copytree(os.path.join(DATA, 'hf_vit'), folder)
+  tensors = safetensors.numpy.load_file(str(folder / 'model.safetensors'))
+  name = next(k for k in tensors if k.endswith('layer.0.output.dense.bias'))
+  tensors[name] = np.where(np.arange(tensors[name].size) == 3, np.nan, tensors[name]).astype(tensors[name].dtype)
+  safetensors.numpy.save_file(tensors, str(folder / 'model.safetensors'))
+  assert predict.main(['--pretrained', str(folder), IMAGE]) == 2
+  err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith('error')]
+  assert err == [
+    'error: the weights given hold NaN or infinite values (in encoder.blocks.0.mlp.fc2.bias): the file is damaged or '
+    'diverged'
+  ], err

@@ -365,14 +365,27 @@ def layout_of(path: str, names: collections.abc.Iterable[str]) -> str:
 def place(tree: Any, shardings: Any) -> Any:
   """Host arrays (views of a folder's memory-mapped files among them) -> jax.Arrays laid out by `shardings` (a tree
   of the same structure), one parameter at a time (`jax.make_array_from_callback`): no host copy of the whole model
-  is made, only of one tensor at a time where the layout reshapes it."""
+  is made, only of one tensor at a time where the layout reshapes it; each checked by check_finite's rule."""
 
-  def one(array: Any, sharding: jax.sharding.Sharding) -> jax.Array:
+  def one(path: Any, array: Any, sharding: jax.sharding.Sharding) -> jax.Array:
     if isinstance(array, jax.Array):  # Kept from the initial state, already on the devices.
       return jax.device_put(array, sharding)
     # A strided view (a transposed kernel) is copied whole first, one tensor: sliced shard by shard, it is read
     # from the mapped file column by column, several times slower.
     array = np.ascontiguousarray(array)
+    _check_finite(path, array)
     return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
 
-  return jax.tree.map(one, tree, shardings)
+  return jax.tree_util.tree_map_with_path(one, tree, shardings)
+
+
+def check_finite(tree: Any) -> None:
+  """Loaded weights (host arrays; those on the devices are the model's own) hold no NaN or infinity: a damaged or
+  diverged file would otherwise predict NaN without a word. One line naming the first parameter that does."""
+  jax.tree_util.tree_map_with_path(lambda path, x: None if isinstance(x, jax.Array) else _check_finite(path, x), tree)
+
+
+def _check_finite(path: Any, array: np.ndarray) -> None:
+  if array.dtype.kind in 'fV' and not np.isfinite(array).all():  # 'V': bfloat16 (ml_dtypes).
+    name = jax.tree_util.keystr(path, simple=True, separator='.')
+    raise ConfigError(f'the weights given hold NaN or infinite values (in {name}): the file is damaged or diverged')

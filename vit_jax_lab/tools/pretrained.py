@@ -310,6 +310,7 @@ def _with_weights(model: nnx.Module, weights: hub.HubWeights, path: str, more_no
   the load notes and `more_notes` printed; returns its state on the first device."""
   params = nnx.state(model, nnx.Param)
   loaded, notes = model.load_pretrained(weights, params.to_pure_dict())
+  hub.check_finite(loaded)
   for note in [*notes, *more_notes]:
     print(f'--pretrained {path}: {note}', file=sys.stderr)
   params.replace_by_pure_dict(loaded)
