@@ -792,7 +792,7 @@ def test_place_puts_each_parameter_in_its_sharding():
   assert placed['kernel'].sharding == sharding and placed['bias'].sharding == shardings['bias']
   np.testing.assert_array_equal(placed['kernel'], kernel)
   np.testing.assert_array_equal(placed['bias'], tree['bias'])
-  tree['block'] = {'scale': np.array([1.0, np.inf, 2.0], jax.numpy.bfloat16)}  # A damaged file: one line, not NaN outputs.
+  tree['block'] = {'scale': np.array([1.0, np.inf, 2.0], jax.numpy.bfloat16)}
   shardings['block'] = {'scale': shardings['bias']}
   with pytest.raises(ConfigError, match=r'hold NaN or infinite values \(in block\.scale\)'):
     hub.place(tree, shardings)
