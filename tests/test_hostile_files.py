@@ -187,7 +187,10 @@ def test_a_marian_vocabulary_of_the_wrong_kind_is_one_line(tmp_path):
   for name in data_info.MarianVocab.FILES:
     (tmp_path / name).write_text('{}')
   (tmp_path / 'vocab.json').write_text(json.dumps({'</s>': 0, '<unk>': 'one', '<pad>': 2}))
-  with pytest.raises(ConfigError, match='vocab.json must map each piece to a non-negative integer id'):
+  with pytest.raises(ConfigError, match="vocab.json maps '<unk>' to 'one'; each piece needs an integer id from 0"):
+    data_info.MarianVocab(str(tmp_path))
+  (tmp_path / 'vocab.json').write_text(json.dumps({'</s>': 0, '<unk>': 10**12, '<pad>': 2}))  # Was "negative".
+  with pytest.raises(ConfigError, match="vocab.json maps '<unk>' to 1000000000000; each piece needs an integer id"):
     data_info.MarianVocab(str(tmp_path))
   (tmp_path / 'vocab.json').write_text(json.dumps({'</s>': 0, '<unk>': 1, '<pad>': 100}))
   with pytest.raises(ConfigError, match='vocab.json must number its 3 pieces 0 to 2, each id once'):

@@ -229,9 +229,14 @@ class MarianVocab:
         raise ConfigError(f'{path!r}: separate source and target vocabularies (separate_vocabs) are not read')
       names |= {k: config[k] for k in names if isinstance(config.get(k), str)}
     self.marian = errors.read_json(os.path.join(path, 'vocab.json'), 'the vocabulary')  # piece -> Marian id.
+    bad = next(
+      ((k, i) for k, i in self.marian.items() if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < 2**31),
+      None,
+    )
     check(
-      all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**31 for i in self.marian.values()),
-      f'{errors.foreign(path)!r}: vocab.json must map each piece to a non-negative integer id',
+      bad is None,
+      f'{errors.foreign(path)!r}: vocab.json maps {errors.foreign(repr(bad and bad[0]), 40)} to '
+      f'{errors.foreign(repr(bad and bad[1]), 40)}; each piece needs an integer id from 0 to its piece count - 1',
     )
     check(
       sorted(self.marian.values()) == list(range(len(self.marian))),
