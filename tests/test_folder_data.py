@@ -144,6 +144,30 @@ def test_a_folder_is_prepared_again_only_when_its_files_change(tmp_path, capsys)
   assert builder.info.metadata['root'] == os.path.realpath(tmp_path / 'p')  # The dataset says whose it is.
 
 
+@pytest.mark.parametrize('kind', ['pipe', 'folder'])
+def test_a_lock_file_that_is_not_a_file_is_one_line(tmp_path, kind):
+  """Where runs take turns preparing a dataset (`.lock_<version>` beside it): a pipe there hung the run, a folder
+  gave a 35-line IsADirectoryError."""
+  from vit_jax_lab.data import builders
+
+  image_tree(tmp_path / 'p', per_class=2)
+  config = folder_config(tmp_path / 'p', tmp_path / 'tfds')
+  parent, version = os.path.split(os.path.normpath(builders.find(config.data).data_dir))
+  os.makedirs(parent, exist_ok=True)
+  lock = os.path.join(parent, f'.lock_{version}')
+  if kind == 'pipe':
+    os.mkfifo(lock)
+    reader = os.open(lock, os.O_RDONLY | os.O_NONBLOCK)  # So that a run that opened it would not block this test.
+  else:
+    os.mkdir(lock)
+  try:
+    with pytest.raises(ConfigError, match=r'\.lock_.* is not a regular file: runs take turns preparing .* remove it'):
+      pipeline.load(config.data, data_info.label_info)
+  finally:
+    if kind == 'pipe':
+      os.close(reader)
+
+
 def test_a_changed_tsv_with_a_mistake_keeps_the_prepared_copy(tmp_path):
   root = tmp_path / 'pairs'
   root.mkdir()

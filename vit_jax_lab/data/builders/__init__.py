@@ -10,6 +10,7 @@ import io
 import os
 import shutil
 import socket
+import stat
 from typing import Any, Callable, Iterator
 
 import jax
@@ -205,7 +206,13 @@ def _prepared(make: Callable[[], Any]) -> Any:
     return builder
   parent, version = os.path.split(os.path.normpath(builder.data_dir))
   _writable(lambda: os.makedirs(parent, exist_ok=True))()
-  with _writable(lambda: open(os.path.join(parent, f'.lock_{version}'), 'a'))() as lock:
+  lock_path = os.path.join(parent, f'.lock_{version}')
+  check(  # A pipe there would block the open forever; a folder fail it.
+    not os.path.lexists(lock_path) or stat.S_ISREG(os.lstat(lock_path).st_mode),
+    f'{errors.foreign(lock_path)} is not a regular file: runs take turns preparing {builder.data_dir} by locking it; '
+    'remove it',
+  )
+  with _writable(lambda: open(lock_path, 'a'))() as lock:
     try:
       fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
