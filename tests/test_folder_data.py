@@ -193,6 +193,10 @@ def _mistake(tmp_path, case):
   if case == 'no class folders':
     write_image(str(root / 'a.png'), (4, 4), 0)
     return root
+  if case == 'a link to a folder above':  # Walked until the OS refused: a 51-line OSError.
+    image_tree(root, splits=(None,))
+    os.symlink(root / 'ant', root / 'ant' / 'again')
+    return root / 'ant' / 'again'
   if case == 'train without test':
     image_tree(root, splits=('train',))
     return root
@@ -231,6 +235,7 @@ def _mistake(tmp_path, case):
     'no tab',
     'two tabs',
     'empty line',
+    'a link to a folder above',
   ],
 )
 def test_folder_mistakes_are_one_line_config_errors_naming_the_path(tmp_path, case):

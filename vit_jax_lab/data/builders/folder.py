@@ -132,6 +132,11 @@ class _Scan:
       rel = os.path.relpath(e.path, self.root).replace(os.sep, '/')
       if e.is_dir():
         if kind == 'images':
+          real = os.path.realpath(e.path)
+          check(  # A link to a folder above it would be walked until the OS refuses (a 51-line OSError).
+            not (os.path.realpath(path) + os.sep).startswith(real + os.sep),
+            f'{e.path} links back to {real}, a folder that holds it: remove the link',
+          )
           items += self.class_folder(e.path, label, kind)
         elif frames := self.frames(e.path):
           items.append(Item(rel, label, frames))
