@@ -170,11 +170,13 @@ def test_a_full_data_dir_disk_is_named(tmp_path, mount):
 
 
 @pytest.mark.slow
-def test_a_tiny_workdir_disk_is_one_line_without_tensorflow_warnings(data_dir, mount):
-  workdir = os.path.join(mount('size=8k'), 'run')
+@pytest.mark.parametrize('size', ['4k', '8k'])
+def test_a_tiny_workdir_disk_is_one_line_without_tensorflow_warnings(data_dir, mount, size):
+  workdir = os.path.join(mount(f'size={size}'), 'run')
   result = run(command(workdir, data_dir))
   assert one_line(result, errors.DiskFull.exit_status).startswith(f'error: no space left at {workdir}')
   assert 'WARNING' not in result.stdout
+  assert not os.path.isdir(workdir) or not [n for n in os.listdir(workdir) if n.endswith('.tmp')]  # 4k: config.json.tmp
 
 
 # 4. Changed data is resumed silently.

@@ -228,11 +228,16 @@ def _read_json(path: str) -> dict[str, Any]:
 
 
 def _write_json(path: str, value: dict[str, Any]) -> None:
-  """Writes a whole file or nothing: a crash mid-write leaves the previous file."""
+  """Writes a whole file or nothing: a crash mid-write leaves the previous file, a failed write (a full disk) no
+  part of this one."""
   temporary = f'{path}.tmp'
-  with open(temporary, 'w') as f:
-    json.dump(value, f, indent=2, sort_keys=True, default=list)
-  os.replace(temporary, path)
+  try:
+    with open(temporary, 'w') as f:
+      json.dump(value, f, indent=2, sort_keys=True, default=list)
+    os.replace(temporary, path)
+  finally:
+    if os.path.lexists(temporary):
+      os.remove(temporary)
 
 
 def load_run(workdir: str) -> ml_collections.ConfigDict:
