@@ -238,6 +238,7 @@ def timm_folder(tmp_path_factory) -> str:
     # Values of the right type out of range: refused under the folder's own key, not replaced or blamed on an image.
     ({'pretrained_cfg': {'crop_pct': -0.5}}, 'pretrained_cfg.crop_pct=-0.5 must be a positive number'),
     ({'pretrained_cfg': {'input_size': [3, -224, 224]}}, 'pretrained_cfg.input_size\\[1\\]=-224; it must be a'),
+    ({'pretrained_cfg': {'input_size': [3, 10**6, 224]}}, 'has resize\\[0\\]=1,142,857; a side of more than 16,384'),
     ({'model_args': {'num_heads': 0}}, 'has model_args.num_heads=0; it must be a positive integer'),
   ],
 )

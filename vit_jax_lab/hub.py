@@ -104,6 +104,9 @@ LAYOUTS = {
 }
 
 
+MAX_SIDE = 16_384  # Pixels a side of a preprocessing's resize or crop (the largest releases read 1,024-ish).
+
+
 @dataclasses.dataclass(frozen=True)
 class Preprocessing:
   """A hub folder's evaluation preprocessing of an image (or of each frame of a clip), as its library applies it:
@@ -134,9 +137,13 @@ class Preprocessing:
       f'{errors.foreign(self.std, 60)}: they must be numbers, the std positive',
     )
     sizes = {'resize': self.resize, 'crop': self.crop}
-    errors.positive_ints(
-      "--pretrained: the folder's preprocessing",
-      {f'{k}[{i}]': v for k, size in sizes.items() if size is not None for i, v in enumerate(size_pair(size))},
+    sides = {f'{k}[{i}]': v for k, size in sizes.items() if size is not None for i, v in enumerate(size_pair(size))}
+    errors.positive_ints("--pretrained: the folder's preprocessing", sides)
+    large = next(((k, v) for k, v in sides.items() if v > MAX_SIDE), None)  # Blamed on a good image before.
+    errors.check(
+      large is None,
+      f"--pretrained: the folder's preprocessing has {large and large[0]}={large and large[1]:,}; a side of more than "
+      f'{MAX_SIDE:,} pixels is no model input: is it the right file?',
     )
 
 
