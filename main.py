@@ -3,7 +3,8 @@
 Options: --config PATH[:ARG] (a file with get_config(arg)), --config.KEY=VALUE (any number), --workdir DIR.
 Every way a run ends is one line: 0 done, 2 a user mistake (`error: ...`), 3 the loss diverged, 74 no space
 left, 75 stopped by SIGTERM/SIGINT/SIGHUP (with a checkpoint of the current step once training has begun; the same
-command continues), 130 interrupted at once by a second Ctrl-C.
+command continues) or by a lost process of a multi-process run (vit_jax_lab/supervisor.py), 130 interrupted at once
+by a second Ctrl-C.
 """
 
 import signal

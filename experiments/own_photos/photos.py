@@ -3,10 +3,16 @@ and three file formats, one folder per class. Two kinds, each drawn from a seed:
 
 - `shapes`: a filled circle, square or triangle of any colour and size, anywhere, on a shaded, noisy background.
 - `outlines`: the outline of a ring, a cross or a star, turned at random, among blobs of other colours.
+
+python -m experiments.own_photos.photos shapes /tmp/photos 0   # make(root, kind, seed): a folder to try by hand
 """
+
+if not __package__:
+  raise SystemExit('run from the repository root as a module: python -m experiments.own_photos.photos')
 
 import math
 import os
+import sys
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
@@ -90,3 +96,8 @@ def make(root: str, kind: str, seed: int, count: int = 100) -> str:
     extension, fmt = FORMATS[int(rng.integers(0, 3))]
     draw(kind, label, rng).save(os.path.join(folder, f'{i:03d}.{extension}'), fmt, quality=int(rng.integers(70, 96)))
   return root
+
+
+if __name__ == '__main__':
+  kind, root, seed = sys.argv[1:4]
+  print(make(root, kind, int(seed)))
