@@ -76,11 +76,12 @@ def load_model(s: train.Setup, workdir: str | None) -> nnx.Module:
   return nnx.merge(s.graphdef, params_of(s, workdir))
 
 
-def check_new(path: str) -> None:
-  """A command's --out must not exist: what is already saved there is never overwritten."""
+def check_new(path: str, makes_folder: bool = False) -> None:
+  """A command's --out must not exist: what is already saved there is never overwritten. Its folder must, unless
+  the command makes it (`makes_folder`): found missing only when written, the work before would be lost."""
   check(not os.path.lexists(path), f'--out {path} exists: name a new file or folder (nothing is overwritten)')
   folder = os.path.dirname(path) or '.'
-  check(os.path.isdir(folder), f'--out {path}: its folder {folder} does not exist (make it first)')
+  check(makes_folder or os.path.isdir(folder), f'--out {path}: its folder {folder} does not exist (make it first)')
 
 
 def class_names(builder, num_classes: int) -> list[str]:

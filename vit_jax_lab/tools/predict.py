@@ -183,7 +183,7 @@ def main(argv: list[str]) -> int:
   check(args.batch_size is None or args.batch_size >= 1, f'--batch_size={args.batch_size} must be positive')
   check(inputs or args.lines, 'no inputs: give image or video files, folders of them, text (seq2seq), or --lines FILE')
   if args.out is not None:  # Never a file of the user's (nor one of the inputs) overwritten.
-    common.check_new(args.out)
+    common.check_new(args.out, makes_folder=True)
   parallel.enable_compilation_cache()
   start = time.perf_counter()
   if args.pretrained is not None:

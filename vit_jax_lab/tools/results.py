@@ -64,13 +64,13 @@ def run(argv: list[str]) -> tuple[list[str], int]:
   parser.add_argument('--layout', choices=LAYOUTS, help='got10k: a folder per sequence, zipped; otb: a file each')
   parser.add_argument('--out', required=True, help='a new folder for the result files')
   args, overrides = parser.parse_known_args(argv)
-  common.check_new(args.out)
+  common.check_new(args.out, makes_folder=True)
   config = common.one_device_one_example(common.config_of(args.workdir, args.config, overrides))
   predicts = tasks.get(config.task.name).predicts
   check(predicts == 'boxes', f'task.name={config.task.name!r} predicts {predicts}: results tracks tracking runs')
   layout = args.layout or ('got10k' if config.data.name.endswith('got10k') else 'otb')
   if layout == 'got10k':
-    common.check_new(args.out + '.zip')
+    common.check_new(args.out + '.zip', makes_folder=True)
   s = train.setup(config, jax.devices()[:1])
   split = args.split or config.data.eval_split
   splits = s.builder.info.splits
