@@ -272,7 +272,7 @@ def _check_host_memory(data_config: ml_collections.ConfigDict, builder, task: ta
     return
   spare = 0.8 * have - need.shards * pipeline.BATCHES_IN_FLIGHT * need.batch_bytes
   fits = int(spare / max(need.example_bytes * need.shards, 1)) if spare > 0 else 0
-  if spare <= 0:  # The batches alone do not fit.
+  if fits == 0:  # The batches in flight leave no room for a buffered example.
     fix = 'lower data.batch_size'
   elif data_config.cache and fits < need.buffered // need.shards:
     fix = 'set data.cache=False'

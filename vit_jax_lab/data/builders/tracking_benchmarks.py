@@ -205,7 +205,7 @@ class TrackingBenchmarks(tfds.core.GeneratorBasedBuilder):
   RELEASE_NOTES = {
     '1.0.0': 'Sequences as encoded frames, boxes and absent flags.',
     '1.1.0': "GOT-10k's test split, its first boxes alone.",
-    '1.2.0': "Frames as their files' paths in the benchmark's folder: a training pair reads two files, not 93 MB.",
+    '1.2.0': "Frames as their files' paths in the benchmark's folder: a training pair reads 2 files, not all.",
   }
   BUILDER_CONFIGS = [
     BenchmarkConfig(name=k, folder=v, description=f'{v} (manual folder)', withheld=WITHHELD.get(k, ()))
