@@ -1352,3 +1352,20 @@ def test_vjepa2_config_sizes_out_of_range_are_one_line(field, value, message):
   with pytest.raises(ConfigError, match=f'init_from: the V-JEPA 2 config.*{message}') as e:
     vjepa2_layout.vivit_options(weights.config | {field: value}, weights.tensors)
   assert '\n' not in str(e.value)
+
+
+def test_dinov3_without_registers_loads_as_a_model_without_them(tmp_path):
+  """transformers' DINOv3ViTConfig defaults to num_register_tokens=0, which leaves a (1, 0, D) register tensor: a
+  model without registers, whose other weights are the folder's (before: refused with "unexpected: reg")."""
+  import safetensors.numpy
+
+  folder = tmp_path / 'dinov3_no_registers'
+  shutil.copytree(os.path.join(DATA, 'hf_dinov3'), folder)
+  tensors = safetensors.numpy.load_file(str(folder / 'model.safetensors'))
+  tensors['embeddings.register_tokens'] = tensors['embeddings.register_tokens'][:, :0]
+  safetensors.numpy.save_file(tensors, str(folder / 'model.safetensors'))
+  config = json.loads((folder / 'config.json').read_text()) | {'num_register_tokens': 0}
+  (folder / 'config.json').write_text(json.dumps(config))
+  model, _, _, params = folder_model(str(folder))
+  assert model.num_prefix == 1 and 'reg' not in params
+  np.testing.assert_array_equal(params['cls'], tensors['embeddings.cls_token'])

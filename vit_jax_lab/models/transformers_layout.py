@@ -294,7 +294,11 @@ def to_release(tensors: Mapping[str, np.ndarray], num_heads: int) -> tuple[dict[
   if 'embeddings.class_embedding' in names:
     tokens['cls'] = ('embeddings.class_embedding', get('embeddings.class_embedding').reshape(1, 1, -1))
   if 'embeddings.register_tokens' in names:
-    tokens['reg'] = ('embeddings.register_tokens', get('embeddings.register_tokens'))
+    registers = get('embeddings.register_tokens')
+    if registers.size:
+      tokens['reg'] = ('embeddings.register_tokens', registers)
+    else:  # DINOv3ViTConfig's default num_register_tokens=0 leaves a (1, 0, D) tensor: no registers, read.
+      put({}, 'embeddings.register_tokens')
   if 'head.probe' in names:
     tokens['MAPHead_0/probe'] = ('head.probe', get('head.probe'))
   for pos_name in ('embeddings.position_embeddings', 'embeddings.position_embedding.weight'):
