@@ -1369,3 +1369,13 @@ def test_dinov3_without_registers_loads_as_a_model_without_them(tmp_path):
   model, _, _, params = folder_model(str(folder))
   assert model.num_prefix == 1 and 'reg' not in params
   np.testing.assert_array_equal(params['cls'], tensors['embeddings.cls_token'])
+
+
+def test_a_vjepa2_backbone_under_the_class_token_pool_names_the_pools_that_fit():
+  """A VJEPA2Model folder has no class token: the ViViT's default pool ('tok', also what model.pool=None gives) is
+  one line naming 'gap' and 'attentive' (before: "missing: cls"); 'gap' loads."""
+  for pool in (None, 'tok'):
+    with pytest.raises(ConfigError, match="no class token for model.pool='tok' to read: set --config.model.pool='gap'"):
+      video_model('hf_vjepa2', pool=pool)
+  model, _, _, _ = video_model('hf_vjepa2', pool='gap')
+  assert model.pool == 'gap'

@@ -596,6 +596,11 @@ class ViViT(base.Model):
     if mine != theirs:
       notes.append(f"the folder's model computes with {theirs}; this model has {mine}: its outputs differ")
     flat, origin = layout.to_release(weights.tensors, self.num_heads)
+    if self.pool == 'tok' and 'cls' not in flat:  # A V-JEPA 2 backbone: its tokens alone, no class token.
+      raise ConfigError(
+        f"init_from={weights.path!r} has no class token for model.pool='tok' to read: set --config.model.pool='gap' "
+        "(the tokens' average) or 'attentive' (an attentive probe, trained anew)"
+      )
     fc_norm = {k: flat.pop(f'fc_norm/{k}') for k in ('scale', 'bias') if f'fc_norm/{k}' in flat}
     if 'fc_norm' in params and not fc_norm:
       notes.append(f'fc_norm ({params["fc_norm"]["scale"].shape[0]},) initialised: the source has none')
