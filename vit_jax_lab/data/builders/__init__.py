@@ -14,6 +14,7 @@ import stat
 from typing import Any, Callable, Iterator
 
 import jax
+from google.protobuf import json_format
 from jax.experimental import multihost_utils
 
 from vit_jax_lab import console, errors, hosts
@@ -98,8 +99,6 @@ def find(data_config, resuming: bool = False):
   load). `resuming`: a run continues, so a folder whose files changed since it was prepared is refused
   (folder.builder). Another TFDS dataset must be prepared already. A prepared dataset_info.json that is not JSON
   (emptied, cut short) is one line, not protobuf's ParseError."""
-  from google.protobuf import json_format
-
   try:
     return _find(data_config, resuming)
   except json_format.ParseError as e:
