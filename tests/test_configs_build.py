@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, load_config
 from experiments.rehearsal import standins
 from vit_jax_lab import train
-from vit_jax_lab.data import builders, pipeline
+from vit_jax_lab.data import builders, device_canvas, pipeline
 
 # The arguments tried, each choice of each part of a config's :ARG at least once (None: no argument); AugReg's levels
 # are paired with variants so that two of a mixup strength and patch size share their compiled step. A config not
@@ -152,11 +152,13 @@ def small(spec: str, stand_ins: StandIns):
 
 
 def assert_input_shapes(batch: dict, d) -> None:
-  """Images, clips and tracking crops are of the sizes and frame counts the config's input settings give."""
+  """Images, clips and tracking crops are of the sizes and frame counts the config's input settings give (training
+  crops the jitted step resizes: of their canvas)."""
   pixels = batch.get('inputs')
   if pixels is not None and pixels.dtype == np.uint8 and d.image_size is not None:
     frames = (d.num_frames,) if pixels.ndim == 5 else ()
-    assert pixels.shape[1:-1] == (*frames, d.image_size, d.image_size)
+    side = (d.image_size, d.image_size)
+    assert pixels.shape[1:-1] == (*frames, *(device_canvas(d, *side, True) if 'resize' in batch else side))
   for key, side in (('template', d.template_size), ('search', d.search_size)):
     if key in batch:
       assert batch[key].shape[1:3] == (side, side)

@@ -7,10 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
 from conftest import load_config
 from test_input_path import photos, stream  # noqa: F401 (photos: the fixture)
-from vit_jax_lab.data import augment, device
+from vit_jax_lab.data import augment, device, images, pil_images
 
 RNG = np.random.default_rng(1)
 
@@ -148,12 +149,14 @@ def test_the_steps_augmentation_is_the_same_on_1_and_8_devices(tmp_path):
   assert (np.abs(one - plain) > 0.01).mean() > 0.3
 
 
-def test_with_augment_on_device_the_host_only_crops_and_resizes(photos, tmp_path):  # noqa: F811
-  """The host's batches with data.augment_on='device' are those of the same recipe without flip, RandAugment and
-  colours: the inception crop and resize stay on the host, with their draws unchanged."""
-  common = dict(
-    name=f'folder:{photos}', image_size=16, inception_crop=True, batch_size=8, shuffle_buffer=7, random_erasing=0.0
-  )
+@pytest.mark.parametrize('crop', ['inception_crop', 'resize_size'])
+def test_with_augment_on_device_the_host_only_decodes_and_cuts_the_window(photos, tmp_path, crop):  # noqa: F811
+  """The host's batches with data.augment_on='device' are each crop's source window in its canvas and the resize's
+  parameters; resized in the step they are the host-resized crops of the same recipe without flip, RandAugment and
+  colours (its draws unchanged), to a level where float sums round the other way."""
+  common = dict(name=f'folder:{photos}', image_size=16, batch_size=8, shuffle_buffer=7, random_erasing=0.0)
+  common |= dict(crop_padding=0)
+  common |= dict(inception_crop=True) if crop == 'inception_crop' else dict(resize_size=20, scale_jitter=(0.9, 1.33))
   device_side = stream(augmenting_config(tmp_path, **common), 0, 2)
   plain = stream(
     augmenting_config(
@@ -164,5 +167,42 @@ def test_with_augment_on_device_the_host_only_crops_and_resizes(photos, tmp_path
   )
   augmented = stream(augmenting_config(tmp_path, augment_on='host', **common), 0, 2)
   for a, b, c in zip(device_side, plain, augmented):
-    np.testing.assert_array_equal(a['inputs'], b['inputs'])
-    assert not np.array_equal(a['inputs'], c['inputs'])
+    canvas = (32, 32) if crop == 'inception_crop' else (20, 20)
+    assert a['inputs'].shape == (8, *canvas, 3) and a['resize'].shape == (8, 8)
+    resized = np.asarray(jax.jit(device.resize_windows, static_argnums=2)(a['inputs'], a['resize'], (16, 16)))
+    diff = np.abs(resized.astype(int) - b['inputs'].astype(int))
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.01, (diff.max(), (diff > 0).mean())
+    assert not np.array_equal(b['inputs'], c['inputs'])
+
+
+@pytest.mark.parametrize('antialias', [True, False])
+def test_a_window_resized_on_the_device_is_the_hosts_resized_crop(antialias):
+  """images.window's canvas and parameters, resized by device.resize_windows, against the host's resized_crop
+  (tf.raw_ops.ScaleAndTranslate) of the same crop: shrinking and growing, windows that fit their canvas and ones
+  resized on the host instead, images and two-frame clips; a level apart where float sums round the other way. And
+  pil_images.window (grain) against PIL's box resize, a level apart (PIL's 8-bit fixed point)."""
+  rng, resize = np.random.default_rng(0), jax.jit(device.resize_windows, static_argnums=2)
+  fits = 0
+  for _ in range(40):
+    shape = (*rng.integers(1, 3, 1), *rng.integers(20, 90, 2), 3)
+    image = tf.constant(np.asarray(RNG.integers(0, 256, shape), np.uint8))
+    image = image[0] if shape[0] == 1 else image
+    size = tuple(int(v) for v in rng.integers(16, 130, 2))
+    corner = tuple(int(rng.integers(0, s - 16 + 1)) for s in size)
+    host = images.pixels(images.resized_crop(image, size, corner, (16, 16), antialias)).numpy()
+    canvas, params = (x.numpy() for x in images.window(image, size, corner, (16, 16), antialias, (24, 24)))
+    assert canvas.shape == (*image.shape[:-3], 24, 24, 3) and params.shape == (8,)
+    fits += (params[2:4] != 1).any()
+    ours = np.asarray(resize(canvas[None], params[None], (16, 16)))[0]
+    diff = np.abs(ours.astype(int) - host.astype(int))
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.01, (diff.max(), (diff > 0).mean())
+  assert 10 < fits < 38  # Both branches ran.
+  for _ in range(20):
+    photo = Image.fromarray(np.asarray(RNG.integers(0, 256, (*rng.integers(20, 90, 2), 3)), np.uint8))
+    box = pil_images.inception_box(photo.width, photo.height, rng)
+    host = np.asarray(pil_images.resize(photo, (16, 16), antialias, box))
+    if not antialias:  # As pil_images.preprocess_fn hands it over: the crop alone.
+      photo, box = photo.crop(box), (0, 0, box[2] - box[0], box[3] - box[1])
+    canvas, params = pil_images.window(photo, box, (16, 16), antialias, (32, 32))
+    ours = np.asarray(resize(canvas[None], params[None], (16, 16)))[0]
+    assert np.abs(ours.astype(int) - host.astype(int)).max() <= 1

@@ -18,7 +18,7 @@ from PIL import Image
 
 from conftest import ROOT, build_builtin, digits_renamed, load_config, wait_for_first_log, without_packages
 from vit_jax_lab import train
-from vit_jax_lab.data import augment, grain_input, info as data_info, labels, pil_images, pipeline
+from vit_jax_lab.data import augment, device, grain_input, info as data_info, labels, pil_images, pipeline
 from vit_jax_lab.errors import ConfigError
 
 
@@ -60,6 +60,23 @@ def test_batches_are_a_function_of_the_step(digits_dir):
   assert_same(batches(config, start_step=2, count=2), whole[2:])
   assert_same(batches(config, count=4, devices=jax.devices()[:1]), whole)
   assert not np.array_equal(whole[0]['inputs'], whole[1]['inputs'])
+
+
+def test_with_augment_on_device_the_windows_are_resized_in_the_step(digits_dir):
+  """data.augment_on='device' with inception crops: grain's batches hold each crop's window, in a canvas no larger
+  than the digits' own 8x8 (at 12 px the canvas would be 24x24), and the resize's parameters; resized as the step
+  resizes them they are the host's PIL-resized crops of the same draws, a level apart (PIL's 8-bit fixed point). A
+  resumed stream has the same windows."""
+  common = dict(data__inception_crop=True, data__image_size=12, data__crop_padding=0, data__flip=False)
+  windows = batches(grain_config(digits_dir, data__augment_on='device', **common), count=2)
+  host = batches(grain_config(digits_dir, **common), count=2)
+  assert_same(
+    batches(grain_config(digits_dir, data__augment_on='device', **common), start_step=1, count=1), windows[1:]
+  )
+  for w, h in zip(windows, host):
+    assert w['inputs'].shape == (16, 8, 8, 1) and w['resize'].shape == (16, 8) and h['inputs'].shape == (16, 12, 12, 1)
+    resized = np.asarray(jax.jit(device.resize_windows, static_argnums=2)(w['inputs'], w['resize'], (12, 12)))
+    assert np.abs(resized.astype(int) - h['inputs'].astype(int)).max() <= 1
 
 
 @pytest.mark.slow

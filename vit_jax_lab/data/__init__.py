@@ -28,6 +28,25 @@ JPEG_PNG = (b'\xff\xd8', b'\x89PNG')  # The starts of the image files read (JPEG
 GRAIN_UNSUPPORTED = ('color_augment', 'color_drop', 'token_budget')
 
 
+def device_canvas(
+  d: ml_collections.ConfigDict, height: int, width: int, train: bool, source: tuple[int, int] | None = None
+) -> tuple[int, int] | None:
+  """(height, width) of the uint8 canvas a training crop's source window travels in when the jitted step resizes it
+  (data.augment_on='device', a data.image_size and no crop_padding; images.window), or None: the host resizes.
+  Twice the crop for inception crops (an ImageNet photo's crops, up to 500 px, mostly fit at 224), a quarter more
+  for short-side crops (scale jitter down to 0.8), never more than the images' own `source` size where all share
+  one; a window larger than its canvas is resized on the host."""
+  if not train or d.augment_on != 'device' or d.image_size is None or d.crop_padding:
+    return None
+  if d.inception_crop:
+    canvas = 2 * height, 2 * width
+  elif d.resize_size is not None:
+    canvas = -(-5 * height // 4), -(-5 * width // 4)
+  else:
+    return None
+  return canvas if source is None else (min(canvas[0], source[0]), min(canvas[1], source[1]))
+
+
 def dataset_keys() -> dict:
   """What is read and how it is batched (pipeline.py)."""
   return dict(
@@ -117,8 +136,9 @@ def image_keys() -> dict:
     random_erasing=0.0,
     # Where training images and clips are flipped (data.flip), RandAugmented and colour-augmented: 'host' (the input
     # pipeline's CPU threads, in tf.data or PIL) or 'device' (in the jitted step, per example, on the accelerator:
-    # the host then only decodes, crops and resizes: 4.7x fewer CPU-seconds per image for the DeiT recipe). The
-    # same ops and distributions, other draws (data/device.py). The cluster recipes take 'device'.
+    # the host then only decodes and cuts the crop's window, and the device resizes it too when data.image_size is
+    # set (`device_canvas`)). The same ops and distributions, other draws (data/device.py). The cluster recipes
+    # take 'device'.
     augment_on='host',
     # Training: each example appears this many times in its batch, each copy augmented with its own seed
     # (repeated augmentation, Hoffer et al. 2020; DeiT: 3); 1: off. Batches per data shard must divide by it;

@@ -302,13 +302,48 @@ def color_augment(x: jax.Array, key: jax.Array, prob: float, drop: float) -> jax
   return jax.vmap(one)(x, jnp.arange(x.shape[0]))
 
 
+def window_weights(out: int, size: int, valid: jax.Array, scale: jax.Array, shift: jax.Array, reach: jax.Array):
+  """(out, size) weights of tf.raw_ops.ScaleAndTranslate's triangle filter (tf.image.resize's bilinear) sampling
+  the first `valid` of `size` pixels: output i reads source (i + 0.5 - shift) / scale - 0.5, the filter `reach`
+  source pixels wide (1 / scale when shrinking antialiased, else 1), each row normalised over the valid pixels,
+  zero outside them."""
+  sample = (jnp.arange(out) + 0.5 - shift) / scale - 0.5
+  source = jnp.arange(size)
+  weights = jnp.maximum(0.0, 1.0 - jnp.abs(source[None, :] - sample[:, None]) / reach)
+  weights = jnp.where(source[None, :] < valid, weights, 0.0)
+  total = weights.sum(1, keepdims=True)
+  weights = jnp.where(jnp.abs(total) >= 1000 * np.finfo(np.float32).tiny, weights / total, 0.0)
+  return jnp.where(((sample >= -0.5) & (sample <= valid - 0.5))[:, None], weights, 0.0)
+
+
+def resize_windows(x: jax.Array, params: jax.Array, shape: tuple[int, int]) -> jax.Array:
+  """uint8 windows (B, [T,] H', W', C) in their canvases, resampled to `shape` (height, width) as the host's
+  images.resized_crop does it (tf.image.resize's bilinear, float32, rounded to whole levels): `params` (B, 8) are
+  each window's rows, columns, and its scale, shift and filter reach (each (rows, columns)) (images.window). Two
+  matrix products per image, in float32."""
+
+  def one(window, p):
+    rows = window_weights(shape[0], window.shape[-3], p[0], p[2], p[4], p[6])
+    cols = window_weights(shape[1], window.shape[-2], p[1], p[3], p[5], p[7])
+    highest = jax.lax.Precision.HIGHEST
+    y = jnp.einsum('oh,...hwc->...owc', rows, window.astype(jnp.float32), precision=highest)
+    y = jnp.einsum('pw,...owc->...opc', cols, y, precision=highest)
+    return jnp.clip(jnp.round(y), 0.0, 255.0).astype(jnp.uint8)
+
+  return jax.vmap(one)(x, params)
+
+
 def augment(batch: dict[str, Any], data_config, key: jax.Array) -> dict[str, Any]:
   """The training batch's uint8 'inputs' (images or clips) after the host's last augmentations, run here when
-  data.augment_on='device': flip, RandAugment (images), colour; in the host's order, each from its own stream."""
+  data.augment_on='device': the resize of the host's windows (a batch with 'resize'), flip, RandAugment (images),
+  colour; in the host's order, each from its own stream."""
   x = batch.get('inputs')
   d = data_config
   if d.augment_on != 'device' or x is None or x.dtype != jnp.uint8 or x.ndim not in (4, 5):
     return batch
+  if 'resize' in batch:
+    x = resize_windows(x, batch['resize'], (d.image_size, d.image_size))
+    batch = {k: v for k, v in batch.items() if k != 'resize'}
   if d.flip:
     x = flip(x, jax.random.fold_in(key, FLIP_STREAM))
   if d.randaugment_layers and x.ndim == 4:

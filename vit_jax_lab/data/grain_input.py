@@ -206,13 +206,19 @@ class _Shard:
   def examples(self, indices, seeds=None) -> dict[str, np.ndarray]:
     """The examples at `indices`, each preprocessed with a generator seeded by its entry of `seeds` (None: without
     one, for evaluation's preprocessing, which draws nothing)."""
-    inputs, labels = [np.zeros((0, *self.shape), np.uint8)], []
+    inputs, labels, resize = [], [], []
     for i, seed in zip(indices, seeds or [None] * len(indices)):
       example = self.source[int(i)]
       rng = None if seed is None else np.random.default_rng(seed)
-      inputs.append(self.preprocess(example[self.key], rng)[None])
+      pixels = self.preprocess(example[self.key], rng)
+      if isinstance(pixels, tuple):  # A window in its canvas, which the jitted step resizes.
+        pixels, params = pixels
+        resize.append(params)
+      inputs.append(pixels)
       labels.append(example['label'])
-    return {'inputs': np.concatenate(inputs), 'label': np.asarray(labels, np.int32)}
+    pixels = np.stack(inputs) if inputs else np.zeros((0, *self.shape), np.uint8)
+    batch = {'inputs': pixels, 'label': np.asarray(labels, np.int32)}
+    return batch | ({'resize': np.stack(resize)} if resize else {})
 
 
 @functools.lru_cache(maxsize=8)
@@ -226,7 +232,7 @@ class TrainBatches:
 
   def __init__(self, builder, data_config, info: LabelInfo, seed: int):
     local, count, self.per_shard = data_lib.shards(data_config, 'batch_size')
-    preprocess = pil_images.preprocess_fn(data_config, info.input_shape, train=True)
+    preprocess = pil_images.preprocess_fn(data_config, info.input_shape, train=True, source=info.source_size)
     self.shards = [_Shard(builder, data_config.train_split, s, count, info, preprocess) for s in local]
     for shard in self.shards:
       check(

@@ -8,7 +8,7 @@ from typing import Callable
 import tensorflow as tf
 
 from vit_jax_lab import console
-from vit_jax_lab.data import JPEG_PNG, augment
+from vit_jax_lab.data import JPEG_PNG, augment, device_canvas
 
 JPEG_MARGIN = 16  # Pixels decoded around a JPEG crop: its pixels then equal a whole decode's (8 was enough, measured).
 
@@ -139,15 +139,63 @@ def resized_crop(image: tf.Tensor, size, top_left, crop: tuple[int, int], antial
 
 
 def random_resized_crop(
-  image: tf.Tensor, short: int, jitter: tuple, crop: tuple[int, int], jitter_seed, crop_seed, antialias: bool
-) -> tf.Tensor:
+  image: tf.Tensor,
+  short: int,
+  jitter: tuple,
+  crop: tuple[int, int],
+  jitter_seed,
+  crop_seed,
+  antialias: bool,
+  canvas: tuple[int, int] | None = None,
+):
   """A random `crop` of `image` (..., H, W, C) resized so that its shorter side is `short`, then each side scaled by
-  a factor drawn from `jitter` (low, high) (antialiased, as scenic's ViViT); float32."""
+  a factor drawn from `jitter` (low, high) (antialiased, as scenic's ViViT); float32. With a `canvas`: the window
+  the crop reads instead, for the device to resize (`window`)."""
   size = resized_size(tf.shape(image)[-3], tf.shape(image)[-2], short)
   if jitter != (1.0, 1.0):
     size, antialias = jittered_size(size, jitter_seed, *jitter, crop), True
   top_left = crop_offset(size, crop, crop_seed, len(image.shape))
+  if canvas is not None:
+    return window(image, size, top_left, crop, antialias, canvas)
   return resized_crop(image, size, top_left, crop, antialias)
+
+
+def window(
+  image: tf.Tensor, size, top_left, crop: tuple[int, int], antialias: bool, canvas: tuple[int, int]
+) -> tuple[tf.Tensor, tf.Tensor]:
+  """`resized_crop(image, size, top_left, crop, antialias)` left to the device (data.augment_on='device'): the
+  host cuts the pixels it reads (the crop's source and the filter's reach around it) into the top-left corner of a
+  zero uint8 `canvas` (height, width), and data/device.py's `resize_windows` resamples them there, given
+  (rows, columns, scale (2), shift (2), the filter's reach (2)) float32. A window larger than the canvas (a large
+  photo) is resized here instead and handed over with the identity's parameters. Resampling is then the device's
+  work: a training image costs the host its decode and a copy."""
+  shape = tf.shape(image)
+  hw, crop_t = tf.cast(shape[-3:-1], tf.float32), tf.constant(crop, tf.float32)
+  scale = tf.cast(size, tf.float32) / hw
+  reach = tf.maximum(1.0 / scale, 1.0) if antialias else tf.ones([2])  # The triangle filter's radius in the source.
+  corner = tf.cast(top_left, tf.float32)
+  first = tf.floor((corner + 0.5) / scale - 0.5 - reach)
+  last = tf.math.ceil((corner + crop_t - 0.5) / scale - 0.5 + reach) + 1
+  first = tf.cast(tf.clip_by_value(first, 0.0, hw), tf.int32)
+  last = tf.cast(tf.clip_by_value(last, 0.0, hw), tf.int32)
+  extent = last - first
+  rank = len(image.shape)
+
+  def pad(x):
+    room = [[0, canvas[0] - tf.shape(x)[-3]], [0, canvas[1] - tf.shape(x)[-2]], [0, 0]]
+    room = tf.concat([tf.zeros([rank - 3, 2], tf.int32), room], 0)
+    return tf.ensure_shape(tf.pad(tf.cast(x, tf.uint8), room), [*image.shape[:-3], *canvas, image.shape[-1]])
+
+  def cut():
+    source = image[..., first[0] : last[0], first[1] : last[1], :]
+    params = tf.concat([tf.cast(extent, tf.float32), scale, tf.cast(first, tf.float32) * scale - corner, reach], 0)
+    return pad(source), params
+
+  def resized():
+    params = tf.constant([crop[0], crop[1], 1.0, 1.0, 0.0, 0.0, 1.0, 1.0], tf.float32)
+    return pad(pixels(resized_crop(image, size, top_left, crop, antialias))), params
+
+  return tf.cond(tf.reduce_all(extent <= canvas), cut, resized)
 
 
 def color_augment(image: tf.Tensor, seed: tf.Tensor, prob: float, drop: float) -> tf.Tensor:
@@ -192,24 +240,33 @@ def pixels(image: tf.Tensor) -> tf.Tensor:
   return tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
 
 
-def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+def preprocess_fn(
+  data_config, shape: tuple[int, int, int], train: bool, device_resize: bool = False, source: tuple | None = None
+) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor | tuple[tf.Tensor, tf.Tensor]]:
   """(uint8 image or its encoded file, seed) -> uint8 image of `shape` (height, width, channels), augmented for
   training as `data_config` asks; resized pixels are rounded to whole levels, as PIL's resize gives them. The
   jitted step scales them to data.value_range and erases at random (data/device.py), and with
-  data.augment_on='device' flips, RandAugments and colour-augments them first."""
+  data.augment_on='device' flips, RandAugments and colour-augments them first. `device_resize` (the classification
+  task's batches, which carry the parameters): where data.device_canvas gives a canvas (no larger than the images'
+  `source` size, when known), (its window, the parameters) instead, for the jitted step to resize (`window`)."""
   height, width, channels = shape
   short, jitter = data_config.resize_size, tuple(data_config.scale_jitter)
   color, antialias = color_fn(data_config), data_config.antialias
   randaugment = augment.randaugment_fn(data_config)
   on_host = data_config.augment_on == 'host'  # Else the flip, RandAugment and colours are the jitted step's.
+  canvas = device_canvas(data_config, height, width, train, source) if device_resize else None
 
-  def fn(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+  def fn(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
     crop_seed, pad_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     jitter_seed, color_seed = augmentation_seeds(seed)
     if train and data_config.inception_crop:
       image = decode_inception_crop(image, channels, crop_seed)
     else:
       image = decode(image, channels)
+    if canvas is not None and data_config.inception_crop:
+      return window(image, (height, width), (0, 0), (height, width), antialias, canvas)
+    if canvas is not None:
+      return random_resized_crop(image, short, jitter, (height, width), jitter_seed, crop_seed, antialias, canvas)
     if train and data_config.inception_crop:
       image = tf.image.resize(image, (height, width), antialias=antialias)
     elif short is not None and train:  # big_vision's resize_small, scale jitter and a random crop: one resampling.

@@ -30,6 +30,7 @@ class LabelInfo:
   num_train: int  # Examples in the train split (all shards).
   num_eval: int  # Examples in the eval split (all shards).
   vocab_size: int = 0  # Token inputs: ids are below this (0 is padding); 0 for images and videos.
+  source_size: tuple[int, int] | None = None  # (height, width) of the stored images or frames when all share it.
 
 
 IMAGE_AUGMENTATIONS = (  # data.* keys that resize or augment images and videos: refused for token inputs.
@@ -81,6 +82,7 @@ def label_info(builder, data_config) -> LabelInfo:
     return _token_info(builder, data_config)
   if key == 'image':
     shape = tuple(features['image'].shape)
+    source = shape[:2]
     if data_config.image_size is not None:
       shape = (data_config.image_size, data_config.image_size, shape[-1])
     elif data_config.resize_size is not None and None not in shape:
@@ -88,6 +90,7 @@ def label_info(builder, data_config) -> LabelInfo:
     check(None not in shape, f'data.name={name!r} has images of varying size {shape}: set data.image_size')
   else:
     _, height, width, channels = features['video'].shape
+    source = (height, width)
     check(
       data_config.image_size is not None or None not in (height, width),
       f'data.name={name!r} has frames of varying size {(height, width)}: set data.image_size',
@@ -103,6 +106,7 @@ def label_info(builder, data_config) -> LabelInfo:
     input_shape=shape,
     num_train=split_size(builder, data_config.train_split),
     num_eval=split_size(builder, data_config.eval_split),
+    source_size=None if None in source else tuple(int(n) for n in source),
   )
 
 

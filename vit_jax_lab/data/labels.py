@@ -27,7 +27,8 @@ def prepare_fn(info: LabelInfo) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
 def preprocess_fn(data_config, info: LabelInfo, train: bool) -> Callable[[dict, tf.Tensor], dict]:
   """(example, seed) -> {'inputs': an image, a clip, or int32 token ids padded with 0 to input_shape (longer
   sequences cut), 'label': int32}; a video is evaluated on its eval_clips x eval_crops views,
-  {'views': (views, T, H, W, C), 'label'}."""
+  {'views': (views, T, H, W, C), 'label'}. A training crop the jitted step resizes (data.device_canvas) comes as
+  its window, with the resize's parameters in 'resize'."""
   if info.input_key == 'inputs':
     (length,) = info.input_shape
 
@@ -44,10 +45,13 @@ def preprocess_fn(data_config, info: LabelInfo, train: bool) -> Callable[[dict, 
     f'these augment images, and data.name={data_config.name!r} has videos: set both to 0',
   )
   module = videos if info.input_key == 'video' else images
-  inputs_fn = module.preprocess_fn(data_config, info.input_shape, train)
+  inputs_fn = module.preprocess_fn(data_config, info.input_shape, train, device_resize=True, source=info.source_size)
   key = 'views' if info.input_key == 'video' and not train else 'inputs'
 
   def fn(example: dict, seed: tf.Tensor) -> dict:
-    return {key: inputs_fn(example[info.input_key], seed), 'label': tf.cast(example['label'], tf.int32)}
+    inputs = inputs_fn(example[info.input_key], seed)
+    if isinstance(inputs, tuple):  # A window and its resize's parameters: the jitted step resizes (data/device.py).
+      return {key: inputs[0], 'resize': inputs[1], 'label': tf.cast(example['label'], tf.int32)}
+    return {key: inputs, 'label': tf.cast(example['label'], tf.int32)}
 
   return fn

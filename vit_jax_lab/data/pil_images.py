@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image, ImageEnhance, ImageOps
 
+from vit_jax_lab.data import device_canvas
 from vit_jax_lab.data.info import resized_size
 
 FILL = 128  # Uncovered pixels of geometric ops (augment.FILL).
@@ -123,17 +124,54 @@ def randaugment(image: Image.Image, rng: np.random.Generator, layers: int, magni
   return image
 
 
-def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool) -> Callable:
+def window(
+  image: Image.Image, box: tuple, crop: tuple[int, int], antialias: bool, canvas: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
+  """`resize(image, crop[::-1], antialias, box)` left to the device, as images.window does it: the pixels PIL's
+  filter reads for it (the box and the filter's reach around it, within the image) in the top-left corner of a zero
+  uint8 `canvas` (height, width), and (rows, columns, scale (2), shift (2), reach (2)) float32 for
+  data/device.py's `resize_windows`, which samples where PIL's box resize does; a window larger than the canvas is
+  resized here."""
+  left, top, right, bottom = box
+  scale = np.array([crop[0] / (bottom - top), crop[1] / (right - left)])
+  corner, size = np.array([top, left]) * scale, np.array([image.height, image.width])
+  reach = np.maximum(1.0 / scale, 1.0) if antialias else np.ones(2)
+  first = np.clip(np.floor((corner + 0.5) / scale - 0.5 - reach), 0, size).astype(int)
+  last = np.clip(np.ceil((corner + np.array(crop) - 0.5) / scale - 0.5 + reach) + 1, 0, size).astype(int)
+  extent = last - first
+  out = np.zeros((*canvas, len(image.getbands())), np.uint8)
+  if np.all(extent <= canvas):
+    source = image.crop((first[1], first[0], last[1], last[0]))
+    out[: extent[0], : extent[1]] = np.asarray(source, np.uint8).reshape(*extent, -1)
+    return out, np.concatenate([extent, scale, first * scale - corner, reach]).astype(np.float32)
+  out[: crop[0], : crop[1]] = np.asarray(resize(image, crop[::-1], antialias, box), np.uint8).reshape(*crop, -1)
+  return out, np.array([*crop, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0], np.float32)
+
+
+def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool, source: tuple | None = None) -> Callable:
   """(image file or uint8 pixels, generator) -> uint8 (height, width, channels), augmented for training as
   `data_config` asks: images.preprocess_fn's steps in its order. Random erasing and the scaling to
   data.value_range happen in the jitted step, as on tf.data, and with data.augment_on='device' the flip, RandAugment
-  and colour augmentation too."""
+  and colour augmentation too, and the resize of a training crop where data.device_canvas gives a canvas (no larger
+  than the images' `source` size): then (its window, the resize's parameters) (`window`)."""
   height, width, channels = shape
   short, antialias, d = data_config.resize_size, data_config.antialias, data_config
   on_host = d.augment_on == 'host'  # Else the flip and RandAugment are the jitted step's (data/device.py).
+  canvas = device_canvas(d, height, width, train, source)
 
-  def fn(data, rng: np.random.Generator | None) -> np.ndarray:
+  def fn(data, rng: np.random.Generator | None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     image = decode(data, channels)
+    if canvas is not None and d.inception_crop:
+      box = inception_box(image.width, image.height, rng)
+      if not antialias:  # `resize`'s plain bilinear samples the crop alone.
+        image, box = image.crop(box), (0, 0, box[2] - box[0], box[3] - box[1])
+      return window(image, box, (height, width), antialias, canvas)
+    if canvas is not None:  # The short-side resize's random crop, as a box of the image.
+      resized = resized_size(image.height, image.width, short)
+      top, left = int(rng.integers(0, resized[0] - height + 1)), int(rng.integers(0, resized[1] - width + 1))
+      ys, xs = image.height / resized[0], image.width / resized[1]
+      box = (left * xs, top * ys, (left + width) * xs, (top + height) * ys)
+      return window(image, box, (height, width), antialias, canvas)
     if train and d.inception_crop:
       image = resize(image, (width, height), antialias, box=inception_box(image.width, image.height, rng))
     elif short is not None:

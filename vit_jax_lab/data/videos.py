@@ -5,7 +5,7 @@ from typing import Callable
 
 import tensorflow as tf
 
-from vit_jax_lab.data import images
+from vit_jax_lab.data import device_canvas, images
 from vit_jax_lab.data.images import inception_crop
 
 
@@ -51,16 +51,18 @@ def _inception_crop(frames: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
 
 
 def preprocess_fn(
-  data_config, shape: tuple[int, int, int, int], train: bool
-) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+  data_config, shape: tuple[int, int, int, int], train: bool, device_resize: bool = False, source: tuple | None = None
+) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor | tuple[tf.Tensor, tf.Tensor]]:
   """(uint8 video or its encoded frames, seed) -> one clip of `shape` (T, H, W, C) for training, or for evaluation its
-  (eval_clips * eval_crops, T, H, W, C) views, clip-major; uint8 (images.preprocess_fn), scaled on the device."""
+  (eval_clips * eval_crops, T, H, W, C) views, clip-major; uint8 (images.preprocess_fn), scaled on the device.
+  `device_resize`: a training clip's window and the parameters of its resize, as images.preprocess_fn's."""
   num_frames, height, width, channels = shape
   stride = data_config.frame_stride
   span = (num_frames - 1) * stride + 1
   short = data_config.resize_size or data_config.image_size
   clips, crops = (1, 1) if train else (data_config.eval_clips, data_config.eval_crops)
-  jitter, color = tuple(data_config.scale_jitter), images.color_fn(data_config)
+  jitter, color, antialias = tuple(data_config.scale_jitter), images.color_fn(data_config), data_config.antialias
+  canvas = device_canvas(data_config, height, width, train, source) if device_resize else None
 
   def fn(video: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     time_seed, box_seed, crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 4))
@@ -73,13 +75,17 @@ def preprocess_fn(
     frames = tf.gather(video, tf.reshape(frame_indices(starts, num_frames, stride, length), [-1]))
     frames = decode_frames(frames, channels)  # (clips * T, H, W, C)
     cropped = train and short is not None and not data_config.inception_crop and not data_config.crop_padding
+    crop = (height, width)
+    if canvas is not None and data_config.inception_crop:
+      return images.window(_inception_crop(frames, box_seed), crop, (0, 0), crop, antialias, canvas)
+    if canvas is not None:
+      return images.random_resized_crop(frames, short, jitter, crop, jitter_seed, crop_seed, antialias, canvas)
     if cropped:  # Resized, jittered and cropped in one resampling of the window the crop keeps.
-      crop = (height, width)
-      frames = images.random_resized_crop(frames, short, jitter, crop, jitter_seed, crop_seed, data_config.antialias)
+      frames = images.random_resized_crop(frames, short, jitter, crop, jitter_seed, crop_seed, antialias)
     elif train and data_config.inception_crop:
-      frames = tf.image.resize(_inception_crop(frames, box_seed), (height, width), antialias=data_config.antialias)
+      frames = tf.image.resize(_inception_crop(frames, box_seed), crop, antialias=antialias)
     elif short is not None:
-      frames = images.resize_small(frames, short, data_config.antialias)
+      frames = images.resize_small(frames, short, antialias)
       if train and jitter != (1.0, 1.0):
         size = images.jittered_size(tf.shape(frames)[1:3], jitter_seed, *jitter, (height, width))
         frames = tf.image.resize(frames, size, antialias=True)
