@@ -11,7 +11,9 @@ from PIL import Image
 
 from conftest import load_config
 from test_input_path import photos, stream  # noqa: F401 (photos: the fixture)
+from vit_jax_lab import config as config_lib
 from vit_jax_lab.data import augment, device, images, pil_images
+from vit_jax_lab.errors import ConfigError
 
 RNG = np.random.default_rng(1)
 
@@ -157,7 +159,7 @@ def test_with_augment_on_device_the_host_only_decodes_and_cuts_the_window(photos
   common = dict(name=f'folder:{photos}', image_size=16, batch_size=8, shuffle_buffer=7, random_erasing=0.0)
   common |= dict(crop_padding=0)
   common |= dict(inception_crop=True) if crop == 'inception_crop' else dict(resize_size=20, scale_jitter=(0.9, 1.33))
-  device_side = stream(augmenting_config(tmp_path, **common), 0, 2)
+  device_side = stream(augmenting_config(tmp_path, canvas=2.0 if crop == 'inception_crop' else 1.25, **common), 0, 2)
   plain = stream(
     augmenting_config(
       tmp_path, augment_on='host', flip=False, randaugment_layers=0, color_augment=0.0, color_drop=0.0, **common
@@ -203,6 +205,17 @@ def test_a_window_resized_on_the_device_is_the_hosts_resized_crop(antialias):
     host = np.asarray(pil_images.resize(photo, (16, 16), antialias, box))
     if not antialias:  # As pil_images.preprocess_fn hands it over: the crop alone.
       photo, box = photo.crop(box), (0, 0, box[2] - box[0], box[3] - box[1])
-    canvas, params = pil_images.window(photo, box, (16, 16), antialias, (32, 32))
+    canvas, params = pil_images.window(np.asarray(photo), box, (16, 16), antialias, (32, 32))
     ours = np.asarray(resize(canvas[None], params[None], (16, 16)))[0]
     assert np.abs(ours.astype(int) - host.astype(int)).max() <= 1
+
+
+def test_a_canvas_needs_the_device_an_image_size_and_no_padding(tmp_path):
+  """data.canvas is the device's resize: with the host's augmentation, no image_size or crop_padding it would do
+  nothing, so it is one line naming the three."""
+  for data in (dict(augment_on='host'), dict(image_size=None), dict(crop_padding=2)):
+    config = augmenting_config(tmp_path, canvas=2.0, **data)
+    with pytest.raises(ConfigError, match=r'data.canvas=2.0 has the jitted step resize training crops: it needs'):
+      config_lib.validate(config)
+  with pytest.raises(ConfigError, match='data.canvas=0.5 must be 0'):
+    config_lib.validate(augmenting_config(tmp_path, canvas=0.5, crop_padding=0, image_size=16))

@@ -6,6 +6,7 @@ videos (videos.py), text (text.py) and tracking (tracking.py). They live here ra
 those import TensorFlow (about 5 s): this file imports nothing heavy, so a config mistake is reported in a second.
 """
 
+import math
 import os
 from typing import Callable
 
@@ -32,18 +33,13 @@ def device_canvas(
   d: ml_collections.ConfigDict, height: int, width: int, train: bool, source: tuple[int, int] | None = None
 ) -> tuple[int, int] | None:
   """(height, width) of the uint8 canvas a training crop's source window travels in when the jitted step resizes it
-  (data.augment_on='device', a data.image_size and no crop_padding; images.window), or None: the host resizes.
-  Twice the crop for inception crops (an ImageNet photo's crops, up to 500 px, mostly fit at 224), a quarter more
-  for short-side crops (scale jitter down to 0.8), never more than the images' own `source` size where all share
-  one; a window larger than its canvas is resized on the host."""
-  if not train or d.augment_on != 'device' or d.image_size is None or d.crop_padding:
+  (data.canvas, with data.augment_on='device', a data.image_size and no crop_padding; images.window), never more
+  than the images' own `source` size where all share one; None: the host resizes."""
+  if not train or not d.canvas or d.augment_on != 'device' or d.image_size is None or d.crop_padding:
     return None
-  if d.inception_crop:
-    canvas = 2 * height, 2 * width
-  elif d.resize_size is not None:
-    canvas = -(-5 * height // 4), -(-5 * width // 4)
-  else:
+  if not (d.inception_crop or d.resize_size is not None):
     return None
+  canvas = math.ceil(d.canvas * height), math.ceil(d.canvas * width)
   return canvas if source is None else (min(canvas[0], source[0]), min(canvas[1], source[1]))
 
 
@@ -140,6 +136,13 @@ def image_keys() -> dict:
     # set (`device_canvas`)). The same ops and distributions, other draws (data/device.py). The cluster recipes
     # take 'device'.
     augment_on='host',
+    # With augment_on='device' and an image_size: the jitted step resizes the training crops too, and the host only
+    # decodes and copies each crop's source window into a canvas this many times image_size (no larger than the
+    # images, where the dataset says their size); a window that does not fit is resized on the host. 0: the host
+    # resizes. The canvas should hold most crops: 2 for inception crops of ImageNet's photos (up to 500 px) at 224,
+    # 1.25 for Kinetics' short-side crops under scale jitter down to 0.9. It costs transfer (a 448-pixel canvas is
+    # 4x the bytes of the 224-pixel image) and device FLOPs (experiments/rehearsal/host_limit.py prints both).
+    canvas=0.0,
     # Training: each example appears this many times in its batch, each copy augmented with its own seed
     # (repeated augmentation, Hoffer et al. 2020; DeiT: 3); 1: off. Batches per data shard must divide by it;
     # copies are spread over the batch (not side by side), so mixup and cutmix pair different examples.
@@ -176,6 +179,15 @@ def check_images(d: ml_collections.ConfigDict) -> None:
   )
   check(
     d.augment_on in AUGMENT_ON, f'data.augment_on={d.augment_on!r} is not one of {", ".join(map(repr, AUGMENT_ON))}'
+  )
+  check(
+    d.canvas == 0 or 1 <= d.canvas <= 8,
+    f'data.canvas={d.canvas} must be 0 (the host resizes) or from 1 to 8 (times data.image_size)',
+  )
+  check(
+    not d.canvas or (d.augment_on == 'device' and d.image_size is not None and not d.crop_padding),
+    f"data.canvas={d.canvas} has the jitted step resize training crops: it needs data.augment_on='device', a "
+    f'data.image_size and no data.crop_padding (here {d.augment_on!r}, {d.image_size}, {d.crop_padding}); or set 0',
   )
   check(d.repeated_augment >= 1, f'data.repeated_augment={d.repeated_augment} must be a positive integer (1: off)')
   per_shard = d.batch_size // d.shards if d.shards > 0 else d.batch_size  # Processes are counted in the pipeline.

@@ -22,6 +22,7 @@ import math
 from typing import Callable
 
 import numpy as np
+import simplejpeg
 from PIL import Image, ImageEnhance, ImageOps
 
 from vit_jax_lab.data import device_canvas
@@ -124,27 +125,40 @@ def randaugment(image: Image.Image, rng: np.random.Generator, layers: int, magni
   return image
 
 
+def pixels_of(data: bytes | np.ndarray, channels: int) -> np.ndarray:
+  """uint8 (H, W, channels) of an image file or pixels: a JPEG decoded by simplejpeg (libjpeg-turbo; 1.2x PIL's
+  images per CPU-second on the ImageNet stand-in, experiments/rehearsal/host_limit.py), anything else (or a JPEG it
+  cannot convert, e.g. CMYK) by PIL (`decode`)."""
+  if isinstance(data, bytes) and data.startswith(b'\xff\xd8'):
+    try:
+      return simplejpeg.decode_jpeg(data, colorspace='GRAY' if channels == 1 else 'RGB')
+    except ValueError:
+      pass
+  image = np.asarray(decode(data, channels), np.uint8)
+  return image.reshape(*image.shape[:2], channels)
+
+
 def window(
-  image: Image.Image, box: tuple, crop: tuple[int, int], antialias: bool, canvas: tuple[int, int]
+  pixels: np.ndarray, box: tuple, crop: tuple[int, int], antialias: bool, canvas: tuple[int, int]
 ) -> tuple[np.ndarray, np.ndarray]:
-  """`resize(image, crop[::-1], antialias, box)` left to the device, as images.window does it: the pixels PIL's
-  filter reads for it (the box and the filter's reach around it, within the image) in the top-left corner of a zero
-  uint8 `canvas` (height, width), and (rows, columns, scale (2), shift (2), reach (2)) float32 for
-  data/device.py's `resize_windows`, which samples where PIL's box resize does; a window larger than the canvas is
-  resized here."""
+  """`resize(image, crop[::-1], antialias, box)` of an image's `pixels` (H, W, C) left to the device, as
+  images.window does it: the pixels PIL's filter reads for it (the box and the filter's reach around it, within the
+  image) in the top-left corner of a zero uint8 `canvas` (height, width), and (rows, columns, scale (2), shift (2),
+  reach (2)) float32 for data/device.py's `resize_windows`, which samples where PIL's box resize does; a window
+  larger than the canvas is resized here."""
   left, top, right, bottom = box
   scale = np.array([crop[0] / (bottom - top), crop[1] / (right - left)])
-  corner, size = np.array([top, left]) * scale, np.array([image.height, image.width])
+  corner, size = np.array([top, left]) * scale, np.array(pixels.shape[:2])
   reach = np.maximum(1.0 / scale, 1.0) if antialias else np.ones(2)
   first = np.clip(np.floor((corner + 0.5) / scale - 0.5 - reach), 0, size).astype(int)
   last = np.clip(np.ceil((corner + np.array(crop) - 0.5) / scale - 0.5 + reach) + 1, 0, size).astype(int)
   extent = last - first
-  out = np.zeros((*canvas, len(image.getbands())), np.uint8)
+  out = np.zeros((*canvas, pixels.shape[-1]), np.uint8)
   if np.all(extent <= canvas):
-    source = image.crop((first[1], first[0], last[1], last[0]))
-    out[: extent[0], : extent[1]] = np.asarray(source, np.uint8).reshape(*extent, -1)
+    out[: extent[0], : extent[1]] = pixels[first[0] : last[0], first[1] : last[1]]
     return out, np.concatenate([extent, scale, first * scale - corner, reach]).astype(np.float32)
-  out[: crop[0], : crop[1]] = np.asarray(resize(image, crop[::-1], antialias, box), np.uint8).reshape(*crop, -1)
+  resized = resize(decode(pixels, pixels.shape[-1]), crop[::-1], antialias, box)
+  out[: crop[0], : crop[1]] = np.asarray(resized, np.uint8).reshape(*crop, -1)
   return out, np.array([*crop, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0], np.float32)
 
 
@@ -159,19 +173,25 @@ def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool, source:
   on_host = d.augment_on == 'host'  # Else the flip and RandAugment are the jitted step's (data/device.py).
   canvas = device_canvas(d, height, width, train, source)
 
-  def fn(data, rng: np.random.Generator | None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    image = decode(data, channels)
-    if canvas is not None and d.inception_crop:
-      box = inception_box(image.width, image.height, rng)
+  def cut(pixels: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The crop's window in its canvas: of an inception box, or of the short-side resize's random crop."""
+    rows, cols = pixels.shape[:2]
+    if d.inception_crop:
+      box = inception_box(cols, rows, rng)
       if not antialias:  # `resize`'s plain bilinear samples the crop alone.
-        image, box = image.crop(box), (0, 0, box[2] - box[0], box[3] - box[1])
-      return window(image, box, (height, width), antialias, canvas)
-    if canvas is not None:  # The short-side resize's random crop, as a box of the image.
-      resized = resized_size(image.height, image.width, short)
-      top, left = int(rng.integers(0, resized[0] - height + 1)), int(rng.integers(0, resized[1] - width + 1))
-      ys, xs = image.height / resized[0], image.width / resized[1]
-      box = (left * xs, top * ys, (left + width) * xs, (top + height) * ys)
-      return window(image, box, (height, width), antialias, canvas)
+        pixels, box = pixels[box[1] : box[3], box[0] : box[2]], (0, 0, box[2] - box[0], box[3] - box[1])
+      return window(pixels, box, (height, width), antialias, canvas)
+    resized = resized_size(rows, cols, short)
+    top, left = int(rng.integers(0, resized[0] - height + 1)), int(rng.integers(0, resized[1] - width + 1))
+    ys, xs = rows / resized[0], cols / resized[1]
+    return window(
+      pixels, (left * xs, top * ys, (left + width) * xs, (top + height) * ys), (height, width), antialias, canvas
+    )
+
+  def fn(data, rng: np.random.Generator | None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    if canvas is not None:
+      return cut(pixels_of(data, channels), rng)
+    image = decode(data, channels)
     if train and d.inception_crop:
       image = resize(image, (width, height), antialias, box=inception_box(image.width, image.height, rng))
     elif short is not None:
