@@ -107,6 +107,10 @@ def test_predict_pretrained_preprocessing_follows_the_folder():
   p = pretrained.preprocessing_of(hf, {}, 'transformers_vit')
   assert (p.resize, p.crop, p.method, p.scale, p.library) == ((32, 32), None, 'bilinear', 1 / 255, 'torchvision')
   config = json.load(open(os.path.join(DATA, 'vit', 'config.json')))
+  for missing in ({}, {'interpolation': None, 'crop_mode': None}):  # timm's defaults: bicubic, centre crop.
+    cfg = {k: v for k, v in config['pretrained_cfg'].items() if k not in ('interpolation', 'crop_mode')} | missing
+    p = pretrained.preprocessing_of(os.path.join(DATA, 'vit'), config | {'pretrained_cfg': cfg}, 'timm_vit')
+    assert (p.resize, p.crop, p.method) == (35, (32, 32), 'bicubic')
   config['pretrained_cfg']['interpolation'] = 'nearest'  # Pillow's nearest is not reproduced: refused.
   with pytest.raises(ConfigError, match="interpolation='nearest' is not read"):
     pretrained.preprocessing_of(os.path.join(DATA, 'vit'), config, 'timm_vit')

@@ -191,6 +191,22 @@ def test_a_config_that_disagrees_is_one_line():
   assert '54 ids' in one_line(e) and 'of 60' in one_line(e) and f'data.vocab={FOLDER}' in one_line(e)
 
 
+def test_a_max_length_beyond_the_positions_is_capped_with_a_note(reference, capsys, tmp_path):
+  """A small model's max_position_embeddings below transformers' default max_length=512: translated as transformers
+  does (it stops at the end token), cut at the positions, with a note; before, a refusal. (The tiny random model
+  runs to the cut where it does not end, and the folder's own max_length=9 translations are its beginnings.)"""
+  from vit_jax_lab.tools import predict
+
+  path = copy_folder(tmp_path, max_position_embeddings=64, max_length=512)
+  if os.path.exists(os.path.join(path, 'generation_config.json')):
+    os.remove(os.path.join(path, 'generation_config.json'))
+  assert predict.main(['--pretrained', path, *reference['sources']]) == 0
+  out = capsys.readouterr()
+  pairs = list(zip(out.out.split('\n'), reference['translations']))
+  assert all(o.startswith(t) for o, t in pairs) and any(len(o) > len(t) for o, t in pairs), pairs
+  assert 'translations cut at max_position_embeddings=64 tokens (max_length=512)' in out.err
+
+
 def copy_folder(tmp_path, **config_changes):
   path = tmp_path / 'marian'
   shutil.copytree(FOLDER, path)

@@ -444,3 +444,25 @@ def test_a_workdir_disk_out_of_inodes_is_named_as_such(smoke_config, mount):
   workdir = os.path.join(mount('size=20m,nr_inodes=40'), 'run')
   with pytest.raises(errors.DiskFull, match=f'^no file entries \\(inodes\\) left at {workdir}/checkpoints: delete'):
     train.train_and_evaluate(smoke_config(), workdir)
+
+
+def test_a_checkpoints_link_into_another_run_is_one_line(tmp_path):
+  """checkpoints/ linked into another run's workdir (one with its config.json) would continue that run's weights
+  under this config: one line naming both, nothing written. A link to a folder on another disk is the run's own."""
+  other = tmp_path / 'other'
+  (other / 'checkpoints' / '5').mkdir(parents=True)
+  (other / 'config.json').write_text('{}')
+  mine = tmp_path / 'mine'
+  mine.mkdir()
+  os.symlink(other / 'checkpoints', mine / 'checkpoints')
+  with pytest.raises(ConfigError, match=r'checkpoints links to .*/other/checkpoints, the checkpoints of the run in '):
+    with workdir_lib.lock(str(mine)):
+      pass
+  assert os.listdir(mine) == ['checkpoints']
+  disk = tmp_path / 'disk' / 'run_checkpoints'
+  disk.mkdir(parents=True)
+  elsewhere = tmp_path / 'elsewhere'
+  elsewhere.mkdir()
+  os.symlink(disk, elsewhere / 'checkpoints')
+  with workdir_lib.lock(str(elsewhere)):
+    assert os.path.exists(elsewhere / 'lock')

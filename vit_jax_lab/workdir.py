@@ -113,6 +113,15 @@ LAYOUT = {'config.json': False, 'metrics.jsonl': False, 'lock': False, 'checkpoi
 
 
 def _check_layout(workdir: str) -> None:
+  link = os.path.join(workdir, 'checkpoints')
+  if os.path.islink(link):  # On another disk is fine; in another run's workdir it would continue that run's weights.
+    target = os.path.realpath(link)
+    other = os.path.dirname(target)
+    check(
+      other == os.path.realpath(workdir) or not os.path.isfile(os.path.join(other, 'config.json')),
+      f'{link} links to {target}, the checkpoints of the run in {other}: a run keeps its own (remove the link, or '
+      f'continue that run with --workdir {other})',
+    )
   for name, folder in LAYOUT.items():
     path = os.path.join(workdir, name)
     check(

@@ -1,5 +1,6 @@
 """Every way a `python -m main` run ends, from the command line: signals, kill -9, a non-finite loss, damaged
-checkpoints and files, full and read-only disks, two runs on one workdir, bad inputs. Prints and rewrites the
+checkpoints and files, full and read-only disks, two runs on one workdir, bad inputs, a lost or disagreeing process
+of a two-process run, grain's workers after a kill. Prints and rewrites the
 README's table: per case its exit status, the one line it ended with, and whether the rerun equalled the
 uninterrupted run.
 
@@ -18,6 +19,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -465,6 +467,93 @@ def hostile(lab: Lab, rows: Rows) -> None:
   )
 
 
+def free_address() -> str:
+  """'127.0.0.1:PORT' of a free port, for a two-process run's coordinator."""
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return f'127.0.0.1:{s.getsockname()[1]}'
+
+
+def children(pid: int) -> list[int]:
+  """The live processes whose parent is `pid` (grain's workers, Python's resource tracker)."""
+  found = []
+  for entry in os.listdir('/proc'):
+    try:
+      with open(f'/proc/{entry}/stat') as f:
+        fields = f.read().rpartition(')')[2].split()
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
+      continue
+    if entry.isdigit() and int(fields[1]) == pid and fields[0] != 'Z':
+      found.append(int(entry))
+  return found
+
+
+def alive(pid: int) -> bool:
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      return f.read().rpartition(')')[2].split()[0] != 'Z'
+  except FileNotFoundError:
+    return False
+
+
+def cluster(lab: Lab, rows: Rows) -> None:
+  """Issue 64's faults of a two-process run (docs/clusters.md's flags, on 4 simulated CPU devices each, data.shards
+  fixed at 2 so that it equals the one-process reference) and of grain's worker processes."""
+  lab.env['JAX_NUM_CPU_DEVICES'] = '4'
+  shards = ('--config.data.shards=2',)
+  reference = lab.workdir('two_shards')
+  lab.run(reference, *BASE, *shards)
+
+  def pair(workdir: str, *overrides: str, only: tuple[int, ...] = (0, 1), extra: dict | None = None) -> list[Run]:
+    flags = (f'--config.distributed.coordinator_address={free_address()}', '--config.distributed.num_processes=2')
+    return [
+      lab.start(workdir, *BASE, *shards, *flags, f'--config.distributed.process_id={i}', *(extra or {}).get(i, ()))
+      for i in only
+    ]
+
+  workdir = lab.workdir('lost_peer')
+  runs = pair(workdir)
+  runs[0].wait_until(lambda: logged_step(workdir) > 50)
+  runs[1].process.kill()
+  killed = time.time()
+  runs[0].wait()
+  seconds = time.time() - killed
+  runs[1].wait()
+  reruns = [lab.check_noise(r.wait()) for r in pair(workdir)]
+  rows.add(
+    'process 1 of a two-process run killed (SIGKILL) mid-run, both rerun',
+    f'{runs[0].status} (process 0, {seconds:.0f} s after), rerun {", ".join(r.status for r in reruns)}',
+    rows.cell(runs[0].last()) + f' ({len(runs[0].lines())} lines); rerun {reruns[0].resumed()}',
+    verdict(workdir, reference),
+  )
+  workdir = lab.workdir('never_came')
+  (alone,) = pair(workdir, only=(0,))
+  start = time.time()
+  lab.check_noise(alone.wait())
+  rows.refused(f'process 1 of two never starts (process 0 ends after {time.time() - start:.0f} s)', alone, workdir)
+  workdir = lab.workdir('disagree')
+  runs = [lab.check_noise(r.wait()) for r in pair(workdir, extra={1: ('--config.total_steps=300',)})]
+  rows.add(
+    'the two processes disagree (`total_steps` 200 and 300)',
+    ', '.join(r.status for r in runs),
+    rows.cell(runs[0].last()) + ' (each: ' + ', '.join(f'{len(r.lines())} lines' for r in runs) + ')',
+  )
+  lab.env.pop('JAX_NUM_CPU_DEVICES')
+  workdir = lab.workdir('grain_workers')
+  run = lab.start(workdir, *BASE, '--config.data.backend=grain', '--config.data.workers=2')
+  run.wait_until(lambda: logged_step(workdir) > 0 and len(children(run.process.pid)) >= 2)
+  workers = children(run.process.pid)
+  run.process.kill()
+  run.wait()
+  time.sleep(5)
+  left = [pid for pid in workers if alive(pid)]
+  rows.add(
+    'a grain run with `data.workers=2` killed (SIGKILL)',
+    run.status,
+    f'{len(workers)} child processes (workers, resource tracker); alive 5 s later: {len(left)}',
+  )
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(prog='python -m experiments.reliability.run')
   parser.add_argument('--keep', action='store_true', help='keep the workdirs and the output of every command')
@@ -484,6 +573,7 @@ def main() -> None:
     huge_total_steps(lab, rows)
     bad_inputs(lab, rows, reference)
     hostile(lab, rows)
+    cluster(lab, rows)
   finally:
     lab.kill_all()
   minutes = (time.time() - start) / 60

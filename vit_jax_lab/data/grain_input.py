@@ -250,11 +250,13 @@ class TrainBatches:
 
   def __call__(self, step: int) -> dict[str, np.ndarray]:
     parts, r = [], self.repeats
+    # Copies of an example apart, as pipeline._spread puts them: the stream's positions reordered before they are
+    # made, rather than the made batch (a copy of every image).
+    positions = np.arange(step * self.per_shard, (step + 1) * self.per_shard).reshape(-1, r).T.reshape(-1)
     for shard in self.shards:
-      batch = shard.examples(*self.stream(shard, np.arange(step * self.per_shard, (step + 1) * self.per_shard)))
-      if r > 1:  # Copies of an example apart, as pipeline._spread puts them.
-        batch = {k: v.reshape(-1, r, *v.shape[1:]).swapaxes(0, 1).reshape(v.shape) for k, v in batch.items()}
-      parts.append(batch)
+      parts.append(shard.examples(*self.stream(shard, positions)))
+    if len(parts) == 1:
+      return parts[0]
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 

@@ -553,7 +553,7 @@ def preprocessing(path: str, config: dict[str, Any]) -> hub.Preprocessing:
   (input_size, crop_pct, crop_mode, interpolation, mean, std)."""
   cfg = config.get('pretrained_cfg') or {}
   height, width = cfg.get('input_size', [3, 224, 224])[1:]
-  crop_pct, mode = cfg.get('crop_pct') or 0.875, cfg.get('crop_mode', 'center')  # None or 0: timm's default.
+  crop_pct, mode = cfg.get('crop_pct') or 0.875, cfg.get('crop_mode') or 'center'  # None or 0: timm's default.
   errors.check(
     isinstance(crop_pct, (int, float)) and not isinstance(crop_pct, bool) and crop_pct > 0,
     f'--pretrained {path}: pretrained_cfg.crop_pct={errors.foreign(crop_pct, 60)} must be a positive number',
@@ -562,7 +562,7 @@ def preprocessing(path: str, config: dict[str, Any]) -> hub.Preprocessing:
   # timm's transforms_factory: the shorter side to size / crop_pct for a square input, else both sides.
   scaled = (math.floor(height / crop_pct), math.floor(width / crop_pct))
   resize = scaled[0] if height == width and mode == 'center' else scaled
-  method = cfg.get('interpolation', 'bilinear')
+  method = cfg.get('interpolation') or 'bicubic'  # Missing or null: timm's resolve_data_config default.
   errors.check(
     method in ('box', 'bilinear', 'hamming', 'bicubic', 'lanczos'),
     f'--pretrained {path}: interpolation={method!r} is not read (Pillow filters are: box, bilinear, hamming, bicubic, '

@@ -331,14 +331,22 @@ def load_marian(path: str, weights: hub.HubWeights) -> MarianPredictor:
   max_length = generation.get('max_length', weights.config.get('max_length', 512))
   positions = weights.config.get('max_position_embeddings', 512)
   check(
-    isinstance(max_length, int) and isinstance(positions, int) and 1 < max_length <= max(positions, 2),
-    f'--pretrained {errors.foreign(path)}: max_length={errors.foreign(max_length, 20)} must be an integer from 2 to '
-    f"the model's max_position_embeddings={errors.foreign(positions, 20)}",
+    isinstance(max_length, int) and not isinstance(max_length, bool) and max_length > 1,
+    f'--pretrained {errors.foreign(path)}: max_length={errors.foreign(max_length, 20)} must be an integer of at '
+    'least 2',
   )
-  max_length -= 1  # Less the decoder start.
+  check(
+    isinstance(positions, int) and not isinstance(positions, bool) and positions > 1,
+    f'--pretrained {errors.foreign(path)}: max_position_embeddings={errors.foreign(positions, 20)} must be an integer '
+    'of at least 2',
+  )
+  notes = []
+  if max_length > positions:  # transformers' default 512 on a small model: it stops at its end token first.
+    notes.append(f'translations cut at max_position_embeddings={positions} tokens (max_length={max_length})')
+  max_length = min(max_length, positions) - 1  # Less the decoder start.
   beams = generation.get('num_beams', 1)
-  greedy = [f"greedy decoding, not the folder's beam search of num_beams={beams}"] if beams > 1 else []
-  params = _with_weights(model, weights, path, greedy)
+  notes += [f"greedy decoding, not the folder's beam search of num_beams={beams}"] if beams > 1 else []
+  params = _with_weights(model, weights, path, notes)
   source, target = MarianVocab(path, 'source'), MarianVocab(path, 'target')
   return MarianPredictor('text', None, None, params, None, 1, model, source, target, max_length)
 
