@@ -2,7 +2,8 @@
 of float32 to move from the host) and are scaled to data.value_range there, and training images get random erasing
 there, where it costs nothing next to the model, instead of on the host CPU that has to feed it. With
 data.augment_on='device' the flip, RandAugment and colour augmentation run here too, per example, and the host only
-decodes, crops and resizes.
+decodes, crops and resizes; with data.canvas as well the crop's resize runs here (`resize_windows`), and the host
+only decodes and copies each crop's window into a canvas.
 
 A batch's uint8 arrays are pixels in [0, 255] (images, clips, a video's views); every other array is left as it is.
 
