@@ -206,17 +206,17 @@ class _Shard:
   def examples(self, indices, seeds=None) -> dict[str, np.ndarray]:
     """The examples at `indices`, each preprocessed with a generator seeded by its entry of `seeds` (None: without
     one, for evaluation's preprocessing, which draws nothing)."""
-    inputs, labels, resize = [], [], []
-    for i, seed in zip(indices, seeds or [None] * len(indices)):
+    canvas = getattr(self.preprocess, 'canvas', None)  # Windows the jitted step resizes, made in the batch's rows.
+    inputs, labels, resize = [] if canvas is None else np.zeros((len(indices), *canvas), np.uint8), [], []
+    for row, (i, seed) in enumerate(zip(indices, seeds or [None] * len(indices))):
       example = self.source[int(i)]
       rng = None if seed is None else np.random.default_rng(seed)
-      pixels = self.preprocess(example[self.key], rng)
-      if isinstance(pixels, tuple):  # A window in its canvas, which the jitted step resizes.
-        pixels, params = pixels
-        resize.append(params)
-      inputs.append(pixels)
+      if canvas is None:
+        inputs.append(self.preprocess(example[self.key], rng))
+      else:
+        resize.append(self.preprocess(example[self.key], rng, inputs[row])[1])
       labels.append(example['label'])
-    pixels = np.stack(inputs) if inputs else np.zeros((0, *self.shape), np.uint8)
+    pixels = inputs if canvas is not None else np.stack(inputs) if inputs else np.zeros((0, *self.shape), np.uint8)
     batch = {'inputs': pixels, 'label': np.asarray(labels, np.int32)}
     return batch | ({'resize': np.stack(resize)} if resize else {})
 

@@ -139,13 +139,18 @@ def pixels_of(data: bytes | np.ndarray, channels: int) -> np.ndarray:
 
 
 def window(
-  pixels: np.ndarray, box: tuple, crop: tuple[int, int], antialias: bool, canvas: tuple[int, int]
+  pixels: np.ndarray,
+  box: tuple,
+  crop: tuple[int, int],
+  antialias: bool,
+  canvas: tuple[int, int],
+  out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
   """`resize(image, crop[::-1], antialias, box)` of an image's `pixels` (H, W, C) left to the device, as
   images.window does it: the pixels PIL's filter reads for it (the box and the filter's reach around it, within the
   image) in the top-left corner of a zero uint8 `canvas` (height, width), and (rows, columns, scale (2), shift (2),
   reach (2)) float32 for data/device.py's `resize_windows`, which samples where PIL's box resize does; a window
-  larger than the canvas is resized here."""
+  larger than the canvas is resized here. `out`: the zero canvas to fill (a row of the batch), else a new one."""
   left, top, right, bottom = box
   scale = np.array([crop[0] / (bottom - top), crop[1] / (right - left)])
   corner, size = np.array([top, left]) * scale, np.array(pixels.shape[:2])
@@ -153,7 +158,7 @@ def window(
   first = np.clip(np.floor((corner + 0.5) / scale - 0.5 - reach), 0, size).astype(int)
   last = np.clip(np.ceil((corner + np.array(crop) - 0.5) / scale - 0.5 + reach) + 1, 0, size).astype(int)
   extent = last - first
-  out = np.zeros((*canvas, pixels.shape[-1]), np.uint8)
+  out = np.zeros((*canvas, pixels.shape[-1]), np.uint8) if out is None else out
   if np.all(extent <= canvas):
     out[: extent[0], : extent[1]] = pixels[first[0] : last[0], first[1] : last[1]]
     return out, np.concatenate([extent, scale, first * scale - corner, reach]).astype(np.float32)
@@ -173,24 +178,24 @@ def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool, source:
   on_host = d.augment_on == 'host'  # Else the flip and RandAugment are the jitted step's (data/device.py).
   canvas = device_canvas(d, height, width, train, source)
 
-  def cut(pixels: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """The crop's window in its canvas: of an inception box, or of the short-side resize's random crop."""
+  def cut(pixels: np.ndarray, rng: np.random.Generator, out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The crop's window in its canvas (`out`, or a new one): of an inception box, or of the short-side resize's
+    random crop."""
     rows, cols = pixels.shape[:2]
     if d.inception_crop:
       box = inception_box(cols, rows, rng)
       if not antialias:  # `resize`'s plain bilinear samples the crop alone.
         pixels, box = pixels[box[1] : box[3], box[0] : box[2]], (0, 0, box[2] - box[0], box[3] - box[1])
-      return window(pixels, box, (height, width), antialias, canvas)
+      return window(pixels, box, (height, width), antialias, canvas, out)
     resized = resized_size(rows, cols, short)
     top, left = int(rng.integers(0, resized[0] - height + 1)), int(rng.integers(0, resized[1] - width + 1))
     ys, xs = rows / resized[0], cols / resized[1]
-    return window(
-      pixels, (left * xs, top * ys, (left + width) * xs, (top + height) * ys), (height, width), antialias, canvas
-    )
+    box = (left * xs, top * ys, (left + width) * xs, (top + height) * ys)
+    return window(pixels, box, (height, width), antialias, canvas, out)
 
-  def fn(data, rng: np.random.Generator | None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+  def fn(data, rng: np.random.Generator | None, out=None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     if canvas is not None:
-      return cut(pixels_of(data, channels), rng)
+      return cut(pixels_of(data, channels), rng, out)
     image = decode(data, channels)
     if train and d.inception_crop:
       image = resize(image, (width, height), antialias, box=inception_box(image.width, image.height, rng))
@@ -210,4 +215,5 @@ def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool, source:
       image = randaugment(image, rng, d.randaugment_layers, float(d.randaugment_magnitude))
     return np.asarray(image, np.uint8).reshape(height, width, channels)
 
+  fn.canvas = None if canvas is None else (*canvas, channels)  # The shape grain_input fills in place.
   return fn
