@@ -201,6 +201,9 @@ TIMM_VIT_ARGS = (
     ({'act_layer': 'silu'}, "model_args.act_layer='silu', which our ViT does not compute \\(it reads None, 'gelu'"),
     ({'norm_layer': 'rmsnorm'}, "model_args.norm_layer='rmsnorm', which our ViT does not compute"),
     ({'use_rot_pos_emb': True}, "model_args.use_rot_pos_emb, not an argument of timm's VisionTransformer"),
+    ({'qk_norm': True}, r'model_args.qk_norm=True, which our ViT does not compute \(it reads False\)$'),
+    ({'proj_bias': False}, r'model_args.proj_bias=False, which our ViT does not compute \(it reads True\)$'),
+    ({'embed_norm_layer': 'LayerNorm'}, "model_args.embed_norm_layer='LayerNorm', which our ViT does not compute"),
   ],
 )
 def test_every_timm_model_arg_is_read_shown_by_the_tensors_neutral_or_refused(args, message):

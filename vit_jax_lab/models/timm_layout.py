@@ -119,17 +119,18 @@ MODEL_ARGS = {
   'act_layer': (None, 'gelu', 'gelu_tanh', 'quick_gelu'),
   'norm_layer': (None,),  # timm's LayerNorm, its epsilon by architecture (timm_options).
   'pool_include_prefix': (False,),  # True averages the class and register tokens too.
+  # Named by the argument rather than by the tensors they add or drop (q_norm, k_norm; proj.bias; norm after the
+  # patch embedding): none of them is computed.
+  'qk_norm': (False,),
+  'proj_bias': (True,),
+  'embed_norm_layer': (None,),
   **dict.fromkeys(
-    ('img_size', 'patch_size', 'in_chans', 'num_classes', 'embed_dim', 'depth', 'mlp_ratio', 'qkv_bias', 'qk_norm'),
-    _TENSORS,
+    ('img_size', 'patch_size', 'in_chans', 'num_classes', 'embed_dim', 'depth', 'mlp_ratio', 'qkv_bias'), _TENSORS
   ),
   **dict.fromkeys(
-    ('scale_attn_norm', 'scale_mlp_norm', 'proj_bias', 'class_token', 'no_embed_class', 'reg_tokens', 'pre_norm'),
-    _TENSORS,
+    ('scale_attn_norm', 'scale_mlp_norm', 'class_token', 'no_embed_class', 'reg_tokens', 'pre_norm'), _TENSORS
   ),
-  **dict.fromkeys(
-    ('final_norm', 'fc_norm', 'embed_layer', 'embed_norm_layer', 'block_fn', 'mlp_layer', 'attn_layer'), _TENSORS
-  ),
+  **dict.fromkeys(('final_norm', 'fc_norm', 'embed_layer', 'block_fn', 'mlp_layer', 'attn_layer'), _TENSORS),
   **dict.fromkeys(('drop_rate', 'pos_drop_rate', 'patch_drop_rate', 'proj_drop_rate', 'attn_drop_rate'), _NEUTRAL),
   **dict.fromkeys(('drop_path_rate', 'weight_init', 'fix_init', 'dynamic_img_size', 'dynamic_img_pad'), _NEUTRAL),
   **dict.fromkeys(('device', 'dtype'), _NEUTRAL),
