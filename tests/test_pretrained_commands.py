@@ -228,6 +228,24 @@ def test_predict_pretrained_without_a_head_is_one_line(row, message, capsys):
   assert len(err) == 1 and err[0].startswith('error: ') and message in err[0], err
 
 
+@pytest.mark.parametrize('says', ['label_names', 'num_classes'])
+def test_a_clip_tower_fine_tuned_with_a_classifier_predicts(says, tmp_path, capsys):
+  """A Perception Encoder folder whose head was replaced to classify (its num_classes other than its
+  pretrained_cfg's projection width) or that names its labels is a classifier, not refused as a projection."""
+  folder = tmp_path / 'pe_core'
+  shutil.copytree(os.path.join(DATA, 'pe_core'), folder)
+  config = json.loads((folder / 'config.json').read_text())
+  if says == 'label_names':
+    config['label_names'] = [f'kind {i}' for i in range(config['num_classes'])]
+  else:
+    config['pretrained_cfg']['num_classes'] = 1024  # The released tower's projection width.
+  (folder / 'config.json').write_text(json.dumps(config))
+  out = str(tmp_path / 'out.jsonl')
+  assert predict.main(['--pretrained', str(folder), IMAGE, '--out', out]) == 0
+  (line,) = [json.loads(x) for x in open(out)]
+  assert len(line['top_k']) == 5 and (says != 'label_names' or line['top_k'][0][0].startswith('kind '))
+
+
 # Exported models: ViT constructor keys beyond the sizes (width 32, 2 blocks, 4 heads, MLP 64, patches of 8).
 EXPORTED = {
   'tok': dict(),

@@ -367,12 +367,16 @@ def timm_options(config: dict[str, Any]) -> dict[str, Any]:
 
 def clip_projection(config: dict[str, Any]) -> bool:
   """Whether a timm folder's `head` is a CLIP image tower's output projection (an embedding), not a classifier: a
-  `*_clip_*` architecture whose pretrained tag was not fine-tuned (`openai`, `laion2b`, but not
-  `laion2b_ft_in12k_in1k`, timm's ImageNet classifiers made from CLIP towers)."""
-  tag = str((config.get('pretrained_cfg') or {}).get('tag', ''))
+  `*_clip_*` or Perception Encoder architecture as released, unless the folder says it classifies: label names, a
+  fine-tuned pretrained tag (`laion2b_ft_in12k_in1k`: timm's ImageNet classifiers made from CLIP towers), or a
+  num_classes other than its pretrained_cfg's (the projection's width: a head replaced to fine-tune, e.g.
+  `timm.create_model(..., num_classes=10)`)."""
+  cfg = config.get('pretrained_cfg') or {}
   architecture = str(config.get('architecture', ''))
   clip = '_clip_' in architecture or architecture.startswith('vit_pe_core_')  # Perception Encoder is a CLIP.
-  return clip and not re.search(r'(^|_)ft(_|$)', tag)
+  tuned = re.search(r'(^|_)ft(_|$)', str(cfg.get('tag', ''))) or config.get('label_names')
+  replaced = cfg.get('num_classes') is not None and config.get('num_classes', cfg['num_classes']) != cfg['num_classes']
+  return clip and not tuned and not replaced
 
 
 _EVA_ONLY = ('rope.freqs', 'blocks.0.gamma_1', 'blocks.0.attn.q_bias')
