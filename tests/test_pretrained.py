@@ -405,6 +405,16 @@ def test_sharded_weights_read_through_the_index(tmp_path):
   weights = hub.read(folder)
   assert set(weights.tensors) == set(names)
   np.testing.assert_array_equal(weights.tensors['cls_token'], tensors['cls_token'])
+  # The index is what the libraries load by: a tensor it puts in another shard, or leaves out, is named.
+  wrong = dict(index['weight_map'], cls_token='model-00002-of-00002.safetensors')
+  for weight_map, message in (
+    (wrong, 'puts cls_token in model-00002-of-00002.safetensors, which does not hold it \\(model-00001'),
+    ({k: v for k, v in index['weight_map'].items() if k != 'cls_token'}, 'cls_token is in model-00001-of-00002'),
+  ):
+    with open(os.path.join(folder, 'model.safetensors.index.json'), 'w') as f:
+      json.dump({'weight_map': weight_map}, f)
+    with pytest.raises(ConfigError, match=message):
+      hub.read(folder)
 
 
 def test_misshaped_and_unexpected_tensors_are_named(tmp_path):

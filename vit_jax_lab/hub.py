@@ -298,11 +298,18 @@ def refuse_pickled(path: str) -> None:
     raise ConfigError(f'init_from={path!r}: ' + _conversion_hint(os.path.basename(path)))
 
 
+def _weight_map(path: str) -> dict[str, str] | None:
+  """A sharded folder's index: tensor name -> its shard file's name; None without an index."""
+  if not os.path.lexists(os.path.join(path, INDEX)):
+    return None
+  return errors.read_json(os.path.join(path, INDEX), 'init_from: the index').get('weight_map')
+
+
 def _weight_files(path: str) -> list[str]:
   """The safetensors files of a folder: the index's shards, or model.safetensors (or the only .safetensors)."""
   names = sorted(os.listdir(path))
   if INDEX in names:
-    weight_map = errors.read_json(os.path.join(path, INDEX), 'init_from: the index').get('weight_map')
+    weight_map = _weight_map(path)
     errors.check(
       isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values()),
       f'init_from={errors.foreign(path)}: {INDEX} has no weight_map of tensor names to shard files',
@@ -354,6 +361,21 @@ def read(path: str) -> HubWeights:
     except Exception as e:  # safetensors raises its own SafetensorError for a damaged header.
       name = os.path.basename(file)
       raise ConfigError(f'init_from={path!r}: {name} is not a readable safetensors file ({e})') from None
+  weight_map = _weight_map(path)
+  if weight_map is not None:  # The index is what transformers and timm load by: a tensor elsewhere is not theirs.
+    for name, file in weight_map.items():
+      where = os.path.basename(names.get(name, ''))
+      errors.check(
+        where == file,
+        f'init_from={errors.foreign(path)}: {INDEX} puts {errors.foreign(name, 80)} in {errors.foreign(file, 80)}, '
+        f'which does not hold it' + (f' ({where} does)' if where else ''),
+      )
+    unmapped = sorted(set(names) - set(weight_map))
+    errors.check(
+      not unmapped,
+      f'init_from={errors.foreign(path)}: {errors.foreign(unmapped[0] if unmapped else "", 80)} is in '
+      f'{os.path.basename(names[unmapped[0]]) if unmapped else ""} but not in {INDEX} ({len(unmapped)} such)',
+    )
   tensors = Tensors(names)
   return HubWeights(path, config, tensors, layout_of(path, tensors))
 
