@@ -115,6 +115,25 @@ def test_timm_mean_pool_beside_a_class_token_is_read():
     assert max_difference(model.features(ref['images']), ref['features']) < 1e-5
 
 
+def test_timm_fc_norm_after_a_class_token_is_the_final_norm(tmp_path):
+  """timm's fc_norm=True with global_pool='token' (and Eva's use_fc_norm=True) normalises the class token after the
+  pool: the final LayerNorm taken per token, which our ViT computes with model.pool='tok'. The `vit` folder with
+  its final norm stored as fc_norm computes timm's logits of the folder as it was. Before: refused, naming
+  model.pool='gap', a key the user never set."""
+  folder = copy_row(tmp_path)
+  path = os.path.join(folder, 'model.safetensors')
+  tensors = safetensors.numpy.load_file(path)
+  tensors = {k.replace('norm.', 'fc_norm.') if k.startswith('norm.') else k: v for k, v in tensors.items()}
+  safetensors.numpy.save_file(tensors, path)
+  config = json.load(open(os.path.join(folder, 'config.json')))
+  config['model_args'] |= {'fc_norm': True, 'global_pool': 'token'}
+  json.dump(config, open(os.path.join(folder, 'config.json'), 'w'))
+  ref = np.load(os.path.join(DATA, 'vit', 'reference.npz'))
+  model, _, _, _ = folder_model(folder)
+  assert model.pool == 'tok' and not model.structure['fc_norm']
+  assert max_difference(model(ref['images']), ref['logits']) < 1e-5
+
+
 # A toy layout's reader module: timm's names under 'toy/', read by timm's reader.
 TOY_READER = """from vit_jax_lab.models import timm_layout
 

@@ -11,6 +11,7 @@ names, and the model's `load_pretrained` takes a `HubWeights`. A new layout is i
 
 import collections.abc
 import contextlib
+import copy
 import dataclasses
 import importlib
 import json
@@ -238,13 +239,21 @@ class Tensors(collections.abc.Mapping):
 
   def __init__(self, files: dict[str, str]):
     self._files = files  # name -> the file holding it.
+    self._stored: dict[str, str] = {}  # A name shown -> its name in the file, where `renamed` changed it.
     self._headers = {file: _header(file) for file in dict.fromkeys(files.values())}
     self._maps: dict[str, np.memmap] = {}
+
+  def renamed(self, names: dict[str, str]) -> 'Tensors':
+    """The same tensors, those named in `names` (name -> new name) under their new names."""
+    view = copy.copy(self)
+    view._files = {names.get(n, n): f for n, f in self._files.items()}
+    view._stored = {names.get(n, n): self._stored.get(n, n) for n in self._files}
+    return view
 
   def __getitem__(self, name: str) -> np.ndarray:
     file = self._files[name]
     header, start = self._headers[file]
-    entry = header[name]
+    entry = header[self._stored.get(name, name)]
     if entry['dtype'] not in _DTYPES:
       raise ConfigError(f'{os.path.basename(file)}: tensor {name} has dtype {entry["dtype"]}, which is not read')
     if file not in self._maps:
@@ -254,7 +263,7 @@ class Tensors(collections.abc.Mapping):
 
   def shape(self, name: str) -> tuple[int, ...]:
     """A tensor's shape, from the file's header alone."""
-    return tuple(self._headers[self._files[name]][0][name]['shape'])
+    return tuple(self._headers[self._files[name]][0][self._stored.get(name, name)]['shape'])
 
   def __iter__(self) -> Iterator[str]:
     return iter(self._files)
@@ -377,7 +386,9 @@ def read(path: str) -> HubWeights:
       f'{os.path.basename(names[unmapped[0]]) if unmapped else ""} but not in {INDEX} ({len(unmapped)} such)',
     )
   tensors = Tensors(names)
-  return HubWeights(path, config, tensors, layout_of(path, tensors))
+  layout = layout_of(path, tensors)
+  adapt = getattr(reader(layout), 'adapt', None)  # A layout's tensors under the names of what they compute.
+  return HubWeights(path, config, adapt(config, tensors) if adapt else tensors, layout)
 
 
 def layout_of(path: str, names: collections.abc.Iterable[str]) -> str:

@@ -517,6 +517,18 @@ def vit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> di
   return options | timm_options(config)
 
 
+def adapt(config: dict[str, Any], tensors: hub.Tensors) -> hub.Tensors:
+  """The folder's tensors as our ViT reads them: timm's fc_norm after a class-token pool (global_pool='token' with
+  fc_norm=True; Eva's use_fc_norm=True) is the final LayerNorm, which normalises each token alike, so taking the
+  token first or last computes the same (model.pool='tok')."""
+  names = set(tensors)
+  default = 'avg' if _eva(config, names) is not None else 'token'
+  pool = (config.get('model_args') or {}).get('global_pool', config.get('global_pool') or default)
+  if pool == 'token' and 'fc_norm.weight' in names and 'norm.weight' not in names:
+    return tensors.renamed({'fc_norm.weight': 'norm.weight', 'fc_norm.bias': 'norm.bias'})
+  return tensors
+
+
 def _refuse_unread(config: dict[str, Any], names: set[str], eva: bool) -> None:
   """What the folder computes that our ViT does not, each one line naming it (rather than a model that loads and
   computes something else): timm's mean pooling beside a class token and fc_norm after the pooling (both read
