@@ -657,3 +657,24 @@ def test_bench_times_the_tracker_and_names_each_input(tracking_dir, tmp_path):
     'present': [],
   }
   assert result['model'] == 'tracker' and result['step_s_median'] > 0 and result['step_tflop'] > 0
+
+
+def test_a_crop_that_shrinks_its_region_decodes_the_jpeg_at_a_dct_scale():
+  """A tracking crop over a region 2x (4x, 8x) its size decodes the JPEG frame at 1/2 (1/4, 1/8): libjpeg's scaled
+  IDCT averages the pixels a crop would sample 2x2 at the full size. On a smooth frame the crops agree to about a
+  level; one no smaller than its region decodes the whole frame, exactly as before."""
+  ys, xs = np.mgrid[0:720, 0:1280]  # GOT-10k's frame size; the regions lie inside it.
+  frame = np.stack([xs * 0.15, ys * 0.3, (xs + ys) * 0.1], -1).astype(np.uint8)
+  data = tf.io.encode_jpeg(frame, quality=95)
+  full = tf.io.decode_jpeg(data, channels=3)
+  for side, size, ratio in ((100.0, 128, 1), (300.0, 128, 2), (600.0, 128, 4), (330.0, 32, 8)):
+    region = (tf.constant(20.0), tf.constant(10.0), tf.constant(side))
+    decoded, scaled = data_tracking.decode_for_crop(data, region, size, 3)
+    assert decoded.shape[:2] == (-(-720 // ratio), -(-1280 // ratio))
+    ours = data_tracking.crop(decoded, scaled, size).numpy()
+    whole = data_tracking.crop(full, region, size).numpy()
+    if ratio == 1:
+      np.testing.assert_array_equal(ours, whole)
+    else:
+      difference = np.abs(ours - whole)
+      assert difference.mean() < 1.5 and difference.max() < 6, (ratio, difference.mean(), difference.max())

@@ -103,6 +103,25 @@ def crop(image: tf.Tensor, region: boxes.Region, size: int, fill: float = 0.0) -
   return tf.image.crop_and_resize(image[None], corners[None], [0], [size, size], extrapolation_value=fill)[0]
 
 
+def decode_for_crop(data: tf.Tensor, region: boxes.Region, size: int, channels: int) -> tuple[tf.Tensor, tuple]:
+  """(frame, region in its pixels) that a crop of `size` over `region` samples: a JPEG decoded at the smallest of
+  libjpeg's DCT scales (1, 1/2, 1/4, 1/8) that leaves the region at least `size` pixels wide, so that a crop that
+  shrinks its region 2x or more decodes a quarter of the pixels or fewer (each the mean of the pixels it covers,
+  where a full decode would be sampled 2x2 by the crop); any other file, or pixels, whole."""
+  x0, y0, side = (tf.cast(v, tf.float32) for v in region)
+  if data.dtype != tf.string:
+    return data, (x0, y0, side)
+
+  def jpeg():
+    index = tf.cast(tf.clip_by_value(tf.floor(tf.math.log(side / size) / math.log(2.0)), 0.0, 3.0), tf.int32)
+    branches = [lambda r=r: tf.io.decode_jpeg(data, channels=channels, ratio=r) for r in (1, 2, 4, 8)]
+    return tf.ensure_shape(tf.switch_case(index, branches), [None, None, channels]), tf.bitwise.left_shift(1, index)
+
+  frame, ratio = tf.cond(tf.io.is_jpeg(data), jpeg, lambda: (images.decode(data, channels), tf.constant(1)))
+  r = tf.cast(ratio, tf.float32)  # Scaled pixel k covers source pixels k r to (k + 1) r: edges scale by 1 / r.
+  return frame, (x0 / r, y0 / r, side / r)
+
+
 def _jittered(box: boxes.Box, seed: tf.Tensor, centre_jitter: float, size_jitter: float) -> boxes.Box:
   """OSTrack's search-region jitter: the box's sides scaled by exp(N(0, size_jitter)) each, its centre moved by
   up to +-centre_jitter / 2 times the square root of the jittered area along each axis."""
@@ -175,15 +194,16 @@ def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dic
     t, s = visible[i], visible[tf.clip_by_value(i + gap, 0, length - 1)]
     template_box, search_box = tuple(tf.unstack(sequence_boxes[t])), tuple(tf.unstack(sequence_boxes[s]))
     # The crops are cut from the uint8 frames and scaled after (not the whole frames), with the pixels outside a
-    # frame at the level that scales to 0 in data.value_range, as in online evaluation.
-    template_frame, search_frame = (images.decode(read_frames(frames[k], info), info.channels) for k in (t, s))
+    # frame at the level that scales to 0 in data.value_range, as in online evaluation. A JPEG frame is decoded
+    # at the DCT scale its crop allows.
     low, high = d.value_range
     fill = -low / (high - low) * 255.0
 
-    def scaled_crop(frame, region, size):
+    def scaled_crop(k, region, size):
+      frame, region = decode_for_crop(read_frames(frames[k], info), region, size, info.channels)
       return scale(crop(frame, region, size, fill), d.value_range)
 
-    template = scaled_crop(template_frame, boxes.region(template_box, d.template_factor), d.template_size)
+    template = scaled_crop(t, boxes.region(template_box, d.template_factor), d.template_size)
     around = _jittered(search_box, jitter_seed, d.centre_jitter, d.size_jitter)  # The box the crop is cut around.
     present = tf.random.stateless_uniform([], negative_seed) >= d.negative_fraction
     if d.distractor_fraction > 0:
@@ -199,7 +219,7 @@ def preprocess_fn(data_config, info: TrackingInfo, train: bool) -> Callable[[dic
       )
     around = tf.cond(present, lambda: around, lambda: _away(search_box, away_seed, d.search_factor))
     region = boxes.region(around, d.search_factor)
-    search = scaled_crop(search_frame, region, d.search_size)
+    search = scaled_crop(s, region, d.search_size)
     in_crop = boxes.to_crop(search_box, region)
     if d.distractor_fraction > 0:  # A crop around a distractor holds the target if the target's centre is in it.
       cx, cy, _, _ = boxes.to_centre(in_crop)
