@@ -43,7 +43,8 @@ class Layout:
     reader: the module (dotted path) that reads it and writes it: for an image or video layout `vit_options(config,
       tensors)` (or `vivit_options`: the model keys), `to_release(tensors, num_heads)` (names onto the release
       layout, and each one's origin), `notes(config, tensors)`, `posemb_resize(config)` (how its library resamples
-      position embeddings), `preprocessing(path, config)` (what `predict --pretrained` applies); Marian's its own.
+      position embeddings), `preprocessing(path, config)` (what `predict --pretrained` applies), and optionally
+      `adapt(config, tensors)` (the tensors renamed to what they compute, as `read` hands them on); Marian's its own.
     families: the model classes that read it (their `pretrained()`: ViT, ViViT, Tracker, Transformer).
   """
 

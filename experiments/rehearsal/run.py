@@ -720,6 +720,7 @@ def readme(results: dict, tiny: bool) -> str:
       "  recipes' augmentation and their crops' resize run on the accelerator (`data.augment_on='device'`,",
       "  `data.canvas`): their host work beyond decoding is copying each crop's window into its canvas. The device's",
       '  cost of that resize: `python -m experiments.rehearsal.host_limit`. The finetune recipes resize on the host.',
+      "  GOT-10k's pairs decode each frame at the DCT scale its crop allows: less than the whole-frame limit.",
       '',
       '## Host memory',
       '',
