@@ -146,6 +146,17 @@ def test_the_steps_augmentation_is_the_same_on_1_and_8_devices(tmp_path):
   eight = fn(spread, key)['inputs']
   assert len(eight.sharding.device_set) == 8
   np.testing.assert_array_equal(one, np.asarray(eight))
+  # Windows the step resizes first (data.canvas): 20x20 canvases holding windows of 12-20 pixels a side. The resize
+  # sums exactly (fixed point), so its pixels are the same on 1 and 8 devices; RandAugment is left out here, as its
+  # own float blends of these pixels round a level apart at rare ties.
+  config.data.image_size, config.data.randaugment_layers = 16, 0
+  sides = RNG.integers(12, 21, (64, 2)).astype(np.float32)
+  params = np.concatenate([sides, 16 / sides, np.zeros((64, 2)), np.maximum(sides / 16, 1)], 1).astype(np.float32)
+  windows = dict(batch, inputs=jnp.asarray(RNG.integers(0, 256, (64, 20, 20, 3), dtype=np.uint8)), resize=params)
+  one = np.asarray(fn(windows, key)['inputs'])
+  eight = fn(jax.device_put(windows, spread['label'].sharding), key)['inputs']
+  assert one.shape == (64, 16, 16, 3)
+  np.testing.assert_array_equal(one, np.asarray(eight))
   config.data.augment_on = 'host'  # The same step with the host's augmentation: only scaled and erased.
   plain = np.asarray(jax.jit(lambda b, k: device.train_inputs(b, config.data, k))(batch, key)['inputs'])
   assert (np.abs(one - plain) > 0.01).mean() > 0.3
@@ -155,7 +166,7 @@ def test_the_steps_augmentation_is_the_same_on_1_and_8_devices(tmp_path):
 def test_with_augment_on_device_the_host_only_decodes_and_cuts_the_window(photos, tmp_path, crop):  # noqa: F811
   """The host's batches with data.augment_on='device' are each crop's source window in its canvas and the resize's
   parameters; resized in the step they are the host-resized crops of the same recipe without flip, RandAugment and
-  colours (its draws unchanged), to a level where float sums round the other way."""
+  colours (its draws unchanged), to a level (the device resizes in fixed point: at a few percent of pixels)."""
   common = dict(name=f'folder:{photos}', image_size=16, batch_size=8, shuffle_buffer=7, random_erasing=0.0)
   common |= dict(crop_padding=0)
   common |= dict(inception_crop=True) if crop == 'inception_crop' else dict(resize_size=20, scale_jitter=(0.9, 1.33))
@@ -173,7 +184,7 @@ def test_with_augment_on_device_the_host_only_decodes_and_cuts_the_window(photos
     assert a['inputs'].shape == (8, *canvas, 3) and a['resize'].shape == (8, 8)
     resized = np.asarray(jax.jit(device.resize_windows, static_argnums=2)(a['inputs'], a['resize'], (16, 16)))
     diff = np.abs(resized.astype(int) - b['inputs'].astype(int))
-    assert diff.max() <= 1 and (diff > 0).mean() < 0.01, (diff.max(), (diff > 0).mean())
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.05, (diff.max(), (diff > 0).mean())
     assert not np.array_equal(b['inputs'], c['inputs'])
 
 
@@ -181,7 +192,7 @@ def test_with_augment_on_device_the_host_only_decodes_and_cuts_the_window(photos
 def test_a_window_resized_on_the_device_is_the_hosts_resized_crop(antialias):
   """images.window's canvas and parameters, resized by device.resize_windows, against the host's resized_crop
   (tf.raw_ops.ScaleAndTranslate) of the same crop: shrinking and growing, windows that fit their canvas and ones
-  resized on the host instead, images and two-frame clips; a level apart where float sums round the other way. And
+  resized on the host instead, images and two-frame clips; a level apart at a few percent of pixels (fixed point). And
   pil_images.window (grain) against PIL's box resize, a level apart (PIL's 8-bit fixed point)."""
   rng, resize = np.random.default_rng(0), jax.jit(device.resize_windows, static_argnums=2)
   fits = 0
@@ -197,7 +208,7 @@ def test_a_window_resized_on_the_device_is_the_hosts_resized_crop(antialias):
     fits += (params[2:4] != 1).any()
     ours = np.asarray(resize(canvas[None], params[None], (16, 16)))[0]
     diff = np.abs(ours.astype(int) - host.astype(int))
-    assert diff.max() <= 1 and (diff > 0).mean() < 0.01, (diff.max(), (diff > 0).mean())
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.05, (diff.max(), (diff > 0).mean())
   assert 10 < fits < 38  # Both branches ran.
   for _ in range(20):
     photo = Image.fromarray(np.asarray(RNG.integers(0, 256, (*rng.integers(20, 90, 2), 3)), np.uint8))

@@ -423,24 +423,3 @@ def test_augmenting_videos_is_refused(moving_digits_dir, tmp_path, capsys):
   argv += ['--workdir', str(tmp_path / 'run'), f'--config.data.data_dir={moving_digits_dir}']
   assert main.main([*argv, '--config.data.randaugment_layers=2']) == 2
   assert 'these augment images, and data.name=' in capsys.readouterr().err
-
-
-@pytest.mark.parametrize('canvas', [(20, 20), (16, 16)])
-def test_a_clips_window_decodes_only_the_window_of_its_jpeg_frames(canvas):
-  """data.canvas on JPEG frames: each frame decodes the crop's window (and a margin) alone, and the canvas and the
-  resize's parameters are exactly those of the whole frames decoded first; a window too large for its canvas (16)
-  is resized from the whole frames, as before."""
-  rng = np.random.default_rng(3)
-  ys, xs = np.mgrid[0:24, 0:34]
-  frames = [
-    np.clip(np.stack([xs * 7 + t, ys * 9, (xs + ys) * 4], -1) + rng.integers(0, 30, (24, 34, 3)), 0, 255)
-    for t in range(3)
-  ]
-  encoded = tf.stack([tf.io.encode_jpeg(f.astype(np.uint8), quality=90) for f in frames])
-  decoded = videos.decode_frames(encoded, 3)
-  for seed in range(6):
-    seeds = tuple(tf.constant([seed, i], tf.int64) for i in range(2))
-    ours = videos.jpeg_window(encoded, 3, 16, (0.9, 1.33), (16, 16), seeds, True, canvas)
-    whole = image_data.random_resized_crop(decoded, 16, (0.9, 1.33), (16, 16), *seeds, True, canvas)
-    for a, b in zip(ours, whole):
-      np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -132,9 +132,9 @@ def image_keys() -> dict:
     random_erasing=0.0,
     # Where training images and clips are flipped (data.flip), RandAugmented and colour-augmented: 'host' (the input
     # pipeline's CPU threads, in tf.data or PIL) or 'device' (in the jitted step, per example, on the accelerator:
-    # the host then only decodes and cuts the crop's window, and the device resizes it too when data.image_size is
-    # set (`device_canvas`)). The same ops and distributions, other draws (data/device.py). The cluster recipes
-    # take 'device'.
+    # the host then only decodes, crops and resizes; with data.canvas, decodes and copies the crop's window, which
+    # the device resizes). The same ops and distributions, other draws (data/device.py). The cluster recipes take
+    # 'device'.
     augment_on='host',
     # With augment_on='device' and an image_size: the jitted step resizes the training crops too, and the host only
     # decodes and copies each crop's source window into a canvas this many times image_size (no larger than the

@@ -317,19 +317,37 @@ def window_weights(out: int, size: int, valid: jax.Array, scale: jax.Array, shif
   return jnp.where(((sample >= -0.5) & (sample <= valid - 0.5))[:, None], weights, 0.0)
 
 
+# resize_windows' fixed point: weights in 1/2^10 (each row summing to 2^10 exactly), the pass between in 1/2^6 of a
+# level; every product and sum of the two passes is then an integer below 2^24, exact in float32.
+WEIGHT_UNITS, CARRY_UNITS = 2**10, 2**6
+
+
+def fixed_weights(weights: jax.Array) -> jax.Array:
+  """`weights` (rows summing to 1, or 0) as whole multiples of 1 / WEIGHT_UNITS summing to exactly WEIGHT_UNITS,
+  the rounding's remainder given to each row's largest weight (float32 integers)."""
+  units = jnp.round(weights * WEIGHT_UNITS)
+  remainder = jnp.where(units.sum(1) > 0, WEIGHT_UNITS - units.sum(1), 0.0)
+  largest = jax.nn.one_hot(jnp.argmax(units, 1), units.shape[1], dtype=units.dtype)
+  return units + largest * remainder[:, None]
+
+
 def resize_windows(x: jax.Array, params: jax.Array, shape: tuple[int, int]) -> jax.Array:
   """uint8 windows (B, [T,] H', W', C) in their canvases, resampled to `shape` (height, width) as the host's
-  images.resized_crop does it (tf.image.resize's bilinear, float32, rounded to whole levels): `params` (B, 8) are
-  each window's rows, columns, and its scale, shift and filter reach (each (rows, columns)) (images.window). Two
-  matrix products per image, in float32."""
+  images.resized_crop does it (tf.image.resize's bilinear weights): `params` (B, 8) are each window's rows,
+  columns, and its scale, shift and filter reach (each (rows, columns)) (images.window). Two matrix products per
+  image in fixed point (as PIL resizes), whose every sum is exact in float32: a pixel is then the same whatever the
+  batch's sharding (a float dot's summation order follows it, and a pixel rounded the other way changes what
+  RandAugment's discrete ops make of the image); a level at most from TensorFlow's float resize."""
+  highest = jax.lax.Precision.HIGHEST  # Exact float32 products: TF32 would round the pass between.
 
   def one(window, p):
-    rows = window_weights(shape[0], window.shape[-3], p[0], p[2], p[4], p[6])
-    cols = window_weights(shape[1], window.shape[-2], p[1], p[3], p[5], p[7])
-    highest = jax.lax.Precision.HIGHEST
+    rows = fixed_weights(window_weights(shape[0], window.shape[-3], p[0], p[2], p[4], p[6]))
+    cols = fixed_weights(window_weights(shape[1], window.shape[-2], p[1], p[3], p[5], p[7]))
     y = jnp.einsum('oh,...hwc->...owc', rows, window.astype(jnp.float32), precision=highest)
+    y = jnp.floor((y + WEIGHT_UNITS // CARRY_UNITS // 2) / (WEIGHT_UNITS // CARRY_UNITS))  # In 1/2^6 levels.
     y = jnp.einsum('pw,...owc->...opc', cols, y, precision=highest)
-    return jnp.clip(jnp.round(y), 0.0, 255.0).astype(jnp.uint8)
+    units = WEIGHT_UNITS * CARRY_UNITS
+    return jnp.clip(jnp.floor((y + units // 2) / units), 0, 255).astype(jnp.uint8)
 
   return jax.vmap(one)(x, params)
 

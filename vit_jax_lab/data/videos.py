@@ -41,44 +41,6 @@ def decode_frames(frames: tf.Tensor, channels: int) -> tf.Tensor:
   return tf.map_fn(lambda f: images.decode(f, channels), frames, fn_output_signature=spec)
 
 
-def jpeg_window(
-  frames: tf.Tensor, channels: int, short: int, jitter: tuple, crop: tuple, seeds: tuple, antialias: bool, canvas: tuple
-) -> tuple[tf.Tensor, tf.Tensor]:
-  """`images.random_resized_crop(decode_frames(frames), ..., canvas)`, the same window and parameters, but JPEG
-  frames decode only the window (and images.JPEG_MARGIN around it, so that its pixels are a whole decode's): a
-  Kinetics clip's window is about 70% of its 340x256 frames. Other frames, or a window too large for the canvas,
-  are decoded whole."""
-  jitter_seed, crop_seed = seeds
-
-  def whole():
-    decoded = decode_frames(frames, channels)
-    return images.random_resized_crop(decoded, short, jitter, crop, jitter_seed, crop_seed, antialias, canvas)
-
-  if frames.dtype != tf.string:
-    return whole()
-  shape = tf.image.extract_jpeg_shape(frames[0])[:2]  # The frames of a video share their size.
-  size = images.resized_size(shape[0], shape[1], short)
-  if jitter != (1.0, 1.0):
-    size, antialias = images.jittered_size(size, jitter_seed, *jitter, crop), True
-  top_left = images.crop_offset(size, crop, crop_seed, 4)
-  first, last, params = images.window_box(shape, size, top_left, crop, antialias)
-  jpeg = tf.reduce_all(tf.strings.substr(frames, 0, 2) == b'\xff\xd8')
-
-  def cut():
-    low = tf.maximum(first - images.JPEG_MARGIN, 0)
-    high = tf.minimum(last + images.JPEG_MARGIN, shape)
-    box, offset, extent = tf.concat([low, high - low], 0), first - low, last - first
-
-    def decode(frame):
-      pixels = tf.image.decode_and_crop_jpeg(frame, box, channels=channels)
-      return pixels[offset[0] : offset[0] + extent[0], offset[1] : offset[1] + extent[1]]
-
-    spec = tf.TensorSpec([None, None, channels], tf.uint8)
-    return images.in_canvas(tf.map_fn(decode, frames, fn_output_signature=spec), canvas, (None,)), params
-
-  return tf.cond(jpeg & tf.reduce_all(last - first <= canvas), cut, whole)
-
-
 def _inception_crop(frames: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
   """One images.inception_crop box for all frames: they lie side by side on the channel axis."""
   shape = tf.shape(frames)
@@ -111,14 +73,13 @@ def preprocess_fn(
     else:
       starts = clip_starts(length, span, clips)
     frames = tf.gather(video, tf.reshape(frame_indices(starts, num_frames, stride, length), [-1]))
-    crop = (height, width)
-    if canvas is not None and not data_config.inception_crop:
-      seeds = (jitter_seed, crop_seed)
-      return jpeg_window(frames, channels, short, jitter, crop, seeds, antialias, canvas)
     frames = decode_frames(frames, channels)  # (clips * T, H, W, C)
     cropped = train and short is not None and not data_config.inception_crop and not data_config.crop_padding
-    if canvas is not None:
+    crop = (height, width)
+    if canvas is not None and data_config.inception_crop:
       return images.window(_inception_crop(frames, box_seed), crop, (0, 0), crop, antialias, canvas)
+    if canvas is not None:
+      return images.random_resized_crop(frames, short, jitter, crop, jitter_seed, crop_seed, antialias, canvas)
     if cropped:  # Resized, jittered and cropped in one resampling of the window the crop keeps.
       frames = images.random_resized_crop(frames, short, jitter, crop, jitter_seed, crop_seed, antialias)
     elif train and data_config.inception_crop:
