@@ -44,7 +44,8 @@ class Layout:
       tensors)` (or `vivit_options`: the model keys), `to_release(tensors, num_heads)` (names onto the release
       layout, and each one's origin), `notes(config, tensors)`, `posemb_resize(config)` (how its library resamples
       position embeddings), `preprocessing(path, config)` (what `predict --pretrained` applies), and optionally
-      `adapt(config, tensors)` (the tensors renamed to what they compute, as `read` hands them on); Marian's its own.
+      `adapt(config, tensors)` (the tensors renamed to what they compute, as `read` hands them on) and
+      `projection(config)` (whether its head is an embedding projection, not a classifier); Marian's its own.
     families: the model classes that read it (their `pretrained()`: ViT, ViViT, Tracker, Transformer).
   """
 

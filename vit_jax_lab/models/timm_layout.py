@@ -365,7 +365,7 @@ def timm_options(config: dict[str, Any]) -> dict[str, Any]:
   )
 
 
-def clip_projection(config: dict[str, Any]) -> bool:
+def projection(config: dict[str, Any]) -> bool:
   """Whether a timm folder's `head` is a CLIP image tower's output projection (an embedding), not a classifier: a
   `*_clip_*` or Perception Encoder architecture as released, unless the folder says it classifies: label names, a
   fine-tuned pretrained tag (`laion2b_ft_in12k_in1k`: timm's ImageNet classifiers made from CLIP towers), or a

@@ -576,6 +576,11 @@ def vivit_options(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> 
   )
 
 
+def projection(config: dict[str, Any]) -> bool:
+  """Whether the folder's head is an embedding projection (CLIPVisionModelWithProjection), not a classifier."""
+  return 'Projection' in str(config.get('architectures'))
+
+
 def notes(config: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> list[str]:
   """What the load notes first: the architecture read, and what of the folder is left out."""
   architecture = (config.get('architectures') or [config.get('model_type', 'model')])[0]

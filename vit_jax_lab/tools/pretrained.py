@@ -24,7 +24,7 @@ from vit_jax_lab import (
 )
 from vit_jax_lab.data.info import MarianVocab
 from vit_jax_lab.errors import check
-from vit_jax_lab.models import marian_layout, release, seq2seq, timm_layout, transformers_layout, vit, vivit
+from vit_jax_lab.models import marian_layout, release, seq2seq, transformers_layout, vit, vivit
 from vit_jax_lab.tools.predictors import Item, Predictor, Unreadable
 
 # Loaded at its first use (console.lazy): --help and a mistake in the arguments need not wait for TensorFlow.
@@ -358,7 +358,7 @@ def _folder_predictor(path: str, weights: hub.HubWeights, top_k: int, kind: str)
   reader = hub.reader(weights.layout)
   options = (reader.vit_options if kind == 'image' else reader.vivit_options)(weights.config, weights.tensors)
   num_classes, input_shape = options['num_classes'], options['input_shape']
-  projection = timm_layout.clip_projection(weights.config) or 'Projection' in str(weights.config.get('architectures'))
+  projection = getattr(reader, 'projection', lambda config: False)(weights.config)
   what = 'its head is an embedding projection' if projection else 'a backbone'
   check(
     num_classes and not projection,
