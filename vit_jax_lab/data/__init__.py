@@ -29,6 +29,10 @@ JPEG_PNG = (b'\xff\xd8', b'\x89PNG')  # The starts of the image files read (JPEG
 GRAIN_UNSUPPORTED = ('color_augment', 'color_drop', 'token_budget')
 
 
+# The resize parameters (images.window_box) of a window that is its crop already: scale 1, no shift, reach 1.
+IDENTITY_RESIZE = (1.0, 1.0, 0.0, 0.0, 1.0, 1.0)
+
+
 def device_canvas(
   d: ml_collections.ConfigDict, height: int, width: int, train: bool, source: tuple[int, int] | None = None
 ) -> tuple[int, int] | None:

@@ -8,7 +8,7 @@ from typing import Callable
 import tensorflow as tf
 
 from vit_jax_lab import console
-from vit_jax_lab.data import JPEG_PNG, augment, device_canvas
+from vit_jax_lab.data import IDENTITY_RESIZE, JPEG_PNG, augment, device_canvas
 
 JPEG_MARGIN = 16  # Pixels decoded around a JPEG crop: its pixels then equal a whole decode's (8 was enough, measured).
 
@@ -189,9 +189,6 @@ def in_canvas(x: tf.Tensor, canvas: tuple[int, int], leading: tuple = ()) -> tf.
   return tf.ensure_shape(tf.reshape(padded, [*unknown, *canvas, channels]), [*leading, *canvas, channels])
 
 
-IDENTITY = (1.0, 1.0, 0.0, 0.0, 1.0, 1.0)  # resize_windows' parameters of a window that is the crop already.
-
-
 def window(
   image: tf.Tensor, size, top_left, crop: tuple[int, int], antialias: bool, canvas: tuple[int, int]
 ) -> tuple[tf.Tensor, tf.Tensor]:
@@ -208,7 +205,7 @@ def window(
 
   def resized():
     resized_pixels = pixels(resized_crop(image, size, top_left, crop, antialias))
-    return in_canvas(resized_pixels, canvas, leading), tf.constant([*crop, *IDENTITY], tf.float32)
+    return in_canvas(resized_pixels, canvas, leading), tf.constant([*crop, *IDENTITY_RESIZE], tf.float32)
 
   return tf.cond(tf.reduce_all(last - first <= canvas), cut, resized)
 

@@ -25,7 +25,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageEnhance, ImageOps
 
-from vit_jax_lab.data import device_canvas
+from vit_jax_lab.data import IDENTITY_RESIZE, device_canvas
 from vit_jax_lab.data.info import resized_size
 
 FILL = 128  # Uncovered pixels of geometric ops (augment.FILL).
@@ -164,7 +164,7 @@ def window(
     return out, np.concatenate([extent, scale, first * scale - corner, reach]).astype(np.float32)
   resized = resize(decode(pixels, pixels.shape[-1]), crop[::-1], antialias, box)
   out[: crop[0], : crop[1]] = np.asarray(resized, np.uint8).reshape(*crop, -1)
-  return out, np.array([*crop, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0], np.float32)
+  return out, np.array([*crop, *IDENTITY_RESIZE], np.float32)
 
 
 def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool, source: tuple | None = None) -> Callable:
