@@ -341,3 +341,18 @@ def test_workers_beyond_the_hosts_cores_or_memory_are_one_line(digits_dir, monke
   with pytest.raises(ConfigError, match=r'data.workers=1 would take about 0.3 GiB .* use fewer') as e:
     data_lib.validate(config.data)
   assert '\n' not in str(e.value)
+
+
+def test_jpegs_decode_with_simplejpeg_to_pils_pixels():
+  """pil_images.decode reads a JPEG with simplejpeg (faster) and gets PIL's pixels, grey or colour; a CMYK JPEG,
+  which simplejpeg converts a level apart from PIL, is PIL's."""
+  ys, xs = np.mgrid[0:37, 0:53]
+  rgb = np.stack([xs * 4, ys * 6, (xs * ys) % 256], -1).astype(np.uint8)
+  for mode, channels in (('RGB', 3), ('L', 1), ('L', 3), ('RGB', 1), ('CMYK', 3)):
+    buffer = io.BytesIO()
+    Image.fromarray(rgb).convert(mode).save(buffer, 'JPEG', quality=90)
+    data = buffer.getvalue()
+    expected = np.asarray(Image.open(io.BytesIO(data)).convert('L' if channels == 1 else 'RGB'))
+    np.testing.assert_array_equal(np.asarray(pil_images.decode(data, channels)), expected)
+    np.testing.assert_array_equal(pil_images.pixels_of(data, channels).reshape(expected.shape), expected)
+  assert pil_images._jpeg(data, 3) is None  # The CMYK one: PIL's.

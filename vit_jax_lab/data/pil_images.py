@@ -31,8 +31,26 @@ from vit_jax_lab.data.info import resized_size
 FILL = 128  # Uncovered pixels of geometric ops (augment.FILL).
 
 
+def _jpeg(data: bytes, channels: int) -> np.ndarray | None:
+  """A JPEG's uint8 pixels (H, W, channels) by simplejpeg (libjpeg-turbo, as PIL's decoder: the same pixels on the
+  ImageNet stand-in, at 1.2x PIL's images per CPU-second, experiments/rehearsal/host_limit.py); None for another
+  file, a JPEG it cannot read, or a CMYK one (PIL converts those to RGB its own way, a level apart), which PIL
+  decodes."""
+  if not data.startswith(b'\xff\xd8'):
+    return None
+  try:
+    space = simplejpeg.decode_jpeg_header(data)[2]
+    if space not in ('YCbCr', 'Gray', 'RGB') or (channels == 1 and space != 'Gray'):  # PIL's grey: its own luma.
+      return None
+    return simplejpeg.decode_jpeg(data, colorspace='GRAY' if channels == 1 else 'RGB')
+  except ValueError:
+    return None
+
+
 def decode(data: bytes | np.ndarray, channels: int) -> Image.Image:
   """An image file (JPEG, PNG, ...), or uint8 pixels (H, W, C), as a PIL image of `channels` (1: 'L', 3: 'RGB')."""
+  if isinstance(data, bytes) and (pixels := _jpeg(data, channels)) is not None:
+    data = pixels
   if isinstance(data, np.ndarray):
     image = Image.fromarray(data[..., 0] if data.shape[-1] == 1 else data)
   else:
@@ -126,14 +144,9 @@ def randaugment(image: Image.Image, rng: np.random.Generator, layers: int, magni
 
 
 def pixels_of(data: bytes | np.ndarray, channels: int) -> np.ndarray:
-  """uint8 (H, W, channels) of an image file or pixels: a JPEG decoded by simplejpeg (libjpeg-turbo; 1.2x PIL's
-  images per CPU-second on the ImageNet stand-in, experiments/rehearsal/host_limit.py), anything else (or a JPEG it
-  cannot convert, e.g. CMYK) by PIL (`decode`)."""
-  if isinstance(data, bytes) and data.startswith(b'\xff\xd8'):
-    try:
-      return simplejpeg.decode_jpeg(data, colorspace='GRAY' if channels == 1 else 'RGB')
-    except ValueError:
-      pass
+  """uint8 (H, W, channels) of an image file or pixels, as `decode` gives them, without a PIL image for a JPEG."""
+  if isinstance(data, bytes) and (pixels := _jpeg(data, channels)) is not None:
+    return pixels
   image = np.asarray(decode(data, channels), np.uint8)
   return image.reshape(*image.shape[:2], channels)
 
