@@ -110,6 +110,27 @@ def test_processes_started_with_different_configs_stop_in_one_line_before_writin
   assert not os.path.exists(os.path.join(workdir, 'config.json'))
 
 
+def test_how_a_supervised_child_ends_is_said(tmp_path):
+  """The runtime's fatal abort names the lost process; an abort with nothing said is a lost process too (one line,
+  75: a scheduler reruns); another abort's lines and any other status pass through as they were."""
+  import signal
+
+  from vit_jax_lab import supervisor
+
+  (tmp_path / 'checkpoints' / '4').mkdir(parents=True)
+  fatal = b'E1128 x] stopped sending heartbeats): 1\nF1128 ' + supervisor._FATAL + b'\n'
+  said, code = supervisor.ending(-signal.SIGABRT, fatal, str(tmp_path), 0, 2)
+  assert code == supervisor.LOST_STATUS and said.decode().startswith('error: process 1 of 2 stopped answering')
+  said, code = supervisor.ending(-signal.SIGABRT, b'', str(tmp_path), 0, 2)
+  assert code == supervisor.LOST_STATUS and said.decode() == (
+    "error: JAX's distributed service lost a process of 2, so process 0 stopped too; start every process again with "
+    'the same command to continue from the checkpoint of step 4\n'
+  )
+  other = b'F1128 check failed: something else\n'
+  assert supervisor.ending(-signal.SIGABRT, other, str(tmp_path), 0, 2) == (other, 134)
+  assert supervisor.ending(2, b'', str(tmp_path), 0, 2) == (b'', 2)
+
+
 def test_a_process_id_out_of_range_is_one_line(smoke_config):
   from vit_jax_lab import config as config_lib
 

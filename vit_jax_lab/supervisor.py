@@ -77,12 +77,20 @@ def run(argv: list[str], workdir: str, process_id: int | None, num_processes: in
     os.write(2, line)
   status = child.wait()
   out.join()
-  text = b''.join(block)
-  if status != -signal.SIGABRT or _FATAL not in text:
-    os.write(2, text)
-    return status if status >= 0 else 128 - status
-  print(f'error: {_lost(text, process_id, num_processes)}; {_newest_checkpoint(workdir)}', file=sys.stderr)
-  return LOST_STATUS
+  said, code = ending(status, b''.join(block), workdir, process_id, num_processes)
+  os.write(2, said)
+  return code
+
+
+def ending(
+  status: int, text: bytes, workdir: str, process_id: int | None, num_processes: int | None
+) -> tuple[bytes, int]:
+  """(what to print, the exit status) once the child ended with `status` and the runtime's held `text`: the
+  runtime's fatal abort, or an abort with nothing said (seen once in a dozen kills of a peer mid-step: a signal
+  with no log), is a lost process, one line and LOST_STATUS so that a scheduler reruns; anything else as it was."""
+  if status != -signal.SIGABRT or (_FATAL not in text and text.strip()):
+    return text, status if status >= 0 else 128 - status
+  return f'error: {_lost(text, process_id, num_processes)}; {_newest_checkpoint(workdir)}\n'.encode(), LOST_STATUS
 
 
 def _relay_stdout(stream) -> None:
