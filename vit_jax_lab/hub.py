@@ -309,18 +309,12 @@ def refuse_pickled(path: str) -> None:
     raise ConfigError(f'init_from={path!r}: ' + _conversion_hint(os.path.basename(path)))
 
 
-def _weight_map(path: str) -> dict[str, str] | None:
-  """A sharded folder's index: tensor name -> its shard file's name; None without an index."""
-  if not os.path.lexists(os.path.join(path, INDEX)):
-    return None
-  return errors.read_json(os.path.join(path, INDEX), 'init_from: the index').get('weight_map')
-
-
-def _weight_files(path: str) -> list[str]:
-  """The safetensors files of a folder: the index's shards, or model.safetensors (or the only .safetensors)."""
+def _weight_files(path: str) -> tuple[list[str], dict[str, str] | None]:
+  """The safetensors files of a folder: the index's shards, or model.safetensors (or the only .safetensors); and
+  the index's weight map (tensor name -> shard file name), None without one."""
   names = sorted(os.listdir(path))
   if INDEX in names:
-    weight_map = _weight_map(path)
+    weight_map = errors.read_json(os.path.join(path, INDEX), 'init_from: the index').get('weight_map')
     errors.check(
       isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values()),
       f'init_from={errors.foreign(path)}: {INDEX} has no weight_map of tensor names to shard files',
@@ -329,10 +323,10 @@ def _weight_files(path: str) -> list[str]:
     missing = [s for s in shards if s not in names]
     if missing:
       raise ConfigError(f'init_from={path!r}: {INDEX} names shards the folder lacks: {", ".join(missing)}')
-    return [os.path.join(path, s) for s in shards]
+    return [os.path.join(path, s) for s in shards], weight_map
   found = [WEIGHTS] if WEIGHTS in names else [n for n in names if n.endswith('.safetensors')]
   if len(found) == 1:
-    return [os.path.join(path, found[0])]
+    return [os.path.join(path, found[0])], None
   pickled = [n for n in names if n.endswith(PICKLED)]
   if pickled:
     raise ConfigError(f'init_from={path!r} holds only pickled weights: ' + _conversion_hint(pickled[0]))
@@ -360,7 +354,7 @@ def read(path: str) -> HubWeights:
     raise ConfigError(
       f'init_from={path!r} has no {CONFIG}: a hub folder holds config.json and model.safetensors (or its shards)'
     )
-  files = _weight_files(path)
+  files, weight_map = _weight_files(path)
   for file in files:
     errors.regular_file(file, 'init_from: the weights', 2**44)  # A pipe or device would block or never end.
   config = errors.read_json(os.path.join(path, CONFIG), 'init_from: the config')
@@ -372,7 +366,6 @@ def read(path: str) -> HubWeights:
     except Exception as e:  # safetensors raises its own SafetensorError for a damaged header.
       name = os.path.basename(file)
       raise ConfigError(f'init_from={path!r}: {name} is not a readable safetensors file ({e})') from None
-  weight_map = _weight_map(path)
   if weight_map is not None:  # The index is what transformers and timm load by: a tensor elsewhere is not theirs.
     for name, file in weight_map.items():
       where = os.path.basename(names.get(name, ''))
