@@ -232,7 +232,8 @@ class TrainBatches:
 
   def __init__(self, builder, data_config, info: LabelInfo, seed: int):
     local, count, self.per_shard = data_lib.shards(data_config, 'batch_size')
-    preprocess = pil_images.preprocess_fn(data_config, info.input_shape, train=True, source=info.source_size)
+    canvas = data_lib.device_canvas(data_config, *info.input_shape[-3:-1], True, info.source_size)
+    preprocess = pil_images.preprocess_fn(data_config, info.input_shape, train=True, canvas=canvas)
     self.shards = [_Shard(builder, data_config.train_split, s, count, info, preprocess) for s in local]
     for shard in self.shards:
       check(

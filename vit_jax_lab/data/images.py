@@ -8,7 +8,7 @@ from typing import Callable
 import tensorflow as tf
 
 from vit_jax_lab import console
-from vit_jax_lab.data import IDENTITY_RESIZE, JPEG_PNG, augment, device_canvas
+from vit_jax_lab.data import IDENTITY_RESIZE, JPEG_PNG, augment
 
 JPEG_MARGIN = 16  # Pixels decoded around a JPEG crop: its pixels then equal a whole decode's (8 was enough, measured).
 
@@ -253,20 +253,19 @@ def pixels(image: tf.Tensor) -> tf.Tensor:
 
 
 def preprocess_fn(
-  data_config, shape: tuple[int, int, int], train: bool, device_resize: bool = False, source: tuple | None = None
+  data_config, shape: tuple[int, int, int], train: bool, canvas: tuple[int, int] | None = None
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor | tuple[tf.Tensor, tf.Tensor]]:
   """(uint8 image or its encoded file, seed) -> uint8 image of `shape` (height, width, channels), augmented for
   training as `data_config` asks; resized pixels are rounded to whole levels, as PIL's resize gives them. The
   jitted step scales them to data.value_range and erases at random (data/device.py), and with
-  data.augment_on='device' flips, RandAugments and colour-augments them first. `device_resize` (the classification
-  task's batches, which carry the parameters): where data.device_canvas gives a canvas (no larger than the images'
-  `source` size, when known), (its window, the parameters) instead, for the jitted step to resize (`window`)."""
+  data.augment_on='device' flips, RandAugments and colour-augments them first. With a training `canvas`
+  (data.device_canvas's; the classification task's batches carry the parameters): (the crop's window in it, the
+  resize's parameters) instead, for the jitted step to resize (`window`)."""
   height, width, channels = shape
   short, jitter = data_config.resize_size, tuple(data_config.scale_jitter)
   color, antialias = color_fn(data_config), data_config.antialias
   randaugment = augment.randaugment_fn(data_config)
   on_host = data_config.augment_on == 'host'  # Else the flip, RandAugment and colours are the jitted step's.
-  canvas = device_canvas(data_config, height, width, train, source) if device_resize else None
 
   def fn(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
     crop_seed, pad_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))

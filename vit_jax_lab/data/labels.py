@@ -10,7 +10,7 @@ from typing import Callable
 
 import tensorflow as tf
 
-from vit_jax_lab.data import images, videos
+from vit_jax_lab.data import device_canvas, images, videos
 from vit_jax_lab.data.info import LabelInfo
 from vit_jax_lab.errors import check
 
@@ -45,7 +45,8 @@ def preprocess_fn(data_config, info: LabelInfo, train: bool) -> Callable[[dict, 
     f'these augment images, and data.name={data_config.name!r} has videos: set both to 0',
   )
   module = videos if info.input_key == 'video' else images
-  inputs_fn = module.preprocess_fn(data_config, info.input_shape, train, device_resize=True, source=info.source_size)
+  canvas = device_canvas(data_config, *info.input_shape[-3:-1], train, info.source_size)
+  inputs_fn = module.preprocess_fn(data_config, info.input_shape, train, canvas)
   key = 'views' if info.input_key == 'video' and not train else 'inputs'
 
   def fn(example: dict, seed: tf.Tensor) -> dict:

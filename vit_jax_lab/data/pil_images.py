@@ -25,7 +25,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageEnhance, ImageOps
 
-from vit_jax_lab.data import IDENTITY_RESIZE, device_canvas
+from vit_jax_lab.data import IDENTITY_RESIZE
 from vit_jax_lab.data.info import resized_size
 
 FILL = 128  # Uncovered pixels of geometric ops (augment.FILL).
@@ -180,16 +180,17 @@ def window(
   return out, np.array([*crop, *IDENTITY_RESIZE], np.float32)
 
 
-def preprocess_fn(data_config, shape: tuple[int, int, int], train: bool, source: tuple | None = None) -> Callable:
+def preprocess_fn(
+  data_config, shape: tuple[int, int, int], train: bool, canvas: tuple[int, int] | None = None
+) -> Callable:
   """(image file or uint8 pixels, generator) -> uint8 (height, width, channels), augmented for training as
   `data_config` asks: images.preprocess_fn's steps in its order. Random erasing and the scaling to
   data.value_range happen in the jitted step, as on tf.data, and with data.augment_on='device' the flip, RandAugment
-  and colour augmentation too, and the resize of a training crop where data.device_canvas gives a canvas (no larger
-  than the images' `source` size): then (its window, the resize's parameters) (`window`)."""
+  and colour augmentation too, and with a training `canvas` (data.device_canvas's) the crop's resize: then (its
+  window in the canvas, the resize's parameters) (`window`)."""
   height, width, channels = shape
   short, antialias, d = data_config.resize_size, data_config.antialias, data_config
   on_host = d.augment_on == 'host'  # Else the flip and RandAugment are the jitted step's (data/device.py).
-  canvas = device_canvas(d, height, width, train, source)
 
   def cut(pixels: np.ndarray, rng: np.random.Generator, out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """The crop's window in its canvas (`out`, or a new one): of an inception box, or of the short-side resize's

@@ -5,7 +5,7 @@ from typing import Callable
 
 import tensorflow as tf
 
-from vit_jax_lab.data import device_canvas, images
+from vit_jax_lab.data import images
 from vit_jax_lab.data.images import inception_crop
 
 
@@ -51,18 +51,17 @@ def _inception_crop(frames: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
 
 
 def preprocess_fn(
-  data_config, shape: tuple[int, int, int, int], train: bool, device_resize: bool = False, source: tuple | None = None
+  data_config, shape: tuple[int, int, int, int], train: bool, canvas: tuple[int, int] | None = None
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor | tuple[tf.Tensor, tf.Tensor]]:
   """(uint8 video or its encoded frames, seed) -> one clip of `shape` (T, H, W, C) for training, or for evaluation its
   (eval_clips * eval_crops, T, H, W, C) views, clip-major; uint8 (images.preprocess_fn), scaled on the device.
-  `device_resize`: a training clip's window and the parameters of its resize, as images.preprocess_fn's."""
+  With a training `canvas`: the clip's window in it and the parameters of its resize, as images.preprocess_fn's."""
   num_frames, height, width, channels = shape
   stride = data_config.frame_stride
   span = (num_frames - 1) * stride + 1
   short = data_config.resize_size or data_config.image_size
   clips, crops = (1, 1) if train else (data_config.eval_clips, data_config.eval_crops)
   jitter, color, antialias = tuple(data_config.scale_jitter), images.color_fn(data_config), data_config.antialias
-  canvas = device_canvas(data_config, height, width, train, source) if device_resize else None
 
   def fn(video: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     time_seed, box_seed, crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 4))
