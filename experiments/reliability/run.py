@@ -474,26 +474,19 @@ def free_address() -> str:
     return f'127.0.0.1:{s.getsockname()[1]}'
 
 
-def children(pid: int) -> list[int]:
-  """The live processes whose parent is `pid` (grain's workers, Python's resource tracker)."""
-  found = []
-  for entry in filter(str.isdigit, os.listdir('/proc')):
-    try:
-      with open(f'/proc/{entry}/stat') as f:
-        fields = f.read().rpartition(')')[2].split()
-    except OSError:  # Ended meanwhile.
-      continue
-    if int(fields[1]) == pid and fields[0] != 'Z':
-      found.append(int(entry))
-  return found
-
-
-def alive(pid: int) -> bool:
+def parent_if_alive(pid: int | str) -> int | None:
+  """The parent of process `pid` while it runs; None once it has ended (gone, or a zombie)."""
   try:
     with open(f'/proc/{pid}/stat') as f:
-      return f.read().rpartition(')')[2].split()[0] != 'Z'
-  except FileNotFoundError:
-    return False
+      state, parent = f.read().rpartition(')')[2].split()[:2]
+  except OSError:
+    return None
+  return None if state == 'Z' else int(parent)
+
+
+def children(pid: int) -> list[int]:
+  """The live processes whose parent is `pid` (grain's workers, Python's resource tracker)."""
+  return [int(entry) for entry in filter(str.isdigit, os.listdir('/proc')) if parent_if_alive(entry) == pid]
 
 
 def cluster(lab: Lab, rows: Rows) -> None:
@@ -549,7 +542,7 @@ def cluster(lab: Lab, rows: Rows) -> None:
   run.process.kill()
   run.wait()
   time.sleep(5)
-  left = [pid for pid in workers if alive(pid)]
+  left = [pid for pid in workers if parent_if_alive(pid) is not None]
   rows.add(
     'a grain run with `data.workers=2` killed (SIGKILL)',
     run.status,
