@@ -221,6 +221,34 @@ def test_a_window_resized_on_the_device_is_the_hosts_resized_crop(antialias):
     assert np.abs(ours.astype(int) - host.astype(int)).max() <= 1
 
 
+def smooth_image(rows: int, cols: int) -> np.ndarray:
+  ys, xs = np.mgrid[0:rows, 0:cols]
+  return np.stack([xs * 200 / cols, ys * 200 / rows, (xs + ys) * 100 / (rows + cols)], -1).astype(np.uint8)
+
+
+def test_a_canvas_smaller_than_the_crop_enlarges_on_the_device():
+  """data.canvas < 1 (small images enlarged, as CIFAR's to 384): a window that fits is enlarged on the device as
+  the host would, a level apart; one larger than the canvas is shrunk into it on the host and enlarged back, near
+  the host's crop (a smooth gradient of about 4 levels a pixel: a mean under a level, at most 6 at the edges,
+  where the round trip loses half a pixel). TensorFlow's images.window and grain's pil_images.window."""
+  resize, crop, canvas = jax.jit(device.resize_windows, static_argnums=2), (48, 40), (20, 18)
+  for rows, cols in ((12, 10), (17, 15), (60, 52)):
+    image = smooth_image(rows, cols)
+    host = images.pixels(images.resized_crop(tf.constant(image), (48, 40), (0, 0), crop, False)).numpy()
+    window, params = (x.numpy() for x in images.window(tf.constant(image), (48, 40), (0, 0), crop, False, canvas))
+    ours = np.asarray(resize(window[None], params[None], crop))[0]
+    fits = rows <= canvas[0] and cols <= canvas[1]
+    diff = np.abs(ours.astype(int) - host.astype(int))
+    assert diff.max() <= (1 if fits else 6) and diff.mean() < 1, (rows, cols, diff.max(), diff.mean())
+    photo = Image.fromarray(image)
+    host = np.asarray(pil_images.resize(photo, crop[::-1], False))
+    window, params = pil_images.window(image, (0, 0, cols, rows), crop, False, canvas)
+    ours = np.asarray(resize(window[None], params[None], crop))[0]
+    diff = np.abs(ours.astype(int) - host.astype(int))
+    assert diff.max() <= (1 if fits else 6) and diff.mean() < 1, (rows, cols, diff.max(), diff.mean())
+    assert (params[2:4] > 1).all() and params[0] <= canvas[0] and params[1] <= canvas[1]
+
+
 def test_a_canvas_needs_the_device_an_image_size_and_no_padding(tmp_path):
   """data.canvas is the device's resize: with the host's augmentation, no image_size or crop_padding it would do
   nothing, so it is one line naming the three."""
@@ -228,5 +256,7 @@ def test_a_canvas_needs_the_device_an_image_size_and_no_padding(tmp_path):
     config = augmenting_config(tmp_path, canvas=2.0, **data)
     with pytest.raises(ConfigError, match=r'data.canvas=2.0 has the jitted step resize training crops: it needs'):
       config_lib.validate(config)
-  with pytest.raises(ConfigError, match='data.canvas=0.5 must be 0'):
-    config_lib.validate(augmenting_config(tmp_path, canvas=0.5, crop_padding=0, image_size=16))
+  for canvas in (-1.0, 8.5):
+    with pytest.raises(ConfigError, match=f'data.canvas={canvas} must be 0'):
+      config_lib.validate(augmenting_config(tmp_path, canvas=canvas, crop_padding=0, image_size=16))
+  config_lib.validate(augmenting_config(tmp_path, canvas=0.25, crop_padding=0, image_size=16))

@@ -29,8 +29,12 @@ JPEG_PNG = (b'\xff\xd8', b'\x89PNG')  # The starts of the image files read (JPEG
 GRAIN_UNSUPPORTED = ('color_augment', 'color_drop', 'token_budget')
 
 
-# The resize parameters (images.window_box) of a window that is its crop already: scale 1, no shift, reach 1.
-IDENTITY_RESIZE = (1.0, 1.0, 0.0, 0.0, 1.0, 1.0)
+def whole_crop(crop: tuple[int, int], canvas: tuple[int, int]) -> tuple[tuple[int, int], tuple[float, ...]]:
+  """The size a crop resized on the host travels at (`crop`, or less where the canvas is smaller: small images
+  enlarged, data.canvas < 1) and the resize parameters (images.window_box's) that enlarge it back in the step:
+  plain bilinear, no shift."""
+  fits = min(crop[0], canvas[0]), min(crop[1], canvas[1])
+  return fits, (*fits, crop[0] / fits[0], crop[1] / fits[1], 0.0, 0.0, 1.0, 1.0)
 
 
 def device_canvas(
@@ -144,7 +148,8 @@ def image_keys() -> dict:
     # decodes and copies each crop's source window into a canvas this many times image_size (no larger than the
     # images, where the dataset says their size); a window that does not fit is resized on the host. 0: the host
     # resizes. The canvas should hold most crops: 2 for inception crops of ImageNet's photos (up to 500 px) at 224,
-    # 1.25 for Kinetics' short-side crops under scale jitter down to 0.9. It costs transfer (a 448-pixel canvas is
+    # 1.25 for Kinetics' short-side crops under scale jitter down to 0.9, under 1 where small images are enlarged
+    # (0.25 for CIFAR's 32-pixel images at 384). It costs transfer (a 448-pixel canvas is
     # 4x the bytes of the 224-pixel image) and device FLOPs (experiments/rehearsal/host_limit.py prints both).
     canvas=0.0,
     # Training: each example appears this many times in its batch, each copy augmented with its own seed
@@ -185,8 +190,8 @@ def check_images(d: ml_collections.ConfigDict) -> None:
     d.augment_on in AUGMENT_ON, f'data.augment_on={d.augment_on!r} is not one of {", ".join(map(repr, AUGMENT_ON))}'
   )
   check(
-    d.canvas == 0 or 1 <= d.canvas <= 8,
-    f'data.canvas={d.canvas} must be 0 (the host resizes) or from 1 to 8 (times data.image_size)',
+    0 <= d.canvas <= 8,
+    f'data.canvas={d.canvas} must be 0 (the host resizes) or above 0 up to 8 (times data.image_size)',
   )
   check(
     not d.canvas or (d.augment_on == 'device' and d.image_size is not None and not d.crop_padding),

@@ -8,7 +8,7 @@ from typing import Callable
 import tensorflow as tf
 
 from vit_jax_lab import console
-from vit_jax_lab.data import IDENTITY_RESIZE, JPEG_PNG, augment
+from vit_jax_lab.data import JPEG_PNG, augment, whole_crop
 
 JPEG_MARGIN = 16  # Pixels decoded around a JPEG crop: its pixels then equal a whole decode's (8 was enough, measured).
 
@@ -195,7 +195,8 @@ def window(
   """`resized_crop(image, size, top_left, crop, antialias)` left to the device (data.augment_on='device'): the
   host cuts the pixels it reads (`window_box`) into the top-left corner of a zero uint8 `canvas` (height, width),
   and data/device.py's `resize_windows` resamples them there, given `window_box`'s parameters. A window larger
-  than the canvas (a large photo) is resized here instead and handed over with the identity's parameters.
+  than the canvas (a large photo) is resized here instead and handed over with the identity's parameters, or, in
+  a canvas smaller than the crop, shrunk to it and enlarged back on the device (`whole_crop`).
   Resampling is then the device's work: a training image costs the host its decode and a copy."""
   first, last, params = window_box(tf.shape(image)[-3:-1], size, top_left, crop, antialias)
   leading = tuple(image.shape[:-3])
@@ -205,7 +206,10 @@ def window(
 
   def resized():
     resized_pixels = pixels(resized_crop(image, size, top_left, crop, antialias))
-    return in_canvas(resized_pixels, canvas, leading), tf.constant([*crop, *IDENTITY_RESIZE], tf.float32)
+    fits, params = whole_crop(crop, canvas)
+    if fits != tuple(crop):
+      resized_pixels = pixels(tf.image.resize(resized_pixels, fits, antialias=True))
+    return in_canvas(resized_pixels, canvas, leading), tf.constant(params, tf.float32)
 
   return tf.cond(tf.reduce_all(last - first <= canvas), cut, resized)
 

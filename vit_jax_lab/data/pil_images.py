@@ -25,7 +25,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageEnhance, ImageOps
 
-from vit_jax_lab.data import IDENTITY_RESIZE
+from vit_jax_lab.data import whole_crop
 from vit_jax_lab.data.info import resized_size
 
 FILL = 128  # Uncovered pixels of geometric ops (augment.FILL).
@@ -163,7 +163,8 @@ def window(
   images.window does it: the pixels PIL's filter reads for it (the box and the filter's reach around it, within the
   image) in the top-left corner of a zero uint8 `canvas` (height, width), and (rows, columns, scale (2), shift (2),
   reach (2)) float32 for data/device.py's `resize_windows`, which samples where PIL's box resize does; a window
-  larger than the canvas is resized here. `out`: the zero canvas to fill (a row of the batch), else a new one."""
+  larger than the canvas is resized here (and shrunk to a canvas smaller than the crop, `whole_crop`). `out`: the
+  zero canvas to fill (a row of the batch), else a new one."""
   left, top, right, bottom = box
   scale = np.array([crop[0] / (bottom - top), crop[1] / (right - left)])
   corner, size = np.array([top, left]) * scale, np.array(pixels.shape[:2])
@@ -176,8 +177,11 @@ def window(
     out[: extent[0], : extent[1]] = pixels[first[0] : last[0], first[1] : last[1]]
     return out, np.concatenate([extent, scale, first * scale - corner, reach]).astype(np.float32)
   resized = resize(decode(pixels, pixels.shape[-1]), crop[::-1], antialias, box)
-  out[: crop[0], : crop[1]] = np.asarray(resized, np.uint8).reshape(*crop, -1)
-  return out, np.array([*crop, *IDENTITY_RESIZE], np.float32)
+  fits, params = whole_crop(crop, canvas)
+  if fits != tuple(crop):
+    resized = resize(resized, fits[::-1])
+  out[: fits[0], : fits[1]] = np.asarray(resized, np.uint8).reshape(*fits, -1)
+  return out, np.array(params, np.float32)
 
 
 def preprocess_fn(
