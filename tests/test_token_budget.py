@@ -16,6 +16,7 @@ from test_train import read_metrics
 from vit_jax_lab import train
 from vit_jax_lab.config import ConfigError
 from vit_jax_lab.data import builders, pipeline, text
+from vit_jax_lab.tasks import seq2seq
 
 
 @pytest.fixture(scope='module')
@@ -104,6 +105,30 @@ def test_same_batches_on_1_device_and_8(scan_dir):
     for k in a:
       np.testing.assert_array_equal(a[k], b[k])
   assert {b['targets'].shape for b in one} == {(64, 8), (32, 16), (16, 32), (8, 64)}
+
+
+def test_batches_padded_in_numpy_are_the_per_example_pipelines(scan_dir, monkeypatch):
+  """Token ids alone (the translation task's preprocess carries .padded_to): Held.padded makes each bucket's batches
+  in NumPy, equal to the per-example path's (a stream, the padding preprocess, batch, the bucket's cut), over
+  epochs and from a resumed step; inputs cut at 16 pad to 16 where the bucket is longer."""
+  config = scan_config(scan_dir, data__shards=2, data__max_input_length=16)
+  assert seq2seq.Seq2Seq().preprocess(config.data, train.setup(config, jax.devices()[:1]).info, True).padded_to
+  fast, resumed = batches(config, 40), batches(config, 20, start=20)
+  padding = seq2seq.Seq2Seq.preprocess
+
+  def per_example(*args, **kwargs):
+    fn = padding(*args, **kwargs)
+    return lambda example, seed: fn(example, seed)  # Without .padded_to.
+
+  monkeypatch.setattr(seq2seq.Seq2Seq, 'preprocess', per_example)
+  slow = batches(config, 40)
+  assert {b['inputs'].shape[1] for b in slow} == {8, 16} and len({b['targets'].shape for b in slow}) == 4
+  for a, b in zip(fast, slow):
+    assert a.keys() == b.keys()
+    for k in a:
+      np.testing.assert_array_equal(a[k], b[k])
+  for a, b in zip(resumed, fast[20:]):
+    np.testing.assert_array_equal(a['targets'], b['targets'])
 
 
 def test_buckets_a_shard_lacks_join_the_next_longer_and_the_schedule_keeps_proportions():

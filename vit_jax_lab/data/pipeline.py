@@ -39,7 +39,7 @@ from vit_jax_lab.errors import ConfigError, check
 tf.config.set_visible_devices([], 'GPU')
 
 Batch = dict[str, jax.Array]
-Preprocess = Callable[[dict, tf.Tensor], dict]
+Preprocess = Callable[[dict, tf.Tensor], dict]  # May carry .padded_to: {key: length} when all it does is pad ids.
 Prepare = Callable[[tf.data.Dataset], tf.data.Dataset]  # May carry .batches: the same as ragged batches (Held).
 
 
@@ -272,6 +272,7 @@ def _bucketed(
   example), batched; step s takes the bucket `_schedule` gives it."""
   local_shards, num_shards = data_lib.shard_ids(data_config)
   lengths = tf.constant(buckets.lengths(), tf.int32)
+  padded_to = getattr(preprocess, 'padded_to', None)
 
   def with_buckets(batch):
     return tf.searchsorted(lengths, tf.cast(buckets.length(batch), tf.int32)), batch
@@ -303,6 +304,10 @@ def _bucketed(
     for shard, h in zip(local_shards, held):
       mine = np.flatnonzero((h.buckets >= first) & (h.buckets <= last))
       start_epoch, offset = divmod(int(used[g]) * per_batch, len(mine))
+      if padded_to:  # Token ids only: whole batches padded in NumPy, no tf.data op per example.
+        widths = {k: min(length, width) for k, width in padded_to.items()}
+        streams.append(h.padded(mine, (seed, shard, first), start_epoch, offset, per_batch, widths))
+        continue
       ds = h.stream(mine, (seed, shard, first), start_epoch, offset)
       ds = ds.map(
         lambda i, ex, shard=shard: preprocess(ex, _example_seed(seed, shard, i)),
@@ -359,6 +364,39 @@ class Held:
         out[k] = v[indices]
     return out
 
+  @staticmethod
+  def epochs(indices: np.ndarray, key: tuple[int, ...], start_epoch: int, offset: int) -> Iterator:
+    """(epoch, the examples at `indices` in its order), from `start_epoch` on, `offset` examples into it."""
+    for e in itertools.count(start_epoch):
+      order = indices[np.random.default_rng([*key, e]).permutation(len(indices))]
+      yield e, order[offset:] if e == start_epoch else order
+
+  def padded(
+    self, indices: np.ndarray, key: tuple[int, ...], start_epoch: int, offset: int, batch: int, widths: dict
+  ) -> tf.data.Dataset:
+    """`stream`'s examples in batches of `batch`, each feature of `widths` cut or padded with zeros (PAD) to its
+    width there: what `stream`, a padding preprocess, .batch(batch) and the bucket's cut give, made in NumPy."""
+
+    def batches():
+      pending = np.zeros(0, np.int64)
+      for _, order in self.epochs(indices, key, start_epoch, offset):
+        pending = np.concatenate([pending, order])
+        while len(pending) >= batch:
+          rows, pending = pending[:batch], pending[batch:]
+          yield {k: self.dense(k, rows, width) for k, width in widths.items()}
+
+    signature = {k: tf.TensorSpec([batch, width], self.spec[k].dtype) for k, width in widths.items()}
+    return tf.data.Dataset.from_generator(batches, output_signature=signature)
+
+  def dense(self, k: str, rows: np.ndarray, width: int) -> np.ndarray:
+    """Variable-length feature `k` of the examples at `rows`, each cut or zero-padded to `width`."""
+    flat, offsets = self.features[k]
+    lengths = np.minimum(offsets[rows + 1] - offsets[rows], width)
+    out = np.zeros((len(rows), width), flat.dtype)
+    mask = np.arange(width) < lengths[:, None]
+    out[mask] = flat[(offsets[rows][:, None] + np.arange(width))[mask]]
+    return out
+
   def stream(self, indices: np.ndarray, key: tuple[int, ...], start_epoch: int, offset: int) -> tf.data.Dataset:
     """(stream index, example) of the examples at `indices`, epoch after epoch from `start_epoch`, `offset` examples
     into it: epoch e is a permutation drawn from (*key, e); the stream index e * n + i, with i the example's index in
@@ -367,9 +405,7 @@ class Held:
     n = len(self.buckets)
 
     def chunks():
-      for e in itertools.count(start_epoch):
-        order = indices[np.random.default_rng([*key, e]).permutation(len(indices))]
-        order = order[offset:] if e == start_epoch else order
+      for e, order in self.epochs(indices, key, start_epoch, offset):
         for c in range(0, len(order), self.READ_BATCH):
           rows = order[c : c + self.READ_BATCH]
           yield e * n + rows.astype(np.int64), self.rows(rows)

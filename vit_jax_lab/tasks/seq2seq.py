@@ -154,6 +154,8 @@ class Seq2Seq(Task):
         inputs = image_fn(example['inputs'], seed)
       return {'inputs': inputs, 'targets': text.pad_to(example['targets'], info.max_target_length)}
 
+    if image_fn is None:  # Padding alone: the token-budget pipeline pads whole batches instead.
+      fn.padded_to = {'inputs': info.input_shape[0], 'targets': info.max_target_length}
     return fn
 
   def pack(self, data_config) -> tuple[int, Callable] | None:
