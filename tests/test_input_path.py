@@ -158,6 +158,16 @@ def test_a_run_whose_buffers_exceed_the_hosts_memory_is_refused_before_anything_
   train.setup(config, jax.devices()[:1])
 
 
+def test_small_records_enlarged_by_image_size_count_at_their_batch(photos, tmp_path, monkeypatch):
+  """~1 KB files made 224 px: batches of 2,048 hold ~1.2 GB in flight though their records come to ~10 MB, and a
+  600 MB host (a job's cgroup) refuses the run in one line (it was estimated at the records' size and ran)."""
+  config = deit_like(photos, tmp_path / 'tfds', image_size=224, resize_size=256, batch_size=2048, shuffle_buffer=16)
+  monkeypatch.setattr(hosts, 'available_memory', lambda: 600 * 2**20)
+  with pytest.raises(config_lib.ConfigError, match=r'batches of .* in flight.* lower data\.batch_size') as e:
+    train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert '\n' not in str(e.value) and not (tmp_path / 'run').exists()
+
+
 def test_a_batch_beyond_the_hosts_memory_is_refused_before_anything_runs(photos, tmp_path):
   """data.batch_size=10**12 on a small folder: one line naming data.batch_size (before, the run started and hung
   building its first batch, with no line)."""

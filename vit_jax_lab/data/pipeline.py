@@ -154,8 +154,12 @@ def host_memory(
   else:  # The prepared split is held in memory (Held), and shuffled there.
     buffered = per_shard * len(local_shards)
   batch_bytes = 0
-  # Traced where the buffers, or the batches in flight at the records' own size, come near the limit.
-  if (buffered + BATCHES_IN_FLIGHT * shard_batch * len(local_shards)) * example_bytes >= batches_from and not buckets:
+  # Traced where the buffers, or the batches in flight at the records' own size or at data.image_size (small
+  # records enlarged: 8x8 digits at 224), come near the limit.
+  frames = data_config.num_frames if 'video' in builder.info.features else 1
+  enlarged = (data_config.image_size or 0) ** 2 * 3 * frames
+  in_flight = BATCHES_IN_FLIGHT * shard_batch * len(local_shards) * max(example_bytes, enlarged)
+  if buffered * example_bytes + in_flight >= batches_from and not buckets:
     ds = _read(builder, data_config.train_split, False, prepare)
     spec = ds.map(lambda ex: preprocess(ex, tf.zeros([2], tf.int64)))
     shapes = [s for s in tf.nest.flatten(spec.element_spec) if s.shape.is_fully_defined()]
