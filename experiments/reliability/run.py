@@ -1,12 +1,13 @@
 """Every way a `python -m main` run ends, from the command line: signals, kill -9, a non-finite loss, damaged
 checkpoints and files, full and read-only disks, two runs on one workdir, bad inputs, a lost or disagreeing process
-of a two-process run, grain's workers after a kill. Prints and rewrites the
+of a two-process run, grain's workers after a kill, a job's memory cgroup. Prints and rewrites the
 README's table: per case its exit status, the one line it ended with, and whether the rerun equalled the
 uninterrupted run.
 
 python -m experiments.reliability.run [--keep]    # rewrites the table in README.md; see there for the time
 Each case is a real `python -m main` subprocess (JAX_PLATFORMS=cpu) on configs/vit/digits.py, shortened to 200
-steps. Runs as root: the full-disk and read-only cases mount tmpfs file systems, unmounted again at the end.
+steps. Runs as root: the full-disk and read-only cases mount tmpfs file systems, unmounted again at the end, and
+the memory case makes a cgroup of 2 GiB under this process's own, removed again.
 --keep keeps the temporary directory (workdirs, and each command's output in logs/) instead of deleting it.
 """
 
@@ -46,10 +47,12 @@ NORMAL = re.compile(r'(parameters:|  \S.* [\d,]+$|mesh |step +\d+/|eval at step 
 class Run:
   """One `python -m main` subprocess; what it prints (stdout and stderr together) goes to a file."""
 
-  def __init__(self, lab: 'Lab', workdir: str, overrides: tuple[str, ...], config: str):
+  def __init__(self, lab: 'Lab', workdir: str, overrides: tuple[str, ...], config: str, cgroup: str | None = None):
     lab.count += 1
     self.log = os.path.join(lab.tmp, 'logs', f'{lab.count:02d}.txt')
     command = common.main_command(config, workdir, [f'--config.data.data_dir={lab.data_dir}', *overrides])
+    if cgroup is not None:  # Joins the group first, as a scheduler starts a job in its own.
+      command = ['sh', '-c', f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', 'sh', *command]
     with open(self.log, 'w') as out:
       self.process = subprocess.Popen(command, cwd=common.ROOT, env=lab.env, stdout=out, stderr=subprocess.STDOUT)
     lab.processes.append(self.process)
@@ -108,11 +111,11 @@ class Lab:
   def workdir(self, name: str) -> str:
     return os.path.join(self.tmp, 'runs', name)
 
-  def start(self, workdir: str, *overrides: str, config: str = CONFIG) -> Run:
-    return Run(self, workdir, overrides, config)
+  def start(self, workdir: str, *overrides: str, config: str = CONFIG, cgroup: str | None = None) -> Run:
+    return Run(self, workdir, overrides, config, cgroup)
 
-  def run(self, workdir: str, *overrides: str, config: str = CONFIG) -> Run:
-    return self.check_noise(self.start(workdir, *overrides, config=config).wait())
+  def run(self, workdir: str, *overrides: str, config: str = CONFIG, cgroup: str | None = None) -> Run:
+    return self.check_noise(self.start(workdir, *overrides, config=config, cgroup=cgroup).wait())
 
   def check_noise(self, run: Run) -> Run:
     self.noise += [(run.log, line) for line in run.foreign()]
@@ -550,6 +553,30 @@ def cluster(lab: Lab, rows: Rows) -> None:
   )
 
 
+def memory_cgroup(lab: Lab, rows: Rows) -> None:
+  """A job in its own memory cgroup of 2 GiB under this process's (as SLURM or Kubernetes puts one; the host has
+  more), whose batches would hold ~3 GiB: refused from the group's limit, not the host's."""
+  from vit_jax_lab import hosts
+
+  case = 'a run in its own 2 GiB memory cgroup, its batches ~3 GiB in flight (the host has 23 GiB)'
+  own, version = hosts.memory_cgroups()[0]
+  group = os.path.join(own, f'reliability_{os.getpid()}')
+  try:
+    os.mkdir(group)
+    with open(os.path.join(group, 'memory.max' if version == 2 else 'memory.limit_in_bytes'), 'w') as f:
+      f.write(str(2 * 2**30))
+  except OSError as e:
+    rows.add(case, 'not run', f'no cgroup made here ({e.strerror})')
+    return
+  try:
+    workdir = lab.workdir('cgroup')
+    run = lab.run(workdir, *BASE, '--config.data.image_size=224', '--config.data.batch_size=16384', cgroup=group)
+    rows.refused(case, run, workdir)
+  finally:
+    lab.kill_all()
+    os.rmdir(group)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(prog='python -m experiments.reliability.run')
   parser.add_argument('--keep', action='store_true', help='keep the workdirs and the output of every command')
@@ -570,6 +597,7 @@ def main() -> None:
     bad_inputs(lab, rows, reference)
     hostile(lab, rows)
     cluster(lab, rows)
+    memory_cgroup(lab, rows)
   finally:
     lab.kill_all()
   minutes = (time.time() - start) / 60
