@@ -347,7 +347,7 @@ def test_export_timm_round_trip_is_exact_and_gives_timms_logits(name, tmp_path):
   model, params = _random_vit(name)
   folder = str(tmp_path / name)
   data = ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=40))
-  config = export.write_timm(model, params, data, folder)
+  config = export.write_folder(folder, *timm_layout.folder(model, params, data))
   assert config['pretrained_cfg']['crop_pct'] == 0.8 and config['pretrained_cfg']['mean'] == [0.5] * 3
   weights = hub.read(folder)
   assert weights.layout == 'timm_vit' and set(weights.tensors) >= {'patch_embed.proj.weight', 'head.weight'}
@@ -371,9 +371,8 @@ def test_export_timm_eva_without_layerscale_writes_unit_gammas(tmp_path):
   model = vit.ViT(10, (32, 32, 3), rngs=nnx.Rngs(0), **kwargs)
   _numpy_params(model)
   data = ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None))
-  config = export.write_timm(
-    model, jax.device_get(nnx.state(model, nnx.Param).to_pure_dict()), data, str(tmp_path / 'a')
-  )
+  params = jax.device_get(nnx.state(model, nnx.Param).to_pure_dict())
+  config = export.write_folder(str(tmp_path / 'a'), *timm_layout.folder(model, params, data))
   assert config['model_args']['init_values'] == 1.0
   weights = hub.read(str(tmp_path / 'a'))
   np.testing.assert_array_equal(weights.tensors['blocks.1.gamma_2'], np.ones(32, np.float32))
@@ -401,7 +400,7 @@ def test_export_timm_folds_a_patch_bias_beside_norm_pre_into_the_positions(tmp_p
   params['embedding']['bias'] = np.random.RandomState(1).randn(32).astype(np.float32)
   _with_params(model, params)
   data = ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None))
-  export.write_timm(model, params, data, str(tmp_path / 'a'))
+  export.write_folder(str(tmp_path / 'a'), *timm_layout.folder(model, params, data))
   weights = hub.read(str(tmp_path / 'a'))
   assert 'patch_embed.proj.bias' not in weights.tensors
   np.testing.assert_allclose(
@@ -431,7 +430,7 @@ def test_export_timm_folds_a_patch_bias_beside_norm_pre_into_the_positions(tmp_p
   )
   bare_params = _numpy_params(bare)
   with pytest.raises(ConfigError, match='beside norm_pre has no bias, and this model'):
-    export.write_timm(bare, bare_params, data, str(tmp_path / 'b'))
+    timm_layout.folder(bare, bare_params, data)
 
 
 @pytest.mark.parametrize('name', EXPORTED_TRANSFORMERS)
@@ -443,7 +442,7 @@ def test_export_transformers_round_trip_is_exact_and_gives_the_librarys_logits(n
   folder = str(tmp_path / name)
   labels = [f'class {i}' for i in range(10)]
   data = ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None))
-  config = export.write_transformers(model, params, data, folder, labels)
+  config = export.write_folder(folder, *transformers_layout.folder(model, params, data, labels))
   assert config['id2label']['3'] == 'class 3' and config['architectures'] == ['ViTForImageClassification']
   weights = hub.read(folder)
   assert weights.layout == 'transformers_vit' and 'vit.embeddings.cls_token' in weights.tensors
@@ -522,7 +521,7 @@ def test_export_transformers_video_round_trip_is_exact_and_gives_the_librarys_lo
   folder = str(tmp_path / name)
   labels = [f'class {i}' for i in range(10)]
   data = ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None, image_size=None))
-  config = export.write_transformers(model, params, data, folder, labels)
+  config = export.write_folder(folder, *transformers_layout.folder(model, params, data, labels))
   videomae = name.startswith('hf_videomae')
   architecture = 'VideoMAEForVideoClassification' if videomae else 'VivitForVideoClassification'
   assert config['architectures'] == [architecture] and config['id2label']['3'] == 'class 3'
@@ -687,12 +686,10 @@ if __name__ == '__main__':  # The folders make_references.py's `export DIR` mode
   import sys
 
   for name in [*EXPORTED, *EXPORTED_TRANSFORMERS, *EXPORTED_VIDEO]:
-    write = export.write_timm if name in EXPORTED else export.write_transformers
-    write(
-      *(_random_vivit(name) if name in EXPORTED_VIDEO else _random_vit(name)),
-      ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None, image_size=None)),
-      f'{sys.argv[1]}/{name}',
-    )
+    layout = timm_layout if name in EXPORTED else transformers_layout
+    model, params = _random_vivit(name) if name in EXPORTED_VIDEO else _random_vit(name)
+    data = ml_collections.ConfigDict(dict(value_range=(-1.0, 1.0), resize_size=None, image_size=None))
+    export.write_folder(f'{sys.argv[1]}/{name}', *layout.folder(model, params, data))
 
 
 def test_predict_pretrained_decodes_jpegs_as_pil_does():

@@ -396,9 +396,15 @@ def random_transformer(**changes):
   return model_config, params, model
 
 
+def write_marian(model_config, params, data_config, out, vocab_dir):
+  """tools.export's writer of a translation run (config.model, config.data) whose workdir is `vocab_dir`."""
+  run = ml_collections.ConfigDict(dict(model=model_config, data=data_config))
+  return export.WRITERS['transformers']['transformer'](run, params, out, vocab_dir)
+
+
 def write_export(out, **changes):
   model_config, params, model = random_transformer(**changes)
-  config = export.write_marian(model_config, params, ml_collections.ConfigDict(EXPORT_DATA), out, EXPORT)
+  config = write_marian(model_config, params, ml_collections.ConfigDict(EXPORT_DATA), out, EXPORT)
   return config, params, model
 
 
@@ -453,7 +459,7 @@ def test_export_scanned_run_writes_the_same_folder(tmp_path):
   _, params, _ = write_export(str(tmp_path / 'plain'))
   model_config = random_transformer(scan=True)[0]
   scanned = layers.scanned_like(params, nnx.state(build(model_config, 40), nnx.Param).to_pure_dict())
-  export.write_marian(model_config, scanned, ml_collections.ConfigDict(EXPORT_DATA), str(tmp_path / 'scan'), EXPORT)
+  write_marian(model_config, scanned, ml_collections.ConfigDict(EXPORT_DATA), str(tmp_path / 'scan'), EXPORT)
   a = safetensors.numpy.load_file(str(tmp_path / 'plain' / 'model.safetensors'))
   b = safetensors.numpy.load_file(str(tmp_path / 'scan' / 'model.safetensors'))
   jax.tree.map(np.testing.assert_array_equal, a, b)
@@ -503,7 +509,7 @@ def test_export_of_a_run_from_a_marian_folder_gives_the_folder_back(tmp_path):
   params = jax.device_get(nnx.state(model, nnx.Param).to_pure_dict())
   data = ml_collections.ConfigDict(dict(vocab=FOLDER, max_input_length=16, max_target_length=8))
   out = str(tmp_path / 'again')
-  config = export.write_marian(model_config, params, data, out, str(tmp_path))
+  config = write_marian(model_config, params, data, out, str(tmp_path))
   assert config['vocab_size'] == 53 and config['pad_token_id'] == 52 and config['activation_function'] == 'swish'
   original = safetensors.numpy.load_file(os.path.join(FOLDER, 'model.safetensors'))
   again = safetensors.numpy.load_file(os.path.join(out, 'model.safetensors'))
@@ -527,17 +533,15 @@ def test_export_refuses_what_marian_cannot_compute(tmp_path):
     assert not os.path.exists(tmp_path / 'x')
   model_config, params, _ = random_transformer()
   with pytest.raises(ConfigError) as e:
-    export.write_marian(model_config, params, ml_collections.ConfigDict(EXPORT_DATA | dict(vocab='words')), 'x', '.')
+    write_marian(model_config, params, ml_collections.ConfigDict(EXPORT_DATA | dict(vocab='words')), 'x', '.')
   assert "data.vocab='words'" in one_line(e)
   with pytest.raises(ConfigError) as e:
-    export.write_marian(
+    write_marian(
       model_config, params, ml_collections.ConfigDict(EXPORT_DATA | dict(vocab='sentencepiece')), 'x', str(tmp_path)
     )
   assert 'sentencepiece.model is not there' in one_line(e)
   with pytest.raises(ConfigError) as e:  # A caption run's image encoder.
-    export.write_marian(
-      model_config, params | {'patch_embedding': {}}, ml_collections.ConfigDict(EXPORT_DATA), 'x', '.'
-    )
+    write_marian(model_config, params | {'patch_embedding': {}}, ml_collections.ConfigDict(EXPORT_DATA), 'x', '.')
   assert 'an image-to-text Transformer; MarianMTModel translates tokens to tokens' in one_line(e)
 
 

@@ -45,7 +45,12 @@ class Layout:
       layout, and each one's origin), `notes(config, tensors)`, `posemb_resize(config)` (how its library resamples
       position embeddings), `preprocessing(path, config)` (what `predict --pretrained` applies), and optionally
       `adapt(config, tensors)` (the tensors renamed to what they compute, as `read` hands them on) and
-      `projection(config)` (whether its head is an embedding projection, not a classifier); Marian's its own.
+      `projection(config)` (whether its head is an embedding projection, not a classifier); Marian's its own. A
+      module that `tools.export --layout` writes with (its tools.export.HUB_LAYOUTS entry) also has `EXPORTS` (the
+      model families, config.model.name, whose runs it writes) and `folder(model, params, data_config, labels)` ->
+      (JSON files by name, model.safetensors' tensors), which tools.export writes; Marian's `folder` takes the run's
+      parameters, configs and vocabulary (a model builder and Marian folder reader from tools.export) and also
+      returns the tokenizer files to copy and notes.
     families: the model classes that read it (their `pretrained()`: ViT, ViViT, Tracker, Transformer).
   """
 

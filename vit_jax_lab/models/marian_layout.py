@@ -5,13 +5,18 @@ Marian is the original post-norm Transformer with fixed sine-cosine positions (s
 layers.sincos_1d), embeddings scaled by sqrt(d_model), one embedding table for source, target and output plus a
 `final_logits_bias`, and no BOS: the decoder starts from <pad>. Its ids (eos 0, unk 1, pad = size - 1) become ours
 by tokens.foreign_ids: the embedding rows and the bias are gathered so that each of our ids means its token.
+
+The way back, for `tools.export --layout transformers` of a translation run (EXPORTS): `folder`, by `from_params`,
+`folder_config` and `marian_tokenizer` (the run's vocabulary as Marian's tokenizer files).
 """
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+import sentencepiece as spm
 
+import vit_jax_lab.models.layers as layers
 from vit_jax_lab import errors, hub, tokens
 from vit_jax_lab.errors import ConfigError
 
@@ -281,3 +286,89 @@ def folder_config(model: Any, model_config: Any, data_config: Any, rows: list[in
     forced_eos_token_id=None,
   )
   return config, generation, notes
+
+
+# The model families (config.model.name) whose runs `folder` writes: tools.export --layout transformers.
+EXPORTS = ('transformer',)
+
+
+def marian_tokenizer(
+  data_config: Any, vocab_dir: str, marian_vocab: Callable[[str], Any]
+) -> tuple[list[int], dict, dict, dict]:
+  """The run's vocabulary as a Marian tokenizer: (Marian's id of each of our ids, tokenizer files to copy as
+  {name: path}, vocab.json (None: copied), tokenizer_config.json's names of the special tokens). A trained
+  SentencePiece model (data.vocab='sentencepiece': vocab_dir's sentencepiece.model, or a .model file) becomes both
+  sides' model; its pieces in vocab.json as Marian orders them (eos 0, unk 1, the pieces, pad last = the decoder
+  start, which is our BOS; our PAD has no id of its own). A Marian folder (a run fine-tuned from one) is copied.
+  `marian_vocab(data.vocab)`: the tokenizer of the Marian folder data.vocab names (data.info.MarianVocab), or None
+  where it names none; the caller reads it, as models may not import data."""
+  vocab = data_config.vocab
+  tokenizer = marian_vocab(vocab)
+  if tokenizer is not None:
+    rows = [tokenizer.marian[piece] for piece in tokenizer.pieces]
+    names = {'pad_token': tokenizer.pieces[tokens.BOS], 'eos_token': tokenizer.pieces[tokens.EOS]}
+    names['unk_token'] = tokenizer.pieces[tokens.UNK]
+    files = {name: os.path.join(vocab, name) for name in (*tokenizer.FILES, 'tokenizer_config.json')}
+    files = {name: path for name, path in files.items() if os.path.isfile(path)}
+    return rows, files, None, names
+  errors.check(
+    vocab != 'words',
+    "--layout transformers: data.vocab='words'; MarianMTModel's tokenizer is a SentencePiece model: train with "
+    "data.vocab='sentencepiece' (or a .model file) to export a translation run",
+  )
+  path = os.path.join(vocab_dir, 'sentencepiece.model') if vocab == 'sentencepiece' else vocab
+  errors.check(os.path.isfile(path), f"--layout transformers: the run's SentencePiece model {path} is not there")
+  sp = spm.SentencePieceProcessor(model_file=path)
+  ids, specials = (sp.pad_id(), sp.bos_id(), sp.eos_id(), sp.unk_id()), (tokens.PAD, tokens.BOS, tokens.EOS, tokens.UNK)
+  errors.check(ids == specials, f'--layout transformers: {path} has pad, bos, eos, unk ids {ids}, not ours {specials}')
+  size = sp.get_piece_size() - 1  # PAD and BOS share Marian's pad.
+  rows = tokens.foreign_ids(size, pad=size - 1, eos=0, unk=1)
+  pieces = {rows[i]: sp.id_to_piece(i) for i in range(sp.get_piece_size()) if i != tokens.BOS}
+  vocab_json = {pieces[m]: m for m in range(size)}
+  names = {'pad_token': pieces[size - 1], 'eos_token': pieces[0], 'unk_token': pieces[1]}
+  return rows, {'source.spm': path, 'target.spm': path}, vocab_json, names
+
+
+def folder(
+  params: dict[str, Any],
+  model_config: Any,
+  data_config: Any,
+  vocab_dir: str,
+  build: Callable[[int], Any],
+  marian_vocab: Callable[[str], Any],
+) -> tuple[dict[str, dict], dict[str, np.ndarray], dict[str, str], list[str]]:
+  """`params` of a seq2seq Transformer run (config.model `model_config`, trained on data of `data_config` whose
+  trained SentencePiece model, if any, is in `vocab_dir`) as a transformers folder that
+  `MarianMTModel.from_pretrained` and `MarianTokenizer.from_pretrained` load: its JSON files by name (config.json,
+  generation_config.json, vocab.json, tokenizer_config.json, less those copied), model.safetensors' tensors, the
+  tokenizer files to copy (name -> path: source.spm, target.spm, a Marian folder's own) and notes (a LayerNorm
+  epsilon other than Marian's), for tools.export to write. `build(vocab_size)`: the run's model for that many ids,
+  built abstractly (the model registry imports this module); `marian_vocab`: as marian_tokenizer's."""
+  params = layers.unscanned(params)
+  errors.check(
+    'patch_embedding' not in params,
+    '--layout transformers: an image-to-text Transformer; MarianMTModel translates tokens to tokens',
+  )
+  rows, files, vocab_json, names = marian_tokenizer(data_config, vocab_dir, marian_vocab)
+  ours = params['target_embedding']['embedding'].shape[0]
+  errors.check(
+    ours == len(rows),
+    f"--layout transformers: the run's embedding has {ours} rows, its vocabulary {data_config.vocab} {len(rows)} ids",
+  )
+  config, generation, notes = folder_config(build(ours), model_config, data_config, rows)
+  tokenizer_config = dict(
+    tokenizer_class='MarianTokenizer',
+    separate_vocabs=False,
+    source_lang=None,
+    target_lang=None,
+    model_max_length=config['max_position_embeddings'],
+    sp_model_kwargs={},
+    **names,
+  )
+  tensors = from_params(params, rows)
+  json_files = {'config.json': config, 'generation_config.json': generation}
+  if vocab_json is not None:
+    json_files['vocab.json'] = vocab_json
+  if 'tokenizer_config.json' not in files:  # A Marian folder's own is copied.
+    json_files['tokenizer_config.json'] = tokenizer_config
+  return json_files, tensors, files, notes

@@ -12,8 +12,8 @@ outputs, through SiLU) and the value (second half): fc1 twice as wide as fc2's i
 timm's Eva class (its rotary ViTs, DINOv3, EVA-02, Perception Encoder: the rows of EVA) is read into the same ViT:
 LayerScale `gamma_1` / `gamma_2`, q and v biases (no key bias) or separate q / k / v projections (layout 'timm_eva'),
 SwiGLU as `fc1_g` / `fc1_x` and the MLP's hidden LayerNorm `mlp.norm`, RoPE-Mixed's `rope.freqs`. The way back,
-for `tools.export --layout timm`: `from_release` (with `to_eva`) and `folder_config`, VisionTransformer's or Eva's
-(`eva_args`); what `predict --pretrained` applies: `preprocessing`.
+for `tools.export --layout timm`: `folder` (the model families it writes: EXPORTS), by `from_release` (with `to_eva`)
+and `folder_config`, VisionTransformer's or Eva's (`eva_args`); what `predict --pretrained` applies: `preprocessing`.
 """
 
 import math
@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+import vit_jax_lab.models.release as release
 from vit_jax_lab import errors, hub
 from vit_jax_lab.errors import ConfigError
 
@@ -846,3 +847,19 @@ def folder_config(model: Any, data_config: Any) -> dict:
     model_args=args,
     pretrained_cfg=pretrained_cfg,
   )
+
+
+EXPORTS = ('vit',)  # The model families (config.model.name) whose runs `folder` writes: tools.export --layout timm.
+
+
+def folder(
+  model: Any, params: dict, data_config: Any, labels: list[str] | None = None
+) -> tuple[dict[str, dict], dict[str, np.ndarray]]:
+  """`params` of the ViT `model` as a timm hub folder: its JSON files by name (config.json, with `label_names` when
+  given) and model.safetensors' tensors, for tools.export to write."""
+  config = folder_config(model, data_config) | ({'label_names': labels} if labels else {})
+  patches = model.grid[0] * model.grid[1]
+  tensors = from_release(release.to_release(params, model.structure['num_heads']), patches)
+  if is_eva(model.structure):
+    tensors = to_eva(tensors)
+  return {'config.json': config}, tensors

@@ -26,9 +26,10 @@ Conv3d tubelet embedding (out, in, time, h, w), VideoMAE's query and value biase
 none: a zero one is the same function, softmax being blind to a constant per query) and its `fc_norm` after the
 average pool. `vivit_options` gives the ViViT keys of such a folder.
 
-`from_release` is the way back, for `tools.export --layout transformers` (config.json and preprocessor_config.json by
-`folder_config` and `video_folder_config`): a ViT as `ViTForImageClassification`, a
-ViViT model 1 as `VivitForVideoClassification` or, with VideoMAE's options, `VideoMAEForVideoClassification`.
+`folder` is the way back, for `tools.export --layout transformers` (the model families it writes: EXPORTS; tensors by
+`from_release`, config.json and preprocessor_config.json by `folder_config` and `video_folder_config`): a ViT as
+`ViTForImageClassification`, a ViViT model 1 as `VivitForVideoClassification` or, with VideoMAE's options,
+`VideoMAEForVideoClassification`.
 """
 
 import math
@@ -39,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+import vit_jax_lab.models.release as release
+import vit_jax_lab.models.vivit as vivit
 from vit_jax_lab import errors, hub
 from vit_jax_lab.errors import ConfigError
 
@@ -816,3 +819,24 @@ def video_folder_config(model: Any, data_config: Any, labels: list[str] | None =
   if model_type == 'vivit':
     preprocessor['offset'] = False  # Its default maps to [-1, 1] by itself; mean and std do it here.
   return config, preprocessor
+
+
+# The model families (config.model.name) whose runs `folder` writes: tools.export --layout transformers (a seq2seq
+# Transformer's, MarianMTModel, is marian_layout's).
+EXPORTS = ('vit', 'vivit')
+
+
+def folder(
+  model: Any, params: dict, data_config: Any, labels: list[str] | None = None
+) -> tuple[dict[str, dict], dict[str, np.ndarray]]:
+  """`params` of the ViT or ViViT `model` as a transformers folder that its classifier's `from_pretrained` loads:
+  its JSON files by name (config.json, preprocessor_config.json) and model.safetensors' tensors, for tools.export to
+  write."""
+  video = isinstance(model, vivit.ViViT)
+  configs = video_folder_config if video else folder_config
+  config, preprocessor = configs(model, data_config, labels)
+  flat = release.to_release(params, model.structure['num_heads'])
+  if 'fc_norm' in params:  # VideoMAE's, after the average pool: no place in the release layout.
+    flat |= {f'fc_norm/{k}': np.asarray(params['fc_norm'][k]) for k in ('scale', 'bias')}
+  tensors = from_release(flat, config['model_type'])
+  return {'config.json': config, 'preprocessor_config.json': preprocessor}, tensors

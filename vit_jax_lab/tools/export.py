@@ -40,16 +40,15 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import safetensors.numpy
-import sentencepiece as spm
 from flax import nnx
 from jax._src.export import _export
 from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import func, stablehlo
 
-from vit_jax_lab import checkpoints, console, errors, models, tasks, tokens, train
+from vit_jax_lab import checkpoints, console, errors, models, tasks, train
 from vit_jax_lab.data import device, info
 from vit_jax_lab.errors import ConfigError, check
-from vit_jax_lab.models import layers, marian_layout, release, timm_layout, transformers_layout, vivit
+from vit_jax_lab.models import marian_layout, timm_layout, transformers_layout
 from vit_jax_lab.tools import common
 
 # Loaded at their first use (console.lazy): they import TensorFlow, which --help and a mistake in the arguments
@@ -246,122 +245,12 @@ def _name(path) -> str:
   return '/'.join(k for k in keys if k != 'value')
 
 
-def write_timm(
-  model: nnx.Module, params: dict, data_config: ml_collections.ConfigDict, out: str, labels: list[str] | None = None
-) -> dict:
-  """Writes `params` of the ViT `model` as a timm hub folder `out` (config.json, with `label_names` when given;
-  model.safetensors written with safetensors' NumPy API) and returns its config."""
-  config = timm_layout.folder_config(model, data_config) | ({'label_names': labels} if labels else {})
-  patches = model.grid[0] * model.grid[1]
-  tensors = timm_layout.from_release(release.to_release(params, model.structure['num_heads']), patches)
-  if timm_layout.is_eva(model.structure):
-    tensors = timm_layout.to_eva(tensors)
-  _write_folder(out, {'config.json': config}, tensors)
-  return config
-
-
-def write_transformers(
-  model: nnx.Module, params: dict, data_config: ml_collections.ConfigDict, out: str, labels: list[str] | None = None
-) -> dict:
-  """Writes `params` of the ViT or ViViT `model` as a transformers folder `out` that its classifier's
-  `from_pretrained(out)` loads (config.json, preprocessor_config.json, model.safetensors) and returns its config."""
-  video = isinstance(model, vivit.ViViT)
-  configs = transformers_layout.video_folder_config if video else transformers_layout.folder_config
-  config, preprocessor = configs(model, data_config, labels)
-  flat = release.to_release(params, model.structure['num_heads'])
-  if 'fc_norm' in params:  # VideoMAE's, after the average pool: no place in the release layout.
-    flat |= {f'fc_norm/{k}': np.asarray(params['fc_norm'][k]) for k in ('scale', 'bias')}
-  tensors = transformers_layout.from_release(flat, config['model_type'])
-  _write_folder(out, {'config.json': config, 'preprocessor_config.json': preprocessor}, tensors)
-  return config
-
-
-def marian_tokenizer(data_config: ml_collections.ConfigDict, vocab_dir: str) -> tuple[list[int], dict, dict, dict]:
-  """The run's vocabulary as a Marian tokenizer: (Marian's id of each of our ids, tokenizer files to copy as
-  {name: path}, vocab.json (None: copied), tokenizer_config.json's names of the special tokens). A trained
-  SentencePiece model (data.vocab='sentencepiece': vocab_dir's sentencepiece.model, or a .model file) becomes both
-  sides' model; its pieces in vocab.json as Marian orders them (eos 0, unk 1, the pieces, pad last = the decoder
-  start, which is our BOS; our PAD has no id of its own). A Marian folder (a run fine-tuned from one) is copied."""
-  vocab = data_config.vocab
-  if info.is_marian_folder(vocab):
-    tokenizer = info.MarianVocab(vocab)
-    rows = [tokenizer.marian[piece] for piece in tokenizer.pieces]
-    names = {'pad_token': tokenizer.pieces[tokens.BOS], 'eos_token': tokenizer.pieces[tokens.EOS]}
-    names['unk_token'] = tokenizer.pieces[tokens.UNK]
-    files = {name: os.path.join(vocab, name) for name in (*info.MarianVocab.FILES, 'tokenizer_config.json')}
-    files = {name: path for name, path in files.items() if os.path.isfile(path)}
-    return rows, files, None, names
-  check(
-    vocab != 'words',
-    "--layout transformers: data.vocab='words'; MarianMTModel's tokenizer is a SentencePiece model: train with "
-    "data.vocab='sentencepiece' (or a .model file) to export a translation run",
-  )
-  path = os.path.join(vocab_dir, 'sentencepiece.model') if vocab == 'sentencepiece' else vocab
-  check(os.path.isfile(path), f"--layout transformers: the run's SentencePiece model {path} is not there")
-  sp = spm.SentencePieceProcessor(model_file=path)
-  ids, specials = (sp.pad_id(), sp.bos_id(), sp.eos_id(), sp.unk_id()), (tokens.PAD, tokens.BOS, tokens.EOS, tokens.UNK)
-  check(ids == specials, f'--layout transformers: {path} has pad, bos, eos, unk ids {ids}, not ours {specials}')
-  size = sp.get_piece_size() - 1  # PAD and BOS share Marian's pad.
-  rows = tokens.foreign_ids(size, pad=size - 1, eos=0, unk=1)
-  pieces = {rows[i]: sp.id_to_piece(i) for i in range(sp.get_piece_size()) if i != tokens.BOS}
-  vocab_json = {pieces[m]: m for m in range(size)}
-  names = {'pad_token': pieces[size - 1], 'eos_token': pieces[0], 'unk_token': pieces[1]}
-  return rows, {'source.spm': path, 'target.spm': path}, vocab_json, names
-
-
-def write_marian(
-  model_config: ml_collections.ConfigDict,
-  params: dict,
-  data_config: ml_collections.ConfigDict,
-  out: str,
-  vocab_dir: str,
-) -> dict:
-  """Writes `params` of a seq2seq Transformer run (config.model `model_config`, trained on data of `data_config`
-  whose trained SentencePiece model, if any, is in `vocab_dir`) as a transformers folder `out` that
-  `MarianMTModel.from_pretrained(out)` and `MarianTokenizer.from_pretrained(out)` load (config.json,
-  generation_config.json, model.safetensors, source.spm, target.spm, vocab.json, tokenizer_config.json); returns its
-  config. Notes (a LayerNorm epsilon other than Marian's) go to stderr."""
-  params = layers.unscanned(params)
-  check(
-    'patch_embedding' not in params,
-    '--layout transformers: an image-to-text Transformer; MarianMTModel translates tokens to tokens',
-  )
-  rows, files, vocab_json, names = marian_tokenizer(data_config, vocab_dir)
-  ours = params['target_embedding']['embedding'].shape[0]
-  check(
-    ours == len(rows),
-    f"--layout transformers: the run's embedding has {ours} rows, its vocabulary {data_config.vocab} {len(rows)} ids",
-  )
-  model = nnx.eval_shape(
-    lambda: models.build(model_config, nnx.Rngs(0), vocab_size=ours, input_vocab_size=ours, input_shape=None, max_len=1)
-  )
-  config, generation, notes = marian_layout.folder_config(model, model_config, data_config, rows)
-  tokenizer_config = dict(
-    tokenizer_class='MarianTokenizer',
-    separate_vocabs=False,
-    source_lang=None,
-    target_lang=None,
-    model_max_length=config['max_position_embeddings'],
-    sp_model_kwargs={},
-    **names,
-  )
-  tensors = marian_layout.from_params(params, rows)
-  json_files = {'config.json': config, 'generation_config.json': generation}
-  if vocab_json is not None:
-    json_files['vocab.json'] = vocab_json
-  if 'tokenizer_config.json' not in files:  # A Marian folder's own is copied.
-    json_files['tokenizer_config.json'] = tokenizer_config
-  _write_folder(out, json_files, tensors, files)
-  for note in notes:
-    print(f'--out {out}: {note}', file=sys.stderr)
-  return config
-
-
-def _write_folder(
+def write_folder(
   out: str, files: dict[str, dict], tensors: dict[str, np.ndarray], copies: dict[str, str] | None = None
-) -> None:
-  """A hub folder: JSON `files`, model.safetensors of `tensors`, and `copies` (name -> file), written beside `out`
-  and renamed into place whole, so a failed export leaves no --out behind."""
+) -> dict:
+  """Writes a hub folder (a layout module's `folder`): JSON `files`, model.safetensors of `tensors`, and `copies`
+  (name -> file), beside `out` and renamed into place whole, so a failed export leaves no --out behind; returns
+  its config.json's content."""
   partial = f'{out.rstrip(os.sep)}.partial-{os.getpid()}'
   try:
     with errors.output_errors(out):
@@ -375,35 +264,50 @@ def _write_folder(
       os.rename(partial, out)
   finally:
     shutil.rmtree(partial, ignore_errors=True)
+  return files['config.json']
 
 
-def _with_model(write: Callable[..., dict]) -> Callable[..., dict]:
-  """`write(model, params, data_config, out, labels)` as a writer of runs: the run's model (built abstractly from
-  its config and dataset) and class names."""
+def _with_model(folder: Callable[..., tuple[dict, dict]]) -> Callable[..., dict]:
+  """A layout module's `folder(model, params, data_config, labels)` as a writer of runs: the run's model (built
+  abstractly from its config and dataset) and class names."""
 
   def run(config: ml_collections.ConfigDict, params: dict, out: str, workdir: str) -> dict:
     with contextlib.redirect_stdout(sys.stderr):
       s = train.setup(common.one_device_one_example(config), jax.devices()[:1])
     model = nnx.eval_shape(lambda: train.build_model(s.config, s.task, s.info, jax.random.key(0)))
-    return write(model, params, config.data, out, common.class_names(s.builder, model.head.out_features))
+    labels = common.class_names(s.builder, model.head.out_features)
+    return write_folder(out, *folder(model, params, config.data, labels))
 
   return run
 
 
 def _marian_run(config: ml_collections.ConfigDict, params: dict, out: str, workdir: str) -> dict:
-  """A translation run's writer: its config, parameters and vocabulary (the workdir's SentencePiece model); no
-  dataset."""
-  return write_marian(config.model, params, config.data, out, workdir)
+  """A translation run's writer (marian_layout.folder): its config, parameters and vocabulary (the workdir's
+  SentencePiece model, or data.vocab's Marian folder, which data.info reads); no dataset. Notes go to stderr."""
+
+  def build(vocab_size: int) -> nnx.Module:
+    kwargs = dict(vocab_size=vocab_size, input_vocab_size=vocab_size, input_shape=None, max_len=1)
+    return nnx.eval_shape(lambda: models.build(config.model, nnx.Rngs(0), **kwargs))
+
+  def marian_vocab(vocab: str) -> info.MarianVocab | None:
+    return info.MarianVocab(vocab) if info.is_marian_folder(vocab) else None
+
+  files, tensors, copies, notes = marian_layout.folder(params, config.model, config.data, workdir, build, marian_vocab)
+  written = write_folder(out, files, tensors, copies)
+  for note in notes:
+    print(f'--out {out}: {note}', file=sys.stderr)
+  return written
 
 
+# --layout -> the layout modules that write it, each of the model families its EXPORTS names.
+HUB_LAYOUTS = {'timm': (timm_layout,), 'transformers': (transformers_layout, marian_layout)}
+# How a run reaches a layout module's `folder`: a translation run's from its vocabulary (marian_layout's), any other
+# run's with its model built on its dataset and its class names.
+_RUNS = {marian_layout: _marian_run}
 # layout -> model family (config.model.name) -> the writer of its runs: (config, params, out, workdir) -> config.
 WRITERS = {
-  'timm': {'vit': _with_model(write_timm)},
-  'transformers': {
-    'vit': _with_model(write_transformers),
-    'vivit': _with_model(write_transformers),
-    'transformer': _marian_run,
-  },
+  layout: {family: _RUNS.get(module) or _with_model(module.folder) for module in modules for family in module.EXPORTS}
+  for layout, modules in HUB_LAYOUTS.items()
 }
 
 
