@@ -204,10 +204,11 @@ class Rows:
     self.add(case, status, self.cell(line) + f'; rerun {rerun.resumed()}', verdict(workdir, reference))
 
   def refused(self, case: str, run: Run, workdir: str | None = None) -> None:
-    """A run that should end at once in one line; notes a workdir it leaves behind."""
+    """A run that should end in one line (besides a normal run's, where it trains first); notes a workdir it
+    leaves behind."""
     line = self.cell(run.last())
-    if len(run.lines()) > 1:
-      line += f' ({len(run.lines())} lines)'
+    if len(run.notes()) > 1:
+      line += f' ({len(run.notes())} lines)'
     if workdir and os.path.isdir(workdir):
       line += f' (left {", ".join(sorted(os.listdir(workdir)))} behind)'
     self.add(case, run.status, line)
@@ -453,7 +454,9 @@ def hostile(lab: Lab, rows: Rows) -> None:
   os.makedirs(mount)
   subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=20m,nr_inodes=40', 'tmpfs', mount], check=True)
   try:
-    rows.refused('workdir disk out of inodes (40; 20 MB free)', lab.run(os.path.join(mount, 'run'), *BASE))
+    run = lab.run(os.path.join(mount, 'run'), *BASE)
+    trained = logged_step(os.path.join(mount, 'run'))
+    rows.refused(f'workdir disk out of inodes (40; 20 MB free; it trains to step {trained} first)', run)
   finally:
     subprocess.run(['umount', mount], check=False)
   data_dir = os.path.join(lab.tmp, 'tfds_together')
