@@ -380,11 +380,11 @@ def read(path: str) -> HubWeights:
         f'which does not hold it' + (f' ({where} does)' if where else ''),
       )
     unmapped = sorted(set(names) - set(weight_map))
-    errors.check(
-      not unmapped,
-      f'init_from={errors.foreign(path)}: {errors.foreign(unmapped[0] if unmapped else "", 80)} is in '
-      f'{os.path.basename(names[unmapped[0]]) if unmapped else ""} but not in {INDEX} ({len(unmapped)} such)',
-    )
+    if unmapped:
+      raise ConfigError(
+        f'init_from={errors.foreign(path)}: {errors.foreign(unmapped[0], 80)} is in '
+        f'{os.path.basename(names[unmapped[0]])} but not in {INDEX} ({len(unmapped)} such)'
+      )
   tensors = Tensors(names)
   layout = layout_of(path, tensors)
   adapt = getattr(reader(layout), 'adapt', None)  # A layout's tensors under the names of what they compute.
