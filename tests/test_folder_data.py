@@ -1,6 +1,7 @@
 """`data.name='folder:PATH'`: a user's images, videos and text pairs, prepared once through TFDS and read by the
 same pipeline as the built-in datasets."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -52,6 +53,12 @@ def folder_config(root, data_dir, **data):
 
 def examples(builder, split) -> dict[str, dict]:
   return {ex['file_name'].decode(): ex for ex in tfds.as_numpy(builder.as_dataset(split=split))}
+
+
+def video_of(builder, ex: dict) -> np.ndarray:
+  """A prepared video's pixels (T, H, W, 3), decoded from the frame files its record names."""
+  read = [open(os.path.join(builder.frames_root(), p.decode()), 'rb').read() for p in ex['video']]
+  return np.stack([tf.io.decode_image(f, channels=3).numpy() for f in read])
 
 
 def test_split_folders_give_classes_splits_and_the_files_pixels(tmp_path):
@@ -340,9 +347,37 @@ def test_frame_folders_are_videos_in_natural_frame_order(tmp_path):
     for name, ex in examples(builder, split).items():
       label, frames = written[name]
       assert ex['label'] == label
-      np.testing.assert_array_equal(ex['video'], frames)  # f1 ... f12, not f1, f10, f11, f12, f2, ...
+      np.testing.assert_array_equal(video_of(builder, ex), frames)  # f1 ... f12, not f1, f10, f11, f12, f2, ...
   fn = labels.preprocess_fn(config.data, info, train=False)
   assert fn(next(iter(examples(builder, 'test').values())), np.zeros(2, np.int64))['views'].shape == (1, 4, 8, 8, 3)
+
+
+def test_a_clip_reads_only_its_frame_files_and_equals_the_clip_of_the_videos_pixels(tmp_path):
+  root = tmp_path / 'clips'
+  for c, label in (('left', 0), ('right', 1)):
+    for v in range(2):
+      for t in range(12):
+        write_image(str(root / c / f'v{v}' / f'{t}.png'), (10, 12), 20 * label + 7 * v + t)
+  config = folder_config(root, tmp_path / 'tfds', num_frames=4, frame_stride=2, eval_clips=1, eval_crops=1)
+  builder, info = pipeline.load(config.data, data_info.label_info)
+  assert info.frames_root == builder.frames_root()
+  ex = next(iter(examples(builder, 'train').values()))
+  pixels = {'video': video_of(builder, ex), 'label': ex['label']}
+  as_pixels = dataclasses.replace(info, frames_root=None)  # The same video held as pixels, as moving_digits is.
+  for training in (True, False):
+    files_fn, pixels_fn = (labels.preprocess_fn(config.data, i, training) for i in (info, as_pixels))
+    for s in range(3):
+      seed = np.array([s, 1], np.int64)
+      for key, got in files_fn(ex, seed).items():
+        np.testing.assert_array_equal(got, pixels_fn(pixels, seed)[key])
+  # The evaluation clip of 12 frames is frames 3, 5, 7 and 9 (centred): the other 8 files are never opened.
+  for t in set(range(12)) - {3, 5, 7, 9}:
+    os.remove(os.path.join(builder.frames_root(), ex['video'][t].decode()))
+  views = labels.preprocess_fn(config.data, info, train=False)(ex, np.zeros(2, np.int64))['views']
+  np.testing.assert_array_equal(views, labels.preprocess_fn(config.data, as_pixels, False)(pixels, seed)['views'])
+  shutil.rmtree(builder.frames_root())
+  with pytest.raises(ConfigError, match=r'reads its frames from .*/frames, which is gone: delete .* and run again'):
+    pipeline.load(config.data, data_info.label_info)
 
 
 def test_video_files_are_decoded_with_pyav(tmp_path):
@@ -365,9 +400,10 @@ def test_video_files_are_decoded_with_pyav(tmp_path):
   assert info.input_key == 'video' and info.num_train + info.num_eval == 12  # The broken file is skipped.
   for split in ('train', 'test'):
     for name, ex in examples(builder, split).items():
-      assert ex['video'].shape == (5, 16, 16, 3)
+      video = video_of(builder, ex)
+      assert video.shape == (5, 16, 16, 3) and all(p.endswith(b'.jpg') for p in ex['video'])
       expected = 40 + 120 * (name.startswith('light')) + 10 * np.arange(5)
-      assert np.all(np.abs(ex['video'].mean(axis=(1, 2, 3)) - expected) < 6)
+      assert np.all(np.abs(video.mean(axis=(1, 2, 3)) - expected) < 6)
 
 
 def test_tsv_pairs_feed_the_seq2seq_task(tmp_path):

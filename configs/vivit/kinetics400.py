@@ -1,9 +1,11 @@
 """ViViT-B/16x2 on Kinetics-400, initialised from an ImageNet-21k ViT-B/16: the recipe of Arnab et al. 2021.
 
-For clusters. Kinetics is not in the TFDS catalogue: prepare it as a TFDS dataset named `kinetics400` with
-features `video` (uint8 frames) and `label` (400 classes) and splits `train` / `validation` / `test` in
-DATA_DIR (any TFDS builder of your own, built with `tfds build`), and fetch the ViT-B/16 ImageNet-21k release
-(vision_transformer's `imagenet21k/ViT-B_16.npz`). Then, on every host:
+For clusters. Kinetics is not in the TFDS catalogue: give its clips as a folder, K400/train/<class>/*.mp4 and
+K400/test/<class>/... (`--config.data.name=folder:K400`: prepared once into frame files, so that a clip reads only
+the 32 frames it takes, docs/data.md), or prepare it as a TFDS dataset named `kinetics400` with features `video`
+(uint8 frames) and `label` (400 classes) and splits `train` / `validation` / `test` in DATA_DIR (any TFDS builder
+of your own, built with `tfds build`). Fetch the ViT-B/16 ImageNet-21k release (vision_transformer's
+`imagenet21k/ViT-B_16.npz`). Then, on every host:
 
 python -m main --config configs/vivit/kinetics400.py --workdir WORKDIR \
     --config.data.data_dir=DATA_DIR --config.init_from=pretrained/imagenet21k/ViT-B_16.npz

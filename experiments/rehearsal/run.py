@@ -399,13 +399,13 @@ def host_limit(s) -> dict:
     examples = [source[i] for i in range(min(64, len(source)))]
   else:
     examples = list(s.builder.as_dataset(split=data.train_split, decoders=decoders).take(64).as_numpy_iterator())
-  if 'frames' in features:  # A tracking sequence: a pair's 2 frames (files read from their paths beforehand).
-    root = getattr(s.info, 'frames_root', None)
-    read = (lambda f: open(os.path.join(root, f.decode()), 'rb').read()) if root else (lambda f: f)
+  root = getattr(s.info, 'frames_root', None)  # Frames kept as files are read from their paths beforehand.
+  read = (lambda f: open(os.path.join(root, f.decode()), 'rb').read()) if root else (lambda f: f)
+  if 'frames' in features:  # A tracking sequence: a pair's 2 frames.
     what, work = 'decode 2 frames', [[read(f) for f in ex['frames'][:2]] for ex in examples]
   elif 'video' in features:
     what = f'decode {data.num_frames} frames'
-    work = [list(ex['video'][: data.num_frames]) for ex in examples]
+    work = [[read(f) for f in ex['video'][: data.num_frames]] for ex in examples]
   elif keys:
     what, work = 'decode', [[ex[keys[0]]] for ex in examples]
   else:

@@ -5,12 +5,18 @@ clips (T, H, W, C): every frame is transformed alike."""
 import re
 from typing import Callable
 
+import numpy as np
 import tensorflow as tf
 
 from vit_jax_lab import console
 from vit_jax_lab.data import JPEG_PNG, augment, whole_crop
 
 JPEG_MARGIN = 16  # Pixels decoded around a JPEG crop: its pixels then equal a whole decode's (8 was enough, measured).
+
+
+def encode_jpeg(pixels: np.ndarray) -> bytes:
+  """A uint8 (H, W, 3) frame as a JPEG file of quality 95, as TFDS encodes a video's frames."""
+  return tf.io.encode_jpeg(pixels, quality=95).numpy()
 
 
 def decode_problem(data: bytes, channels: int = 3) -> tuple[tuple[int, ...], str | None]:

@@ -31,6 +31,7 @@ class LabelInfo:
   num_eval: int  # Examples in the eval split (all shards).
   vocab_size: int = 0  # Token inputs: ids are below this (0 is padding); 0 for images and videos.
   source_size: tuple[int, int] | None = None  # (height, width) of the stored images or frames when all share it.
+  frames_root: str | None = None  # Videos stored as frame files: the folder of their paths (videos.read_frames).
 
 
 IMAGE_AUGMENTATIONS = (  # data.* keys that resize or augment images and videos: refused for token inputs.
@@ -80,6 +81,7 @@ def label_info(builder, data_config) -> LabelInfo:
   )
   if key == 'inputs':
     return _token_info(builder, data_config)
+  frames_root = None
   if key == 'image':
     shape = tuple(features['image'].shape)
     source = shape[:2]
@@ -89,8 +91,16 @@ def label_info(builder, data_config) -> LabelInfo:
       shape = (*(int(n) for n in resized_size(shape[0], shape[1], data_config.resize_size)), shape[-1])
     check(None not in shape, f'data.name={name!r} has images of varying size {shape}: set data.image_size')
   else:
-    _, height, width, channels = features['video'].shape
+    frame_files = len(features['video'].shape) == 1  # Paths of frame files (the folder builder's videos).
+    _, height, width, channels = (None, None, None, 3) if frame_files else features['video'].shape
     source = (height, width)
+    if frame_files:
+      frames_root = builder.frames_root()
+      check(
+        os.path.isdir(frames_root),
+        f'data.name={name!r} reads its frames from {frames_root}, which is gone: delete {builder.data_dir} and run '
+        'again, it is prepared anew',
+      )
     check(
       data_config.image_size is not None or None not in (height, width),
       f'data.name={name!r} has frames of varying size {(height, width)}: set data.image_size',
@@ -107,6 +117,7 @@ def label_info(builder, data_config) -> LabelInfo:
     num_train=split_size(builder, data_config.train_split),
     num_eval=split_size(builder, data_config.eval_split),
     source_size=None if None in source else tuple(int(n) for n in source),
+    frames_root=frames_root,
   )
 
 

@@ -44,9 +44,11 @@ def preprocess_fn(data_config, info: LabelInfo, train: bool) -> Callable[[dict, 
     f'data.randaugment_layers={data_config.randaugment_layers} and data.random_erasing={data_config.random_erasing}: '
     f'these augment images, and data.name={data_config.name!r} has videos: set both to 0',
   )
-  module = videos if info.input_key == 'video' else images
   canvas = device_canvas(data_config, *info.input_shape[-3:-1], train, info.source_size)
-  inputs_fn = module.preprocess_fn(data_config, info.input_shape, train, canvas)
+  if info.input_key == 'video':
+    inputs_fn = videos.preprocess_fn(data_config, info.input_shape, train, canvas, info.frames_root)
+  else:
+    inputs_fn = images.preprocess_fn(data_config, info.input_shape, train, canvas)
   key = 'views' if info.input_key == 'video' and not train else 'inputs'
 
   def fn(example: dict, seed: tf.Tensor) -> dict:

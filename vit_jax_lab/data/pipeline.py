@@ -55,10 +55,12 @@ def _readable(builder: tfds.core.DatasetBuilder) -> Iterator[None]:
     yield
   except (tf.errors.NotFoundError, tf.errors.PermissionDeniedError) as e:  # A file read by path (frames_root).
     reason = re.sub(r'^\{\{.*?\}\}\s*|\s*\[Op:.*$', '', e.message.splitlines()[0])[:300]
-    raise ConfigError(
-      f'{builder.name} in {builder.data_dir} reads a file that cannot be read ({reason}): put it back where the data '
-      'was prepared from'
-    ) from None
+    if isinstance(builder, folder.Folder):  # Its videos' frames, in the prepared copy.
+      fix = f'delete {builder.data_dir} and run again: it is prepared anew'
+    else:
+      fix = 'put it back where the data was prepared from'
+    where = f'{builder.name} in {builder.data_dir}'
+    raise ConfigError(f'{where} reads a file that cannot be read ({reason}): {fix}') from None
   except (tf.errors.DataLossError, tf.errors.FailedPreconditionError) as e:
     if isinstance(e, tf.errors.FailedPreconditionError) and 'was expected to contain' not in e.message:
       raise

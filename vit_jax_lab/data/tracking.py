@@ -79,10 +79,7 @@ def dataset_info(builder: tfds.core.DatasetBuilder, data_config) -> TrackingInfo
 def read_frames(frames: tf.Tensor, info: TrackingInfo) -> tf.Tensor:
   """The encoded files of `frames` (any shape): the files themselves, or read from their paths in the folder the
   dataset was prepared from (info.frames_root)."""
-  if info.frames_root is None:
-    return frames
-  paths = tf.strings.join([info.frames_root, frames], os.sep)
-  return tf.map_fn(tf.io.read_file, paths) if frames.shape.rank else tf.io.read_file(paths)
+  return videos.read_frames(frames, info.frames_root)
 
 
 def encoded(builder: tfds.core.DatasetBuilder) -> bool:

@@ -1,6 +1,7 @@
 """Video preprocessing in tf.data: clips of `data.num_frames` frames `data.frame_stride` apart, every frame
 of a clip cropped and flipped alike. Randomness is stateless and seeded per example, as for images."""
 
+import os
 from typing import Callable
 
 import tensorflow as tf
@@ -32,6 +33,15 @@ def crop_offsets(height, width, crop_height: int, crop_width: int, crops: int) -
   return tf.where(tf.stack([height > width, height <= width]), along, room // 2)
 
 
+def read_frames(frames: tf.Tensor, root: str | None) -> tf.Tensor:
+  """The encoded files of `frames` (any shape): the files themselves, or, with a `root`, read from their paths
+  relative to it (a dataset that keeps its frames as files, so that a clip reads only the frames it takes)."""
+  if root is None:
+    return frames
+  paths = tf.strings.join([root, frames], os.sep)
+  return tf.map_fn(tf.io.read_file, paths) if frames.shape.rank else tf.io.read_file(paths)
+
+
 def decode_frames(frames: tf.Tensor, channels: int) -> tf.Tensor:
   """uint8 frames (T, H, W, C) of encoded frame files (T,) (as the pipeline reads videos: only the frames a clip
   takes are decoded), or the frames as they are."""
@@ -51,11 +61,16 @@ def _inception_crop(frames: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
 
 
 def preprocess_fn(
-  data_config, shape: tuple[int, int, int, int], train: bool, canvas: tuple[int, int] | None = None
+  data_config,
+  shape: tuple[int, int, int, int],
+  train: bool,
+  canvas: tuple[int, int] | None = None,
+  frames_root: str | None = None,
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor | tuple[tf.Tensor, tf.Tensor]]:
-  """(uint8 video or its encoded frames, seed) -> one clip of `shape` (T, H, W, C) for training, or for evaluation its
-  (eval_clips * eval_crops, T, H, W, C) views, clip-major; uint8 (images.preprocess_fn), scaled on the device.
-  With a training `canvas`: the clip's window in it and the parameters of its resize, as images.preprocess_fn's."""
+  """(uint8 video, its encoded frames or, with `frames_root`, their paths, seed) -> one clip of `shape` (T, H, W, C)
+  for training, or for evaluation its (eval_clips * eval_crops, T, H, W, C) views, clip-major; uint8
+  (images.preprocess_fn), scaled on the device. With a training `canvas`: the clip's window in it and the parameters
+  of its resize, as images.preprocess_fn's."""
   num_frames, height, width, channels = shape
   stride = data_config.frame_stride
   span = (num_frames - 1) * stride + 1
@@ -72,7 +87,7 @@ def preprocess_fn(
     else:
       starts = clip_starts(length, span, clips)
     frames = tf.gather(video, tf.reshape(frame_indices(starts, num_frames, stride, length), [-1]))
-    frames = decode_frames(frames, channels)  # (clips * T, H, W, C)
+    frames = decode_frames(read_frames(frames, frames_root), channels)  # (clips * T, H, W, C)
     cropped = train and short is not None and not data_config.inception_crop and not data_config.crop_padding
     crop = (height, width)
     if canvas is not None and data_config.inception_crop:
