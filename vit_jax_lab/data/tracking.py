@@ -101,22 +101,32 @@ def crop(image: tf.Tensor, region: boxes.Region, size: int, fill: float = 0.0) -
 
 
 def decode_for_crop(data: tf.Tensor, region: boxes.Region, size: int, channels: int) -> tuple[tf.Tensor, tuple]:
-  """(frame, region in its pixels) that a crop of `size` over `region` samples: a JPEG decoded at the smallest of
-  libjpeg's DCT scales (1, 1/2, 1/4, 1/8) that leaves the region at least `size` pixels wide, so that a crop that
-  shrinks its region 2x or more decodes a quarter of the pixels or fewer (each the mean of the pixels it covers,
-  where a full decode would be sampled 2x2 by the crop); any other file, or pixels, whole."""
+  """(frame or the part of it the crop samples, region in its pixels) that a crop of `size` over `region` samples: a
+  JPEG decoded at the smallest of libjpeg's DCT scales (1, 1/2, 1/4, 1/8) that leaves the region at least `size`
+  pixels wide, so that a crop that shrinks its region 2x or more decodes a quarter of the pixels or fewer (each the
+  mean of the pixels it covers, where a full decode would be sampled 2x2 by the crop), and only the rows and columns
+  the crop reads, with images.JPEG_MARGIN pixels around them (which makes them a whole decode's pixels); any other
+  file, or pixels, whole."""
   x0, y0, side = (tf.cast(v, tf.float32) for v in region)
   if data.dtype != tf.string:
     return data, (x0, y0, side)
 
   def jpeg():
     index = tf.cast(tf.clip_by_value(tf.floor(tf.math.log(side / size) / math.log(2.0)), 0.0, 3.0), tf.int32)
-    branches = [lambda r=r: tf.io.decode_jpeg(data, channels=channels, ratio=r) for r in (1, 2, 4, 8)]
-    return tf.ensure_shape(tf.switch_case(index, branches), [None, None, channels]), tf.bitwise.left_shift(1, index)
+    r = tf.cast(tf.bitwise.left_shift(1, index), tf.float32)  # Scaled pixel k covers source pixels k r to (k + 1) r.
+    scaled = tf.math.ceil(tf.cast(tf.io.extract_jpeg_shape(data)[:2], tf.float32) / r)  # libjpeg rounds up.
+    start = tf.stack([y0, x0]) / r
+    margin = 1.0 + images.JPEG_MARGIN  # Bilinear sampling reads the pixel after a sample point too.
+    # At least 2 pixels a side (the crop divides by the side - 1): a region past an edge keeps the edge's 2.
+    first = tf.clip_by_value(tf.floor(start) - margin, 0.0, tf.maximum(scaled - 2.0, 0.0))
+    last = tf.clip_by_value(tf.math.ceil(start + side / r) + margin, 0.0, scaled)
+    window = tf.cast(tf.concat([first, tf.minimum(tf.maximum(last - first, 2.0), scaled - first)], 0), tf.int32)
+    branches = [lambda r=r: tf.io.decode_and_crop_jpeg(data, window, channels=channels, ratio=r) for r in (1, 2, 4, 8)]
+    frame = tf.ensure_shape(tf.switch_case(index, branches), [None, None, channels])
+    return frame, (x0 / r - first[1], y0 / r - first[0], side / r)
 
-  frame, ratio = tf.cond(tf.io.is_jpeg(data), jpeg, lambda: (images.decode(data, channels), tf.constant(1)))
-  r = tf.cast(ratio, tf.float32)  # Scaled pixel k covers source pixels k r to (k + 1) r: edges scale by 1 / r.
-  return frame, (x0 / r, y0 / r, side / r)
+  frame, region = tf.cond(tf.io.is_jpeg(data), jpeg, lambda: (images.decode(data, channels), (x0, y0, side)))
+  return frame, region
 
 
 def _jittered(box: boxes.Box, seed: tf.Tensor, centre_jitter: float, size_jitter: float) -> boxes.Box:
