@@ -95,6 +95,31 @@ def test_a_resumed_stream_of_encoded_images_equals_the_uninterrupted_one(photos,
     np.testing.assert_array_equal(a['label'], b['label'])
 
 
+def test_a_cache_holds_small_images_decoded_and_every_batch_is_the_same(smoke_config):
+  """digits' 8x8 images take fewer bytes as pixels than as records, so data.cache holds them decoded (one decode for
+  the run, not one an epoch); the batches of several epochs, shuffled and augmented, and a resumed stream are those
+  of the uncached pipeline. ImageNet-like photos of varying size stay files in a cache."""
+  common = dict(data__flip=True, data__crop_padding=1, data__batch_size=256, data__shuffle_buffer=300)
+  cached, uncached = smoke_config(data__cache=True, **common), smoke_config(**common)
+  builder, _ = pipeline.load(cached.data, data_info.label_info)
+  assert pipeline.pixels_fit(builder, 'image')
+  assert pipeline._read(builder, 'train', True, lambda ds: ds).element_spec['image'].dtype == tf.uint8
+  assert pipeline._read(builder, 'train', False, lambda ds: ds).element_spec['image'].dtype == tf.string
+  assert 15 * 256 > 2 * builder.info.splits[cached.data.train_split].num_examples  # Over two epochs.
+  ours = stream(cached, 0, 15)
+  for a, b in zip(ours, stream(uncached, 0, 15)):
+    np.testing.assert_array_equal(a['inputs'], b['inputs'])
+    np.testing.assert_array_equal(a['label'], b['label'])
+  for a, b in zip(stream(cached, 9, 6), ours[9:]):
+    np.testing.assert_array_equal(a['inputs'], b['inputs'])
+
+
+def test_a_cache_keeps_images_of_many_sizes_as_their_files(photos, tmp_path):
+  builder, _ = pipeline.load(deit_like(photos, tmp_path, cache=True).data, data_info.label_info)
+  assert not pipeline.pixels_fit(builder, 'image')
+  assert pipeline._read(builder, 'train', True, lambda ds: ds).element_spec['image'].dtype == tf.string
+
+
 @pytest.mark.parametrize('subsampling', [0, 1, 2])
 def test_a_jpeg_inception_crop_decodes_its_window_into_a_whole_decodes_pixels(subsampling):
   rng, cropped = np.random.default_rng(subsampling), 0

@@ -104,8 +104,10 @@ def _read(builder, split: str, cache: bool, prepare: Prepare, encoded: bool = Tr
   tokenisation, length filtering). `encoded`: images and videos stay the files they are stored as (a string, or
   a string per frame) until the task's preprocessing decodes them (images.decode), after the shuffle: the
   shuffle buffer and the cache hold files, not pixels (~8x smaller for ImageNet's JPEGs), and a resume skips
-  examples without decoding them."""
-  decoders = {k: tfds.decode.SkipDecoding() for k in encoded_features(builder)} if encoded else None
+  examples without decoding them. A `cache` holds images decoded where their pixels take no more bytes than
+  their records (`pixels_fit`)."""
+  keys = [k for k in encoded_features(builder) if not (cache and pixels_fit(builder, k))]
+  decoders = {k: tfds.decode.SkipDecoding() for k in keys} if encoded else None
   ds = builder.as_dataset(
     split=split,
     shuffle_files=False,
@@ -114,6 +116,18 @@ def _read(builder, split: str, cache: bool, prepare: Prepare, encoded: bool = Tr
   )
   ds = prepare(ds)
   return ds.cache() if cache else ds
+
+
+def pixels_fit(builder, key: str) -> bool:
+  """Whether the images of feature `key` all have one size whose pixels take no more bytes than a record of the
+  dataset (CIFAR's 32x32: 3,072 bytes of pixels in 3.4 KB records of PNG). A cache then holds them decoded at no
+  cost in memory, and every epoch after the first decodes nothing (as FFCV stores small images raw)."""
+  feature = builder.info.features[key]
+  if not isinstance(feature, tfds.features.Image) or None in feature.shape:
+    return False
+  splits = builder.info.splits.values()
+  record_bytes = sum(s.num_bytes for s in splits) / max(sum(s.num_examples for s in splits), 1)
+  return math.prod(feature.shape) * np.dtype(feature.np_dtype).itemsize <= record_bytes
 
 
 def encoded_features(builder) -> list[str]:
