@@ -70,10 +70,11 @@ STANDINS = {
     '1,080 train + 120 val JPEGs of ImageNet sizes (~500x375, ~110 KB), 20 classes',
   ),
   'cifar': StandIn(
-    'cifar_like',
+    'cifar10_prepared',
     dict(train_per_class=1_000, test_per_class=100),
     dict(train_per_class=10, test_per_class=2),
-    '10,000 train + 1,000 test 32x32 PNGs, 10 classes',
+    '10,000 train + 1,000 test 32x32 PNGs, 10 classes, as TFDS cifar10 prepared',
+    tfds_dir=True,
   ),
   'kinetics': StandIn(
     'kinetics_like',

@@ -48,6 +48,29 @@ def imagenet_like(root: str, train_per_class: int, test_per_class: int, classes:
 CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')
 
 
+def cifar10_prepared(root: str, train_per_class: int, test_per_class: int, seed: int = 0) -> str:
+  """TFDS's `cifar10` prepared in data_dir `root` as `tfds build cifar10` leaves it (its version, features and
+  records: 32x32 RGB PNGs), of `photo`s: the fine-tuning recipe reads it as it reads the real one, whose images it
+  knows to be 32x32 before it reads them."""
+  import tensorflow_datasets as tfds
+
+  rng = np.random.default_rng(seed)
+
+  def examples(split: str, per_class: int):
+    for c in range(len(CIFAR10_CLASSES)):
+      for i in range(per_class):
+        key = f'{split}_{c}_{i}'
+        yield key, {'id': key, 'image': np.asarray(photo(rng, 32, 32)), 'label': c}
+
+  class Cifar10(tfds.image_classification.Cifar10, skip_registration=True):
+    def _split_generators(self, dl_manager):
+      del dl_manager  # Nothing to download.
+      return {'train': examples('train', train_per_class), 'test': examples('test', test_per_class)}
+
+  Cifar10(data_dir=root).download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+  return root
+
+
 def cifar_like(root: str, train_per_class: int, test_per_class: int, classes: int = 10, seed: int = 0) -> str:
   """root/train/<class>/*.png and root/test/<class>/*.png: 32x32 RGB PNGs (CIFAR-10's names for up to 10 classes)."""
   rng = np.random.default_rng(seed)
