@@ -95,14 +95,17 @@ def test_a_resumed_stream_of_encoded_images_equals_the_uninterrupted_one(photos,
     np.testing.assert_array_equal(a['label'], b['label'])
 
 
-def test_a_cache_holds_small_images_decoded_and_every_batch_is_the_same(smoke_config):
-  """digits' 8x8 images take fewer bytes as pixels than as records, so data.cache holds them decoded (one decode for
-  the run, not one an epoch); the batches of several epochs, shuffled and augmented, and a resumed stream are those
-  of the uncached pipeline. ImageNet-like photos of varying size stay files in a cache."""
+def test_a_cache_holds_small_images_decoded_and_every_batch_is_the_same(smoke_config, monkeypatch):
+  """digits' 8x8 images take no more than twice their records' bytes as pixels, so data.cache holds them decoded
+  (one decode for the run, not one an epoch); the batches of several epochs, shuffled and augmented, and a resumed
+  stream are those of the uncached pipeline. ImageNet-like photos of varying size stay files in a cache."""
   common = dict(data__flip=True, data__crop_padding=1, data__batch_size=256, data__shuffle_buffer=300)
   cached, uncached = smoke_config(data__cache=True, **common), smoke_config(**common)
   builder, _ = pipeline.load(cached.data, data_info.label_info)
-  assert pipeline.pixels_fit(builder, 'image')
+  assert pipeline.pixels_fit(builder, 'image') and pipeline.pixel_bytes(builder, 'image') == 64
+  with monkeypatch.context() as m:
+    m.setattr(pipeline, 'record_bytes', lambda builder: 31.9)  # 64 bytes of pixels: over twice a record.
+    assert not pipeline.pixels_fit(builder, 'image')
   assert pipeline._read(builder, 'train', True, lambda ds: ds).element_spec['image'].dtype == tf.uint8
   assert pipeline._read(builder, 'train', False, lambda ds: ds).element_spec['image'].dtype == tf.string
   assert 15 * 256 > 2 * builder.info.splits[cached.data.train_split].num_examples  # Over two epochs.

@@ -58,8 +58,9 @@ def get_config(arg: str | None = None):
   c.data.flip = True
   c.data.augment_on = 'device'  # The flip and the crop's resize in the jitted step (data/device.py).
   c.data.canvas = CANVAS[dataset]
-  # CIFAR's 50,000 PNGs (150 MB) are held in memory once read, as task_adaptation caches datasets under 150,000
-  # examples: reading and parsing a record costs about as much as decoding its 32-pixel image.
+  # CIFAR's 50,000 images are held in memory once read (decoded: 150 MB; pipeline.pixels_fit), as task_adaptation
+  # caches datasets under 150,000 examples: reading, parsing and decoding a 32-pixel image each epoch cost the host
+  # more than the rest of its preprocessing.
   c.data.cache = dataset != 'imagenet2012'
   c.data.antialias = False  # vision_transformer's tf.image.resize: matters where ImageNet images are shrunk.
   c.data.batch_size = 512

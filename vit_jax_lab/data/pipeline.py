@@ -118,16 +118,29 @@ def _read(builder, split: str, cache: bool, prepare: Prepare, encoded: bool = Tr
   return ds.cache() if cache else ds
 
 
-def pixels_fit(builder, key: str) -> bool:
-  """Whether the images of feature `key` all have one size whose pixels take no more bytes than a record of the
-  dataset (CIFAR's 32x32: 3,072 bytes of pixels in 3.4 KB records of PNG). A cache then holds them decoded at no
-  cost in memory, and every epoch after the first decodes nothing (as FFCV stores small images raw)."""
+DECODED_CACHE = 2.0  # data.cache holds images decoded where their pixels are at most this many records' bytes.
+
+
+def pixel_bytes(builder, key: str) -> int | None:
+  """The bytes of an image of feature `key` decoded, when all its images have one size; else None."""
   feature = builder.info.features[key]
   if not isinstance(feature, tfds.features.Image) or None in feature.shape:
-    return False
+    return None
+  return math.prod(feature.shape) * np.dtype(feature.np_dtype).itemsize
+
+
+def record_bytes(builder) -> float:
+  """The mean bytes of a record of the dataset, over its splits."""
   splits = builder.info.splits.values()
-  record_bytes = sum(s.num_bytes for s in splits) / max(sum(s.num_examples for s in splits), 1)
-  return math.prod(feature.shape) * np.dtype(feature.np_dtype).itemsize <= record_bytes
+  return sum(s.num_bytes for s in splits) / max(sum(s.num_examples for s in splits), 1)
+
+
+def pixels_fit(builder, key: str) -> bool:
+  """Whether the images of feature `key` all have one size whose pixels take at most DECODED_CACHE times the bytes
+  of a record (CIFAR's 32x32: 3,072 bytes against 2.3 KB records of PNG; a 64-pixel JPEG ImageNet's 5x). A cache
+  then holds them decoded, and every epoch after the first decodes nothing (as FFCV stores small images raw)."""
+  pixels = pixel_bytes(builder, key)
+  return pixels is not None and pixels <= DECODED_CACHE * record_bytes(builder)
 
 
 def encoded_features(builder) -> list[str]:
@@ -162,8 +175,10 @@ def host_memory(
   when the buffers or the batches at their records' size come to `batches_from` bytes or more, from its batch (the
   preprocessing is traced for its output shapes, ~1 s for the DeiT recipe, so small runs skip it)."""
   local_shards, num_shards, shard_batch = data_lib.shards(data_config, 'batch_size')
-  splits = builder.info.splits.values()
-  example_bytes = ELEMENT_BYTES + sum(s.num_bytes for s in splits) / max(sum(s.num_examples for s in splits), 1)
+  example_bytes = ELEMENT_BYTES + record_bytes(builder)
+  if data_config.cache:  # Its images held decoded (pixels_fit): the shuffle buffers, after the cache, hold them so.
+    decoded = [pixel_bytes(builder, k) for k in encoded_features(builder) if pixels_fit(builder, k)]
+    example_bytes = max(example_bytes, ELEMENT_BYTES + sum(decoded))
   per_shard = builder.info.splits[data_config.train_split].num_examples // num_shards
   if buckets is None:
     buffered = (min(data_config.shuffle_buffer, per_shard) + per_shard * data_config.cache) * len(local_shards)
