@@ -46,11 +46,12 @@ def test_best_eval_ranks_by_the_headline_metric(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_done_line_gives_the_best_evaluation_and_the_wall_time(smoke_config, tmp_path, capsys):
+def test_the_done_line_gives_the_best_evaluation_what_chance_scores_and_the_wall_time(smoke_config, tmp_path, capsys):
   train.train_and_evaluate(smoke_config(total_steps=4, eval_every=2), str(tmp_path / 'run'))
   done = capsys.readouterr().out.splitlines()[-1]
   assert re.fullmatch(
-    r'done: step 4  eval/accuracy \S+  eval/loss \S+  best eval/accuracy \S+ at step [24]  wall 00:00:\d\d  '
+    r'done: step 4  eval/accuracy \S+  eval/loss \S+  best eval/accuracy \S+ at step [24]  '
+    r'chance eval/accuracy 0.1000 \(10 classes\)  wall 00:00:\d\d  '
     r'workdir \S+  checkpoint \S+',
     done,
   ), done

@@ -678,6 +678,8 @@ def train_and_evaluate(
     scores = '  '.join(f'{k} {v:.4f}' for k, v in eval_metrics.items() if k != 'eval/examples')
     best = io.reporting.best_eval(os.path.join(workdir, 'metrics.jsonl'), s.task.headline)
     wall = io.reporting.duration(time.perf_counter() - started)
-    parts = (f'step {config.total_steps}', scores, best, f'wall {wall}', f'workdir {workdir}', f'checkpoint {newest}')
+    chance = s.task.chance(s.info) if 'eval/accuracy' in scores else ''
+    parts = (f'step {config.total_steps}', scores, best, chance, f'wall {wall}', f'workdir {workdir}')
+    parts += (f'checkpoint {newest}',)
     log('done: ' + '  '.join(p for p in parts if p))
   return eval_metrics

@@ -111,6 +111,11 @@ class Task(Protocol):
     """What one input of a prediction is, for commands that read the user's files: 'image', 'video' or 'text'."""
     raise NotImplementedError
 
+  def chance(self, info: Any) -> str:
+    """What guessing would score, for a run's last line beside its evaluation ('' where it says nothing useful): a
+    newcomer's first run on their own photos is read against it."""
+    return ''
+
   def blank_targets(self, info: Any) -> dict[str, Any]:
     """An example's target features, blank: what `prepare` and `preprocess` read besides the input, for inputs
     that have no target (the user's files)."""

@@ -134,6 +134,9 @@ class Classification(Task):
   def input_kind(self, info: LabelInfo) -> str:
     return info.input_key
 
+  def chance(self, info: LabelInfo) -> str:
+    return f'chance eval/accuracy {1 / info.num_classes:.4f} ({info.num_classes} classes)'
+
   def blank_targets(self, info: LabelInfo) -> dict[str, Any]:
     return {'label': np.int64(0)}
 
