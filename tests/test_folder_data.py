@@ -10,6 +10,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+import safetensors.numpy
 import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image
@@ -19,6 +20,7 @@ from vit_jax_lab import config as config_lib, tasks, train
 from vit_jax_lab.data import info as data_info, labels, pipeline, text
 from vit_jax_lab.data.builders import folder
 from vit_jax_lab.errors import ConfigError
+from vit_jax_lab.tools import hub_benchmark
 
 CLASSES = ('ant', 'bee', 'cat')
 
@@ -498,3 +500,27 @@ def test_the_folder_recipe_sizes_its_run_from_the_folder(tmp_path):
   assert (small.total_steps, small.data.eval_split) == (200, 'val')
   with pytest.raises(ConfigError, match='configs/vit/folder.py takes the folder of your photos'):
     config_lib.load('configs/vit/folder.py:/no/such/folder')
+
+
+def test_the_folder_recipe_starts_from_pretrained_weights_after_a_comma(tmp_path):
+  """configs/vit/folder.py:PHOTOS,HUB_FOLDER fine-tunes the folder's model, in the folder's shape, at 224 pixels
+  (vision_transformer's SGD recipe, 20 epochs, at least 50 steps): the initial state holds the folder's weights and
+  a fresh head for the photos' classes. A missing folder after the comma is one line."""
+  photos, hub_folder = tmp_path / 'photos', str(tmp_path / 'vit_ti16')
+  for c in range(3):
+    (photos / f'class_{c}').mkdir(parents=True)
+    for i in range(10):
+      Image.fromarray(np.full((40, 50, 3), 60 * c, np.uint8)).save(photos / f'class_{c}' / f'{i}.png')
+  hub_benchmark.write(hub_folder, 'Ti/16')
+  config = config_lib.load(f'configs/vit/folder.py:{photos},{hub_folder}')
+  config.data.data_dir = str(tmp_path / 'tfds')
+  assert (config.init_from, config.model.variant, config.data.image_size) == (hub_folder, None, 224)
+  assert (config.optim.name, config.optim.lr, config.total_steps) == ('sgd', 0.01, 50)
+  s = train.setup(config, workdir=str(tmp_path / 'run'))
+  assert (s.config.model.width, s.config.model.depth, s.config.model.patch_size) == (192, 12, 16)
+  params = train.init_state(s).params
+  kernel = safetensors.numpy.load_file(os.path.join(hub_folder, 'model.safetensors'))['patch_embed.proj.weight']
+  np.testing.assert_allclose(params['embedding']['kernel'][...], kernel.transpose(2, 3, 1, 0), rtol=1e-6)  # OIHW
+  assert params['head']['kernel'][...].shape == (192, 3) and not np.any(params['head']['kernel'][...])
+  with pytest.raises(ConfigError, match=r"folder.py: '/no/such/weights' \(after the comma\) is missing"):
+    config_lib.load(f'configs/vit/folder.py:{photos},/no/such/weights')
