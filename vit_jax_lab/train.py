@@ -679,7 +679,14 @@ def train_and_evaluate(
     best = io.reporting.best_eval(os.path.join(workdir, 'metrics.jsonl'), s.task.headline)
     wall = io.reporting.duration(time.perf_counter() - started)
     chance = s.task.chance(s.info) if 'eval/accuracy' in scores else ''
-    parts = (f'step {config.total_steps}', scores, best, chance, f'wall {wall}', f'workdir {workdir}')
-    parts += (f'checkpoint {newest}',)
+    parts = (
+      f'step {config.total_steps}',
+      scores,
+      best,
+      chance,
+      f'wall {wall}',
+      f'workdir {workdir}',
+      f'checkpoint {newest}',
+    )
     log('done: ' + '  '.join(p for p in parts if p))
   return eval_metrics

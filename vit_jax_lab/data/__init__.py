@@ -64,7 +64,7 @@ def dataset_keys() -> dict:
     # files. A run whose buffers would not fit the host's memory is refused before it starts.
     shuffle_buffer=50_000,
     # tf.data: keep the read examples in memory, for small datasets: images as their files, or decoded where their
-    # pixels are no larger (CIFAR's; pipeline.pixels_fit).
+    # pixels take at most twice a record's bytes (CIFAR's; pipeline.pixels_fit).
     cache=False,
     # Input shards, each a disjoint part of the split with its own stream; -1: one per process. Fix it (to a
     # multiple of the process count) to get the same batches on any host count.

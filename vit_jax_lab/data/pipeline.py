@@ -104,8 +104,8 @@ def _read(builder, split: str, cache: bool, prepare: Prepare, encoded: bool = Tr
   tokenisation, length filtering). `encoded`: images and videos stay the files they are stored as (a string, or
   a string per frame) until the task's preprocessing decodes them (images.decode), after the shuffle: the
   shuffle buffer and the cache hold files, not pixels (~8x smaller for ImageNet's JPEGs), and a resume skips
-  examples without decoding them. A `cache` holds images decoded where their pixels take no more bytes than
-  their records (`pixels_fit`)."""
+  examples without decoding them. A `cache` holds images decoded where their pixels take at most twice their
+  records' bytes (`pixels_fit`)."""
   keys = [k for k in encoded_features(builder) if not (cache and pixels_fit(builder, k))]
   decoders = {k: tfds.decode.SkipDecoding() for k in keys} if encoded else None
   ds = builder.as_dataset(
