@@ -377,6 +377,21 @@ def test_a_clip_reads_only_its_frame_files_and_equals_the_clip_of_the_videos_pix
     os.remove(os.path.join(builder.frames_root(), ex['video'][t].decode()))
   views = labels.preprocess_fn(config.data, info, train=False)(ex, np.zeros(2, np.int64))['views']
   np.testing.assert_array_equal(views, labels.preprocess_fn(config.data, as_pixels, False)(pixels, seed)['views'])
+  # Training clips start anywhere: one that needs a deleted frame file stops the run in one line.
+  config.data.batch_size = 8
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ('data',))
+  batches = pipeline.train_iterator(
+    builder,
+    config.data,
+    labels.preprocess_fn(config.data, info, True),
+    jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data')),
+    seed=0,
+    start_step=0,
+    prepare=labels.prepare_fn(info),
+  )
+  with pytest.raises(ConfigError, match=r'cannot be read \(.*/frames/.*No such file.*\): delete .* and run again'):
+    for _ in range(4):
+      next(batches)
   shutil.rmtree(builder.frames_root())
   with pytest.raises(ConfigError, match=r'reads its frames from .*/frames, which is gone: delete .* and run again'):
     pipeline.load(config.data, data_info.label_info)
