@@ -260,3 +260,107 @@ def test_a_canvas_needs_the_device_an_image_size_and_no_padding(tmp_path):
     with pytest.raises(ConfigError, match=f'data.canvas={canvas} must be 0'):
       config_lib.validate(augmenting_config(tmp_path, canvas=canvas, crop_padding=0, image_size=16))
   config_lib.validate(augmenting_config(tmp_path, canvas=0.25, crop_padding=0, image_size=16))
+
+
+def symmetry(out: np.ndarray, x: np.ndarray, ops: dict) -> str:
+  """The name of the one op of `ops` that takes x to out (random images: at most one does)."""
+  names = [name for name, op in ops.items() if np.array_equal(op(x), out)]
+  assert len(names) == 1, names
+  return names[0]
+
+
+TURNS = {k: (lambda x, k=k: np.rot90(x, k, axes=(-3, -2))) for k in range(4)}
+
+
+def recolouring(out: np.ndarray, x: np.ndarray) -> tuple[tuple[int, ...], bool]:
+  """(order, inverted) of data.recolor's map from x to out, which it checks: each output channel an affine map of
+  one input channel (to rounding), all with gains of one sign and sizes in images.RECOLOR_SCALE, offsets within
+  RECOLOR_SHIFT (of the inverted channel, 255 - x, where the gain is negative)."""
+  x, out = x.reshape(-1, 3).astype(np.float64), out.reshape(-1, 3).astype(np.float64)
+  order, gains = [], []
+  for c in range(3):
+    fits = [np.polyfit(x[:, k], out[:, c], 1) for k in range(3)]
+    residuals = [np.abs(np.polyval(f, x[:, k]) - out[:, c]).max() for k, f in enumerate(fits)]
+    k = int(np.argmin(residuals))
+    assert residuals[k] <= 1.0 and sorted(residuals)[1] > 5, residuals  # Rounding, fitted by least squares.
+    gain, offset = fits[k]
+    offset = offset + 255 * gain if gain < 0 else offset  # As a map of 255 - x.
+    assert 0.6 - 0.03 <= abs(gain) <= 1.4 + 0.03 and abs(offset) <= 40 + 4, (gain, offset)  # Fitted to rounded pixels.
+    order.append(k)
+    gains.append(gain)
+  assert sorted(order) == [0, 1, 2] and len({g > 0 for g in gains}) == 1
+  return tuple(order), gains[0] < 0
+
+
+def test_quarter_turns_and_recolouring_draw_every_symmetry_alike_on_the_host_the_device_and_grain():
+  """data.rotate90 turns each training image by one of 4 quarters; data.recolor maps its channels, in one of 6
+  orders, inverted or not, each through its own gain and offset: every example is exactly one of these, each order
+  and inversion drawn about equally often, by TensorFlow, in the jitted step and by the grain backend's NumPy;
+  recolor=0.5 leaves about half as they were. The colours lie in 105-150, which no gain and offset clips, inverted
+  or not."""
+  n = 240
+  x = RNG.integers(105, 151, (n, 6, 6, 3), dtype=np.uint8)
+  seeds = [tf.constant([i, 3], tf.int64) for i in range(n)]
+  host_turns = [images.rotate90(tf.constant(x[i]), seeds[i]).numpy() for i in range(n)]
+  host_colours = [images.pixels(images.recolor(tf.constant(x[i], tf.float32), seeds[i], 1.0)).numpy() for i in range(n)]
+  key = jax.random.key(4)
+  device_turns = np.asarray(device.rotate90(jnp.asarray(x), key))
+  device_colours = np.asarray(device.recolor(jnp.asarray(x), key, 1.0))
+  config = load_config('configs/vit/digits.py:smoke', '/unused')
+  config.data.update(image_size=6, crop_padding=0, rotate90=True, recolor=0.0)
+  turn_fn = pil_images.preprocess_fn(config.data, (6, 6, 3), train=True)
+  grain_turns = [turn_fn(x[i], np.random.default_rng(i)) for i in range(n)]
+  config.data.update(rotate90=False, recolor=1.0)
+  colour_fn = pil_images.preprocess_fn(config.data, (6, 6, 3), train=True)
+  grain_colours = [colour_fn(x[i], np.random.default_rng(i)) for i in range(n)]
+  for turns, colours in [(host_turns, host_colours), (device_turns, device_colours), (grain_turns, grain_colours)]:
+    drawn = [symmetry(turns[i], x[i], TURNS) for i in range(n)]
+    assert sorted(set(drawn)) == [0, 1, 2, 3] and max(drawn.count(k) for k in TURNS) < n / 4 * 1.5
+    drawn = [recolouring(np.asarray(colours[i]), x[i]) for i in range(n)]
+    assert len(set(drawn)) == 12 and max(drawn.count(k) for k in set(drawn)) < n / 12 * 2
+  half = np.asarray(device.recolor(jnp.asarray(x), key, 0.5))
+  kept = (half == x).all(axis=(1, 2, 3)).mean()
+  assert 0.4 < kept < 0.6
+  config.data.update(rotate90=True, recolor=1.0)
+  eval_fn = pil_images.preprocess_fn(config.data, (6, 6, 3), train=False)
+  np.testing.assert_array_equal(eval_fn(x[0], None), x[0])  # Evaluation is never turned nor recoloured.
+
+
+def test_quarter_turns_need_square_images_and_recolor_is_a_probability(tmp_path):
+  config = augmenting_config(tmp_path, rotate90=True)
+  config.data.image_size = None
+  with pytest.raises(ConfigError, match=r'data.rotate90=True turns images a quarter.*set data.image_size'):
+    config_lib.validate(config)
+  config = augmenting_config(tmp_path, recolor=1.5)
+  with pytest.raises(ConfigError, match=r'data.recolor=1.5 is a probability'):
+    config_lib.validate(config)
+  config = augmenting_config(tmp_path, inception_min_area=0.0)
+  with pytest.raises(ConfigError, match=r'data.inception_min_area=0.0 is a share of the image'):
+    config_lib.validate(config)
+
+
+def test_the_inception_crops_smallest_area_is_the_configs_on_both_backends():
+  """data.inception_min_area bounds the crops' area on tf.data and grain; at 1 the crop is the whole image, so a
+  training image equals the evaluation one."""
+  shape = tf.constant([40, 50, 3])
+  areas = {}
+  for min_area in (0.05, 0.3):
+    tf_areas = [
+      np.prod(images.inception_box(shape, tf.constant([i, 0], tf.int64), min_area)[1].numpy()) / 2000
+      for i in range(200)
+    ]
+    rng = np.random.default_rng(0)
+    boxes = [pil_images.inception_box(50, 40, rng, min_area) for _ in range(200)]
+    pil_areas = [(r - left) * (b - t) / 2000 for left, t, r, b in boxes]
+    areas[min_area] = (min(tf_areas), min(pil_areas))
+  assert all(a >= 0.3 - 0.02 for a in areas[0.3]) and all(a < 0.2 for a in areas[0.05])
+  config = load_config('configs/vit/digits.py:smoke', '/unused')
+  config.data.update(image_size=16, crop_padding=0, inception_crop=True, inception_min_area=1.0)
+  picture = RNG.integers(0, 256, (20, 20, 3), dtype=np.uint8)
+  data = tf.io.encode_png(picture)
+  tf_train = images.preprocess_fn(config.data, (16, 16, 3), train=True)(data, tf.constant([1, 2], tf.int64))
+  tf_eval = images.preprocess_fn(config.data, (16, 16, 3), train=False)(data, tf.constant([1, 2], tf.int64))
+  np.testing.assert_array_equal(tf_train.numpy(), tf_eval.numpy())
+  png = data.numpy()
+  pil_train = pil_images.preprocess_fn(config.data, (16, 16, 3), train=True)(png, np.random.default_rng(3))
+  np.testing.assert_array_equal(pil_train, pil_images.preprocess_fn(config.data, (16, 16, 3), train=False)(png, None))

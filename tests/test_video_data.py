@@ -423,3 +423,5 @@ def test_augmenting_videos_is_refused(moving_digits_dir, tmp_path, capsys):
   argv += ['--workdir', str(tmp_path / 'run'), f'--config.data.data_dir={moving_digits_dir}']
   assert main.main([*argv, '--config.data.randaugment_layers=2']) == 2
   assert 'these augment images, and data.name=' in capsys.readouterr().err
+  assert main.main([*argv, '--config.data.recolor=0.5']) == 2  # The host's video path has no such op.
+  assert 'data.recolor=0.5: these augment images, and data.name=' in capsys.readouterr().err

@@ -24,6 +24,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # TensorFlow's C++ start-up 
 BACKENDS = ('tfdata', 'grain')
 WORKER_BYTES = 300 * 2**20  # A grain worker process's resident memory (measured: about 270 MB).
 AUGMENT_ON = ('host', 'device')
+RECOLOR_SCALE, RECOLOR_SHIFT = (0.6, 1.4), 40.0  # data.recolor's per-channel gain and offset (levels).
 JPEG_PNG = (b'\xff\xd8', b'\x89PNG')  # The starts of the image files read (JPEG and PNG).
 # Set (truthy): refused on grain; the colours only with data.augment_on='host' (the device makes them).
 GRAIN_UNSUPPORTED = ('color_augment', 'color_drop', 'token_budget')
@@ -122,6 +123,9 @@ def image_keys() -> dict:
     # sampling, as vision_transformer's pipeline resizes.
     antialias=True,
     inception_crop=False,  # Random-resized crop (Szegedy et al.) before resizing, for training.
+    # The inception crop's smallest share of the image's area (big_vision's area_min 5%, timm's scale 0.08). Where
+    # the thing to classify fills little of the picture, small crops miss it and teach noise: e.g. 0.3.
+    inception_min_area=0.05,
     crop_padding=0,  # Pad by this many pixels (with zeros) and take a random crop, for training.
     flip=False,  # Random horizontal flip, for training.
     # Training, with resize_size: after the shorter-side resize, height and width are each scaled by a factor
@@ -158,6 +162,13 @@ def image_keys() -> dict:
     # (repeated augmentation, Hoffer et al. 2020; DeiT: 3); 1: off. Batches per data shard must divide by it;
     # copies are spread over the batch (not side by side), so mixup and cutmix pair different examples.
     repeated_augment=1,
+    # Training images: turned by a random multiple of 90 degrees (square images: data.image_size), after colour
+    # augmentation; with data.flip, each of the square's 8 symmetries alike. For pictures with no up: shapes,
+    # cells, aerial views.
+    rotate90=False,
+    # Training images: probability of putting the colour channels in a random order and then, by a coin toss,
+    # inverting them (255 - pixel), last: for classes that colour does not tell apart (shapes, drawings).
+    recolor=0.0,
     value_range=(-1.0, 1.0),  # Pixel values are scaled to this range (in the jitted step: pixels travel as uint8).
   )
 
@@ -178,7 +189,15 @@ def check_images(d: ml_collections.ConfigDict) -> None:
     len(d.scale_jitter) == 2 and 0 < d.scale_jitter[0] <= d.scale_jitter[1],
     f'data.scale_jitter={d.scale_jitter} must be (low, high) with 0 < low <= high; (1, 1) turns it off',
   )
-  for key in ('color_augment', 'color_drop', 'random_erasing'):
+  check(
+    0 < d.inception_min_area <= 1,
+    f'data.inception_min_area={d.inception_min_area} is a share of the image: it must be in (0, 1]',
+  )
+  check(
+    not d.rotate90 or d.image_size is not None,
+    'data.rotate90=True turns images a quarter, which keeps only square ones square: set data.image_size',
+  )
+  for key in ('color_augment', 'color_drop', 'random_erasing', 'recolor'):
     check(0 <= d[key] <= 1, f'data.{key}={d[key]} is a probability: it must be in [0, 1]')
   check(
     d.randaugment_layers >= 0,

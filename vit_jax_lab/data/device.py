@@ -25,8 +25,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax_lab.data import RECOLOR_SCALE, RECOLOR_SHIFT
+
 # Streams of the step key, apart from the task's draws: random erasing, and the device augmentations.
 ERASE_STREAM, FLIP_STREAM, RANDAUGMENT_STREAM, COLOR_STREAM = 2**30, 2**30 + 1, 2**30 + 2, 2**30 + 3
+ROTATE_STREAM, RECOLOR_STREAM = 2**30 + 4, 2**30 + 5
 RANDAUGMENT_OPS = (  # The RandAugment paper's 14 (augment.OPS), in the order the draws index.
   'identity',
   'autocontrast',
@@ -352,10 +355,39 @@ def resize_windows(x: jax.Array, params: jax.Array, shape: tuple[int, int]) -> j
   return jax.vmap(one)(x, params)
 
 
+def rotate90(x: jax.Array, key: jax.Array) -> jax.Array:
+  """Square images (B, H, H, C), each turned counter-clockwise by 0-3 quarters as images.rotate90; example b draws
+  from fold_in(key, b)."""
+  turns = jax.vmap(lambda b: jax.random.randint(jax.random.fold_in(key, b), (), 0, 4))(jnp.arange(x.shape[0]))
+  out = x
+  for k in (1, 2, 3):
+    out = jnp.where((turns == k).reshape(-1, 1, 1, 1), jnp.rot90(x, k, axes=(1, 2)), out)
+  return out
+
+
+def recolor(x: jax.Array, key: jax.Array, prob: float) -> jax.Array:
+  """uint8 images (B, H, W, C) after images.recolor: with probability `prob`, the channels in a random order,
+  inverted by a coin toss, scaled and shifted each, rounded; example b draws from fold_in(key, b)."""
+  low, high = RECOLOR_SCALE
+
+  def one(image, b):
+    coins, order, scale, shift = jax.random.split(jax.random.fold_in(key, b), 4)
+    toss, channels = jax.random.uniform(coins, (2,)), image.shape[-1]
+    shuffled = jnp.take(image, jax.random.permutation(order, channels), axis=-1).astype(jnp.float32)
+    shuffled = jnp.where(toss[1] < 0.5, 255.0 - shuffled, shuffled)
+    shifts = jax.random.uniform(shift, (channels,), minval=-RECOLOR_SHIFT, maxval=RECOLOR_SHIFT)
+    mapped = jnp.clip(
+      jnp.round(shuffled * jax.random.uniform(scale, (channels,), minval=low, maxval=high) + shifts), 0, 255
+    )
+    return jnp.where(toss[0] < prob, mapped.astype(jnp.uint8), image)
+
+  return jax.vmap(one)(x, jnp.arange(x.shape[0]))
+
+
 def augment(batch: dict[str, Any], data_config, key: jax.Array) -> dict[str, Any]:
   """The training batch's uint8 'inputs' (images or clips) after the host's last augmentations, run here when
   data.augment_on='device': the resize of the host's windows (a batch with 'resize'), flip, RandAugment (images),
-  colour; in the host's order, each from its own stream."""
+  colour, quarter turns and recolouring (images); in the host's order, each from its own stream."""
   x = batch.get('inputs')
   d = data_config
   if d.augment_on != 'device' or x is None or x.dtype != jnp.uint8 or x.ndim not in (4, 5):
@@ -371,6 +403,10 @@ def augment(batch: dict[str, Any], data_config, key: jax.Array) -> dict[str, Any
   if d.color_augment or d.color_drop:
     color_key = jax.random.fold_in(key, COLOR_STREAM)
     x = color_augment(x, color_key, d.color_augment, d.color_drop)
+  if d.rotate90 and x.ndim == 4:
+    x = rotate90(x, jax.random.fold_in(key, ROTATE_STREAM))
+  if d.recolor and x.ndim == 4:
+    x = recolor(x, jax.random.fold_in(key, RECOLOR_STREAM), d.recolor)
   return batch | {'inputs': x}
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from vit_jax_lab import console
-from vit_jax_lab.data import JPEG_PNG, augment, whole_crop
+from vit_jax_lab.data import JPEG_PNG, RECOLOR_SCALE, RECOLOR_SHIFT, augment, whole_crop
 
 JPEG_MARGIN = 16  # Pixels decoded around a JPEG crop: its pixels then equal a whole decode's (8 was enough, measured).
 
@@ -75,23 +75,23 @@ def inception_crop(image: tf.Tensor, seed: tf.Tensor, min_area: float = 0.05) ->
   return image[begin[0] : begin[0] + size[0], begin[1] : begin[1] + size[1]]
 
 
-def decode_inception_crop(data: tf.Tensor, channels: int, seed: tf.Tensor) -> tf.Tensor:
+def decode_inception_crop(data: tf.Tensor, channels: int, seed: tf.Tensor, min_area: float = 0.05) -> tf.Tensor:
   """`inception_crop(decode(data, channels), seed)`, the same pixels, but a JPEG file decodes only the crop and a
   margin around it (libjpeg's cropped decoding, as big_vision's `decode_jpeg_and_inception_crop`): without the
   margin, chroma upsampling at the window's edges differs from a whole decode by up to 14 levels."""
   if data.dtype != tf.string:
-    return inception_crop(data, seed)
+    return inception_crop(data, seed, min_area)
 
   def jpeg():
     shape = tf.image.extract_jpeg_shape(data)
-    begin, size = inception_box(shape, seed)
+    begin, size = inception_box(shape, seed, min_area)
     first = tf.maximum(begin - JPEG_MARGIN, 0)
     last = tf.minimum(begin + size + JPEG_MARGIN, shape[:2])
     window = tf.image.decode_and_crop_jpeg(data, tf.concat([first, last - first], 0), channels=channels)
     offset = begin - first
     return window[offset[0] : offset[0] + size[0], offset[1] : offset[1] + size[1]]
 
-  crop = tf.cond(tf.io.is_jpeg(data), jpeg, lambda: inception_crop(decode(data, channels), seed))
+  crop = tf.cond(tf.io.is_jpeg(data), jpeg, lambda: inception_crop(decode(data, channels), seed, min_area))
   return tf.ensure_shape(crop, [None, None, channels])
 
 
@@ -243,6 +243,24 @@ def color_augment(image: tf.Tensor, seed: tf.Tensor, prob: float, drop: float) -
   return image
 
 
+def rotate90(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+  """A square image (H, H, C) turned counter-clockwise by 0-3 quarters, drawn from `seed` (data.rotate90)."""
+  return tf.image.rot90(image, tf.random.stateless_uniform([], seed, maxval=4, dtype=tf.int32))
+
+
+def recolor(image: tf.Tensor, seed: tf.Tensor, prob: float) -> tf.Tensor:
+  """Float pixels in [0, 255]: with probability `prob`, each channel taken from another (a random order), all
+  inverted (255 - x) by a coin toss, then each scaled by 0.6-1.4 and shifted by +-RECOLOR_SHIFT levels, clipped
+  (data.recolor): any colour for the same shape."""
+  coins, order, scale, shift = tf.unstack(tf.random.experimental.stateless_split(seed, 4))
+  toss, channels = tf.random.stateless_uniform([2], coins), image.shape[-1]
+  shuffled = tf.gather(image, tf.argsort(tf.random.stateless_uniform([channels], order)), axis=-1)
+  shuffled = tf.where(toss[1] < 0.5, 255.0 - shuffled, shuffled)
+  scales = tf.random.stateless_uniform([channels], scale, *RECOLOR_SCALE)
+  shifts = tf.random.stateless_uniform([channels], shift, -RECOLOR_SHIFT, RECOLOR_SHIFT)
+  return tf.where(toss[0] < prob, tf.clip_by_value(shuffled * scales + shifts, 0.0, 255.0), image)
+
+
 def augmentation_seeds(seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
   """(scale jitter, colour) seeds of an example: folded in apart from the older augmentations' seeds, which
   stay what they were."""
@@ -281,7 +299,7 @@ def preprocess_fn(
     crop_seed, pad_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     jitter_seed, color_seed = augmentation_seeds(seed)
     if train and data_config.inception_crop:
-      image = decode_inception_crop(image, channels, crop_seed)
+      image = decode_inception_crop(image, channels, crop_seed, data_config.inception_min_area)
     else:
       image = decode(image, channels)
     if canvas is not None and data_config.inception_crop:
@@ -306,6 +324,10 @@ def preprocess_fn(
     if train and on_host:  # RandAugment draws from a seed of its own, so the draws above stay what they were.
       image = randaugment(image, tf.random.experimental.stateless_fold_in(seed, 2))
       image = color(image, color_seed)
+      if data_config.rotate90:  # Seeds of their own again.
+        image = rotate90(image, tf.random.experimental.stateless_fold_in(seed, 3))
+      if data_config.recolor:
+        image = recolor(image, tf.random.experimental.stateless_fold_in(seed, 4), data_config.recolor)
     return tf.ensure_shape(pixels(image), (height, width, channels))
 
   return fn

@@ -44,6 +44,8 @@ IMAGE_AUGMENTATIONS = (  # data.* keys that resize or augment images and videos:
   'color_drop',
   'randaugment_layers',
   'random_erasing',
+  'rotate90',
+  'recolor',
 )
 
 

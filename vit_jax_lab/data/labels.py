@@ -39,10 +39,12 @@ def preprocess_fn(data_config, info: LabelInfo, train: bool) -> Callable[[dict, 
       return {'inputs': ids, 'label': tf.cast(example['label'], tf.int32)}
 
     return tokens
+  d = data_config
   check(
-    info.input_key == 'image' or (data_config.randaugment_layers == 0 and data_config.random_erasing == 0),
-    f'data.randaugment_layers={data_config.randaugment_layers} and data.random_erasing={data_config.random_erasing}: '
-    f'these augment images, and data.name={data_config.name!r} has videos: set both to 0',
+    info.input_key == 'image' or not (d.randaugment_layers or d.random_erasing or d.rotate90 or d.recolor),
+    f'data.randaugment_layers={d.randaugment_layers}, data.random_erasing={d.random_erasing}, data.rotate90='
+    f'{d.rotate90} and data.recolor={d.recolor}: these augment images, and data.name={d.name!r} has videos: unset '
+    'them',
   )
   canvas = device_canvas(data_config, *info.input_shape[-3:-1], train, info.source_size)
   if info.input_key == 'video':

@@ -25,7 +25,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageEnhance, ImageOps
 
-from vit_jax_lab.data import whole_crop
+from vit_jax_lab.data import RECOLOR_SCALE, RECOLOR_SHIFT, whole_crop
 from vit_jax_lab.data.info import resized_size
 
 FILL = 128  # Uncovered pixels of geometric ops (augment.FILL).
@@ -201,7 +201,7 @@ def preprocess_fn(
     random crop."""
     rows, cols = pixels.shape[:2]
     if d.inception_crop:
-      box = inception_box(cols, rows, rng)
+      box = inception_box(cols, rows, rng, d.inception_min_area)
       if not antialias:  # `resize`'s plain bilinear samples the crop alone.
         pixels, box = pixels[box[1] : box[3], box[0] : box[2]], (0, 0, box[2] - box[0], box[3] - box[1])
       return window(pixels, box, (height, width), antialias, canvas, out)
@@ -216,7 +216,9 @@ def preprocess_fn(
       return cut(pixels_of(data, channels), rng, out)
     image = decode(data, channels)
     if train and d.inception_crop:
-      image = resize(image, (width, height), antialias, box=inception_box(image.width, image.height, rng))
+      image = resize(
+        image, (width, height), antialias, box=inception_box(image.width, image.height, rng, d.inception_min_area)
+      )
     elif short is not None:
       image = resize(image, resized_size(image.height, image.width, short)[::-1], antialias)
       image = random_crop(image, height, width, rng) if train else central_crop(image, height, width)
@@ -231,7 +233,15 @@ def preprocess_fn(
       image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
     if train and d.randaugment_layers and on_host:
       image = randaugment(image, rng, d.randaugment_layers, float(d.randaugment_magnitude))
-    return np.asarray(image, np.uint8).reshape(height, width, channels)
+    pixels = np.asarray(image, np.uint8).reshape(height, width, channels)
+    if train and d.rotate90 and on_host:
+      pixels = np.rot90(pixels, int(rng.integers(4)))
+    if train and d.recolor and on_host and rng.random() < d.recolor:  # images.recolor.
+      shuffled = pixels[..., rng.permutation(channels)].astype(np.float32)
+      shuffled = 255 - shuffled if rng.random() < 0.5 else shuffled
+      mapped = shuffled * rng.uniform(*RECOLOR_SCALE, channels) + rng.uniform(-RECOLOR_SHIFT, RECOLOR_SHIFT, channels)
+      pixels = np.clip(np.round(mapped), 0, 255).astype(np.uint8)
+    return np.ascontiguousarray(pixels)
 
   fn.canvas = None if canvas is None else (*canvas, channels)  # The shape grain_input fills in place.
   return fn

@@ -51,11 +51,11 @@ def decode_frames(frames: tf.Tensor, channels: int) -> tf.Tensor:
   return tf.map_fn(lambda f: images.decode(f, channels), frames, fn_output_signature=spec)
 
 
-def _inception_crop(frames: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+def _inception_crop(frames: tf.Tensor, seed: tf.Tensor, min_area: float) -> tf.Tensor:
   """One images.inception_crop box for all frames: they lie side by side on the channel axis."""
   shape = tf.shape(frames)
   stacked = tf.reshape(tf.transpose(frames, [1, 2, 0, 3]), [shape[1], shape[2], -1])
-  crop = inception_crop(stacked, seed)
+  crop = inception_crop(stacked, seed, min_area)
   crop = tf.reshape(crop, [tf.shape(crop)[0], tf.shape(crop)[1], shape[0], shape[3]])
   return tf.transpose(crop, [2, 0, 1, 3])
 
@@ -91,13 +91,17 @@ def preprocess_fn(
     cropped = train and short is not None and not data_config.inception_crop and not data_config.crop_padding
     crop = (height, width)
     if canvas is not None and data_config.inception_crop:
-      return images.window(_inception_crop(frames, box_seed), crop, (0, 0), crop, antialias, canvas)
+      return images.window(
+        _inception_crop(frames, box_seed, data_config.inception_min_area), crop, (0, 0), crop, antialias, canvas
+      )
     if canvas is not None:
       return images.random_resized_crop(frames, short, jitter, crop, jitter_seed, crop_seed, antialias, canvas)
     if cropped:  # Resized, jittered and cropped in one resampling of the window the crop keeps.
       frames = images.random_resized_crop(frames, short, jitter, crop, jitter_seed, crop_seed, antialias)
     elif train and data_config.inception_crop:
-      frames = tf.image.resize(_inception_crop(frames, box_seed), crop, antialias=antialias)
+      frames = tf.image.resize(
+        _inception_crop(frames, box_seed, data_config.inception_min_area), crop, antialias=antialias
+      )
     elif short is not None:
       frames = images.resize_small(frames, short, antialias)
       if train and jitter != (1.0, 1.0):
