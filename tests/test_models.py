@@ -225,3 +225,29 @@ def test_the_families_import_by_class_name_and_say_what_a_call_lacks():
   with pytest.raises(ValueError, match=r'train=True with dropout or stochastic depth needs rngs: call model\(x, '):
     model(jnp.ones((1, 8, 8, 1)), train=True)
   assert model(jnp.ones((1, 8, 8, 1)), train=True, rngs=nnx.Rngs(dropout=1)).shape == (1, 3)
+
+
+def test_the_cnn_predicts_each_image_alone_and_alike_on_1_and_8_devices():
+  """models/cnn.py, configs/vit/folder.py's model from scratch: GroupNorm keeps no batch statistics, so an image's
+  logits do not depend on the batch it comes in nor on how the batch is sharded; its sizes are config keys, and a
+  too-small image or a width the groups do not divide is one line."""
+  from vit_jax_lab import models
+  from vit_jax_lab.models import CNN
+
+  config = models.config('cnn', widths=(8, 16, 16), groups=4, head_zero_init=False)
+  model = models.build(config, nnx.Rngs(0), num_classes=3, input_shape=(16, 16, 3))
+  assert isinstance(model, CNN) and model.offers('features') and not model.offers('attention_maps')
+  images = jax.random.normal(jax.random.key(1), (8, 16, 16, 3))
+  together = np.asarray(model(images))
+  alone = np.concatenate([np.asarray(model(images[i : i + 1])) for i in range(8)])
+  np.testing.assert_allclose(alone, together, atol=1e-5)
+  assert together.shape == (8, 3) and np.ptp(together, axis=0).min() > 1e-3  # Different images, different logits.
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ('data',))
+  spread = jax.device_put(images, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data')))
+  sharded = nnx.jit(lambda m, x: m(x))(model, spread)
+  assert len(sharded.sharding.device_set) == 8
+  np.testing.assert_allclose(np.asarray(sharded), together, atol=1e-5)
+  with pytest.raises(ConfigError, match=r'3 stages halve the images 3 times: 4x4 is too small; raise data.image_size'):
+    models.build(config, nnx.Rngs(0), num_classes=3, input_shape=(4, 4, 3))
+  with pytest.raises(ConfigError, match=r'model.widths=\(8, 6\) must be positive integers, each divisible by'):
+    models.build(models.config('cnn', widths=(8, 6), groups=4), nnx.Rngs(0), num_classes=3, input_shape=(16, 16, 3))

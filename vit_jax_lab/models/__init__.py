@@ -13,11 +13,11 @@ from flax import nnx
 
 from vit_jax_lab import signatures
 from vit_jax_lab.errors import ConfigError
-from vit_jax_lab.models import base, seq2seq, text_classifier, tracker, vit, vivit
+from vit_jax_lab.models import base, cnn, seq2seq, text_classifier, tracker, vit, vivit
 
 # The families by class name, for use as a library: `from vit_jax_lab.models import ViT`.
 ViT, ViViT, Transformer = vit.ViT, vivit.ViViT, seq2seq.Transformer
-TextClassifier, Tracker = text_classifier.TextClassifier, tracker.Tracker
+TextClassifier, Tracker, CNN = text_classifier.TextClassifier, tracker.Tracker, cnn.CNN
 
 MODELS: dict[str, type[base.Model]] = {
   'vit': vit.ViT,
@@ -25,6 +25,7 @@ MODELS: dict[str, type[base.Model]] = {
   'transformer': seq2seq.Transformer,
   'text_classifier': text_classifier.TextClassifier,
   'tracker': tracker.Tracker,
+  'cnn': cnn.CNN,
 }
 
 
