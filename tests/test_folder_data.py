@@ -497,22 +497,22 @@ def test_two_processes_prepare_once_and_read_the_same(tmp_path):
 
 
 def test_the_folder_recipe_sizes_its_run_from_the_folder(tmp_path):
-  """configs/vit/folder.py:PATH: 100 epochs of the images it trains on (the 80% not held out), at least 200 steps;
+  """configs/vit/folder.py:PATH: 100 epochs of the images it trains on (the 80% not held out), at least 4,000 steps;
   a train/ + val/ folder evaluates on val; anything but a folder is one line."""
   root = tmp_path / 'photos'
   for c in range(2):
     (root / f'class_{c}').mkdir(parents=True)
-    for i in range(60):
+    for i in range(900):
       Image.fromarray(np.full((4, 4, 3), 40 * c, np.uint8)).save(root / f'class_{c}' / f'{i}.png')
   config = config_lib.load(f'configs/vit/folder.py:{root}')
-  kept = sum(not folder.held_out(f'class_{c}/{i}.png') for c in range(2) for i in range(60))
-  assert 80 < kept < 120 and config.total_steps == -(-100 * kept // 32)
-  assert (config.data.name, config.data.eval_split) == (f'folder:{root}', 'test')
+  kept = sum(not folder.held_out(f'class_{c}/{i}.png') for c in range(2) for i in range(900))
+  assert 1400 < kept < 1480 and config.total_steps == -(-100 * kept // 32) > 4000
+  assert (config.data.name, config.data.eval_split, config.model.name) == (f'folder:{root}', 'test', 'cnn')
   for split in ('train', 'val'):
     (tmp_path / 'split' / split / 'a').mkdir(parents=True)
     Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / 'split' / split / 'a' / '0.png')
   small = config_lib.load(f'configs/vit/folder.py:{tmp_path / "split"}')
-  assert (small.total_steps, small.data.eval_split) == (200, 'val')
+  assert (small.total_steps, small.data.eval_split) == (4000, 'val')
   with pytest.raises(ConfigError, match='configs/vit/folder.py takes the folder of your photos'):
     config_lib.load('configs/vit/folder.py:/no/such/folder')
 
