@@ -166,8 +166,9 @@ def image_keys() -> dict:
     # augmentation; with data.flip, each of the square's 8 symmetries alike. For pictures with no up: shapes,
     # cells, aerial views.
     rotate90=False,
-    # Training images: probability of putting the colour channels in a random order and then, by a coin toss,
-    # inverting them (255 - pixel), last: for classes that colour does not tell apart (shapes, drawings).
+    # Training images: probability of remapping the colours, last: the channels in a random order, inverted
+    # (255 - pixel) by a coin toss, then each scaled by RECOLOR_SCALE and shifted by up to RECOLOR_SHIFT levels.
+    # For classes that colour does not tell apart (shapes, drawings).
     recolor=0.0,
     value_range=(-1.0, 1.0),  # Pixel values are scaled to this range (in the jitted step: pixels travel as uint8).
   )
