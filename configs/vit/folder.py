@@ -46,38 +46,19 @@ def get_config(arg: str | None = None):
     raise config_lib.ConfigError(f'{photos} holds {layout.kind}; configs/vit/folder.py trains on photos')
   images = len(layout.splits['train'])
   c = config_lib.base_config()
-  c.model = models.config('cnn')
-  c.task = tasks.config('classification', label_smoothing=0.1)
   c.data.name = f'folder:{os.path.abspath(photos)}'
-  c.data.image_size = 48
   c.data.inception_crop = True
-  c.data.inception_min_area = 0.3  # A thing may fill a tenth of the picture: smaller crops miss it.
   c.data.flip = True
-  c.data.rotate90 = True
-  c.data.color_drop = 0.2
-  c.data.recolor = 1.0  # Any colour; tf.image's colour jitter beside it did no better (experiments/own_photos).
-  c.data.augment_on = 'device'  # Flips, turns and colours in the step: the same on grain, which has no colour ops.
   c.data.cache = True
   c.data.eval_split = 'test' if 'test' in layout.splits else 'val'  # train/ + val/ only: evaluate on val.
   c.data.batch_size = BATCH
   c.data.eval_batch_size = 64
-  c.total_steps = max(STEPS, -(-EPOCHS * images // BATCH))
-  c.log_every = max(1, c.total_steps // 10)
-  c.eval_every = c.checkpoint_every = max(1, c.total_steps // 4)
-  c.optim.lr = 1e-3
-  c.optim.weight_decay = 0.05
-  c.schedule.warmup_steps = min(100, c.total_steps // 10)
   if pretrained:
     c.init_from = os.path.abspath(pretrained)
     c.model = models.config('vit')  # Every size and option the folder's (docs/pretrained.md).
     c.task = tasks.config('classification')
     c.data.image_size = 224  # Most hub ViTs' resolution; their position embeddings are resampled to another.
-    c.data.inception_min_area = 0.05  # vision_transformer's crops and flips alone: the features know photos.
-    c.data.rotate90, c.data.recolor, c.data.color_drop = False, 0.0, 0.0
-    c.data.augment_on = 'host'
     c.total_steps = max(PRETRAINED_MIN_STEPS, -(-PRETRAINED_EPOCHS * images // BATCH))
-    c.log_every = max(1, c.total_steps // 10)
-    c.eval_every = c.checkpoint_every = max(1, c.total_steps // 4)
     c.optim.name = 'sgd'
     c.optim.momentum = 0.9
     c.optim.lr = 0.01
@@ -85,4 +66,19 @@ def get_config(arg: str | None = None):
     c.optim.clip_norm = 1.0
     c.schedule.decay = 'cosine'
     c.schedule.warmup_steps = c.total_steps // 10
+  else:
+    c.model = models.config('cnn')
+    c.task = tasks.config('classification', label_smoothing=0.1)
+    c.data.image_size = 48
+    c.data.inception_min_area = 0.3  # A thing may fill a tenth of the picture: smaller crops miss it.
+    c.data.rotate90 = True
+    c.data.color_drop = 0.2
+    c.data.recolor = 1.0  # Any colour; tf.image's colour jitter beside it did no better (experiments/own_photos).
+    c.data.augment_on = 'device'  # Flips, turns and colours in the step: the same on grain, which has no colour ops.
+    c.total_steps = max(STEPS, -(-EPOCHS * images // BATCH))
+    c.optim.lr = 1e-3
+    c.optim.weight_decay = 0.05
+    c.schedule.warmup_steps = min(100, c.total_steps // 10)
+  c.log_every = max(1, c.total_steps // 10)
+  c.eval_every = c.checkpoint_every = max(1, c.total_steps // 4)
   return c
