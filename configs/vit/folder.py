@@ -6,7 +6,7 @@ python -m main --config vit/folder:/path/to/photos,/path/to/hub_folder --workdir
 
 photos/<class>/*.jpg (20% held out as test), or photos/train/<class>/... with test/ or val/; any sizes. From
 scratch, a ViT memorises ~100 photos and scores at chance on the held-out ones, so the recipe trains a CNN, whose
-locality is built in, at 48x48 with strong augmentation: inception crops of at least 30% of the picture, flips,
+locality is built in, at 48x48 with strong augmentation: inception crops of at least 85% of the picture, flips,
 quarter turns, grey, and colours remapped (channels shuffled, inverted, scaled and shifted); experiments/own_photos
 gives its accuracy on two kinds of folders. These suit things told apart by their shape; where colour or which way
 is up tells the classes apart, unset data.recolor or data.rotate90. Override any key as usual, e.g.
@@ -70,7 +70,7 @@ def get_config(arg: str | None = None):
     c.model = models.config('cnn')
     c.task = tasks.config('classification', label_smoothing=0.1)
     c.data.image_size = 48
-    c.data.inception_min_area = 0.3  # A thing may fill a tenth of the picture: smaller crops miss it.
+    c.data.inception_min_area = 0.85  # Crops that cut the thing teach a wrong label; none at all: no scale to vary.
     c.data.rotate90 = True
     c.data.color_drop = 0.2
     c.data.recolor = 1.0  # Any colour; tf.image's colour jitter beside it did no better (experiments/own_photos).

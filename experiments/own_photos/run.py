@@ -1,9 +1,10 @@
 """The own-photos command on folders a newcomer would bring (photos.py: 2 kinds, 100 pictures each, 20% held out),
 over seeds: held-out accuracy of `python -m main --config vit/folder:FOLDER`, against chance (1/3).
 
-python -m experiments.own_photos.run [SEEDS] [--scratch DIR]   # SEEDS: 3 by default (~33 minutes on 2 CPU cores)
+python -m experiments.own_photos.run [SEEDS] [--scratch DIR]   # SEEDS: 3 by default (~45 minutes on 2 CPU cores)
 Each run is its own command (experiments.common.train_all, two at a time on 2 cores); the folders are made once
-under --scratch from fixed seeds, and the table is written into README.md.
+under --scratch from fixed seeds, and the table is written into README.md. A last row trains once on folders of
+another seed, which no recipe was chosen on.
 """
 
 if not __package__:
@@ -20,9 +21,11 @@ from experiments.own_photos import photos
 
 MORE = 300  # Pictures of each kind drawn from another seed, which every run also predicts: 23 or 13 held out are few.
 
-ROWS = {  # The command as a user runs it; recipes to try go beside it.
+ROWS = {  # The command as a user runs it on folders of seed 0; recipes to try go beside it.
   'vit/folder as it is': {},
 }
+CHECK_SEED = 7  # The recipe was chosen on seed 0's folders: once more, on folders drawn from a seed used nowhere else.
+CHECK_ROW = f'vit/folder as it is, folders of seed {CHECK_SEED}'
 
 
 def predicted(workdir: str, folder: str) -> float:
@@ -45,39 +48,41 @@ def main() -> None:
   parser.add_argument('--rows', default=','.join(ROWS), help='which rows, by name, comma-separated (names have none)')
   args = parser.parse_args()
   rows = [r for r in ROWS if r in args.rows.split(',')]
-  folders, more = {}, {}
-  for kind in photos.KINDS:
-    folders[kind] = os.path.join(args.scratch, 'photos', kind)
-    more[kind] = os.path.join(args.scratch, 'more', kind)
-    for root, seed, count in ((folders[kind], 0, 100), (more[kind], 1, MORE)):
-      if not os.path.isdir(root):
-        photos.make(root, kind, seed=seed, count=count)
-  runs, keys, workdirs = [], [], []
-  for row in rows:
-    for kind, folder in folders.items():
-      for seed in range(args.seeds):
-        workdir = os.path.join(args.scratch, 'runs', f'{list(ROWS).index(row)}_{kind}_{seed}')
-        runs.append((f'configs/vit/folder.py:{folder}', workdir, {'seed': seed, **ROWS[row]}))
-        workdirs.append(workdir)
+  runs, keys, workdirs, more, folder_seeds = [], [], [], {}, {}
+  for row, folder_seed, seeds in [*((r, 0, args.seeds) for r in rows), (CHECK_ROW, CHECK_SEED, 1)]:
+    folder_seeds[row] = folder_seed
+    for kind in photos.KINDS:
+      folder = os.path.join(args.scratch, f'photos_{folder_seed}', kind)
+      more[row, kind] = os.path.join(args.scratch, f'more_{folder_seed + 1}', kind)
+      for root, count in ((folder, 100), (more[row, kind], MORE)):
+        if not os.path.isdir(root):
+          photos.make(root, kind, seed=folder_seed + (root != folder), count=count)
+      for seed in range(seeds):
+        name = 'check' if row == CHECK_ROW else list(ROWS).index(row)
+        workdirs.append(os.path.join(args.scratch, 'runs', f'{name}_{kind}_{seed}'))
+        runs.append((f'configs/vit/folder.py:{folder}', workdirs[-1], {'seed': seed, **ROWS.get(row, {})}))
         keys.append((row, kind))
   results = common.train_all(runs, jobs=min(2, len(common.pinnable_cores())))
   accuracy, on_more, held_out = {}, {}, {}
   for key, metrics, workdir in zip(keys, results, workdirs):
     accuracy.setdefault(key, []).append(100 * metrics['eval/accuracy'])
-    on_more.setdefault(key, []).append(100 * predicted(workdir, more[key[1]]))
-    held_out[key[1]] = int(metrics['eval/examples'])
+    on_more.setdefault(key, []).append(100 * predicted(workdir, more[key]))
+    held_out.setdefault(folder_seeds[key[0]], {})[key[1]] = int(metrics['eval/examples'])
   header = [f'{kind} (held-out %) | {kind} ({MORE} more, %)' for kind in photos.KINDS]
   lines = ['| recipe | ' + ' | '.join(header) + ' |', '|---|' + '---:|' * 2 * len(photos.KINDS)]
-  for row in rows:
+  for row in [*rows, CHECK_ROW]:
     cells = [
       f'{common.mean_spread(accuracy[row, k], 1)} | {common.mean_spread(on_more[row, k], 1)}' for k in photos.KINDS
     ]
     lines.append(f'| {row} | ' + ' | '.join(cells) + ' |')
   lines.append('')
-  counts = ', '.join(f'{kind} {n}' for kind, n in held_out.items())
+  counts = '; '.join(
+    f'seed {s}, ' + ', '.join(f'{k} {n}' for k, n in by_kind.items()) for s, by_kind in held_out.items()
+  )
   lines.append(
-    f'Mean ± standard deviation over {args.seeds} seeds; held-out pictures: {counts}; {MORE} more of each kind drawn '
-    f'from another seed (photos.py), predicted by each run (tools.predict); chance 33.3%.'
+    f'Mean ± standard deviation over {args.seeds} seeds (the last row: 1 run); held-out pictures of the folders of '
+    f"{counts}; {MORE} more of each kind drawn from the folder's seed + 1 (photos.py), predicted by each run "
+    '(tools.predict); chance 33.3%.'
   )
   each = '; '.join(f'{row}, {kind}: {", ".join(f"{a:.0f}" for a in v)}' for (row, kind), v in accuracy.items())
   lines.append(f'Each run: {each}.')

@@ -124,7 +124,7 @@ def image_keys() -> dict:
     antialias=True,
     inception_crop=False,  # Random-resized crop (Szegedy et al.) before resizing, for training.
     # The inception crop's smallest share of the image's area (big_vision's area_min 5%, timm's scale 0.08). Where
-    # the thing to classify fills little of the picture, small crops miss it and teach noise: e.g. 0.3.
+    # the thing to classify fills little of the picture, small crops cut it off and teach noise: e.g. 0.85.
     inception_min_area=0.05,
     crop_padding=0,  # Pad by this many pixels (with zeros) and take a random crop, for training.
     flip=False,  # Random horizontal flip, for training.
