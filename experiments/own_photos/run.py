@@ -1,7 +1,7 @@
 """The own-photos command on folders a newcomer would bring (photos.py: 2 kinds, 100 pictures each, 20% held out),
 over seeds: held-out accuracy of `python -m main --config vit/folder:FOLDER`, against chance (1/3).
 
-python -m experiments.own_photos.run [SEEDS] [--scratch DIR]   # SEEDS: 3 by default (~45 minutes on 2 CPU cores)
+python -m experiments.own_photos.run [SEEDS] [--scratch DIR]   # SEEDS: 3 by default (~47 minutes on 2 CPU cores)
 Each run is its own command (experiments.common.train_all, two at a time on 2 cores); the folders are made once
 under --scratch from fixed seeds, and the table is written into README.md. A last row trains once on folders of
 another seed, which no recipe was chosen on.
@@ -87,7 +87,8 @@ def main() -> None:
   each = '; '.join(f'{row}, {kind}: {", ".join(f"{a:.0f}" for a in v)}' for (row, kind), v in accuracy.items())
   lines.append(f'Each run: {each}.')
   minutes = [common.wall(w)['seconds'] / 60 for w in workdirs]
-  lines.append(f'A run took {min(minutes):.1f}-{max(minutes):.1f} minutes on one CPU core, two runs at a time.')
+  took = sorted({f'{m:.1f}' for m in (min(minutes), max(minutes))}, key=float)
+  lines.append(f'A run took {"-".join(took)} minutes on one CPU core, two runs at a time.')
   common.write_table(__file__, lines)
 
 
