@@ -49,7 +49,8 @@ def main() -> None:
   args = parser.parse_args()
   rows = [r for r in ROWS if r in args.rows.split(',')]
   runs, keys, workdirs, more, folder_seeds = [], [], [], {}, {}
-  for row, folder_seed, seeds in [*((r, 0, args.seeds) for r in rows), (CHECK_ROW, CHECK_SEED, 1)]:
+  table = [*((row, i, 0, args.seeds) for i, row in enumerate(ROWS) if row in rows), (CHECK_ROW, 'check', CHECK_SEED, 1)]
+  for row, name, folder_seed, seeds in table:
     folder_seeds[row] = folder_seed
     for kind in photos.KINDS:
       folder = os.path.join(args.scratch, f'photos_{folder_seed}', kind)
@@ -58,7 +59,6 @@ def main() -> None:
         if not os.path.isdir(root):
           photos.make(root, kind, seed=folder_seed + (root != folder), count=count)
       for seed in range(seeds):
-        name = 'check' if row == CHECK_ROW else list(ROWS).index(row)
         workdirs.append(os.path.join(args.scratch, 'runs', f'{name}_{kind}_{seed}'))
         runs.append((f'configs/vit/folder.py:{folder}', workdirs[-1], {'seed': seed, **ROWS.get(row, {})}))
         keys.append((row, kind))
@@ -87,8 +87,9 @@ def main() -> None:
   each = '; '.join(f'{row}, {kind}: {", ".join(f"{a:.0f}" for a in v)}' for (row, kind), v in accuracy.items())
   lines.append(f'Each run: {each}.')
   minutes = [common.wall(w)['seconds'] / 60 for w in workdirs]
-  took = sorted({f'{m:.1f}' for m in (min(minutes), max(minutes))}, key=float)
-  lines.append(f'A run took {"-".join(took)} minutes on one CPU core, two runs at a time.')
+  shortest, longest = (f'{m:.1f}' for m in (min(minutes), max(minutes)))
+  took = shortest if shortest == longest else f'{shortest}-{longest}'
+  lines.append(f'A run took {took} minutes on one CPU core, two runs at a time.')
   common.write_table(__file__, lines)
 
 
