@@ -1,5 +1,5 @@
-"""Two local processes x 4 CPU devices train like one process x 8 devices (same losses); processes that disagree
-on their config, or a process_id out of range, stop in one line."""
+"""Two local processes x 4 CPU devices train like one process x 8 devices (same losses), also with grain's worker
+processes; processes that disagree on their config, or a process_id out of range, stop in one line."""
 
 import json
 import os
@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import local_address, start_processes, wait_for_first_log
+from conftest import build_builtin, load_config, local_address, start_processes, wait_for_first_log
 from vit_jax_lab import train
 
 
@@ -56,6 +56,27 @@ def test_two_processes_match_one_process(smoke_config, data_dir, tmp_path):
     [multi_losses[k] for k in sorted(multi_losses)], [single_losses[k] for k in sorted(single_losses)], rtol=1e-5
   )
   assert [e['eval/examples'] for e in multi_evals] == [360.0, 360.0]
+  np.testing.assert_allclose([e['eval/accuracy'] for e in multi_evals], [e['eval/accuracy'] for e in single_evals])
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_processes_with_grain_workers_match_one_process_without(tmp_path):
+  """grain's worker processes inside each of two JAX processes hand every process its shard's batches in step
+  order: the same losses as one process reading both shards itself. The two processes start together, so both
+  find the dataset without grain's ArrayRecord copy, which one of them writes while the other waits."""
+  data_dir = build_builtin('digits', str(tmp_path / 'tfds'))  # Its own: the copy is written inside the dataset.
+  multi = str(tmp_path / 'multi')
+  outputs, returncodes = run_two_processes(multi, data_dir, '--config.data.backend=grain', '--config.data.workers=2')
+  assert returncodes == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+  single = str(tmp_path / 'single')
+  train.train_and_evaluate(
+    load_config('configs/vit/digits.py:smoke', data_dir, data__shards=2, data__backend='grain'), single
+  )
+  single_losses, single_evals = losses(single)
+  multi_losses, multi_evals = losses(multi)
+  assert sorted(multi_losses) == sorted(single_losses) == list(range(1, 7))
+  np.testing.assert_allclose([multi_losses[k] for k in range(1, 7)], [single_losses[k] for k in range(1, 7)], rtol=1e-5)
   np.testing.assert_allclose([e['eval/accuracy'] for e in multi_evals], [e['eval/accuracy'] for e in single_evals])
 
 
