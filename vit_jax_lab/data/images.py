@@ -250,7 +250,7 @@ def rotate90(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
 
 def recolor(image: tf.Tensor, seed: tf.Tensor, prob: float) -> tf.Tensor:
   """Float pixels in [0, 255]: with probability `prob`, each channel taken from another (a random order), all
-  inverted (255 - x) by a coin toss, then each scaled by 0.6-1.4 and shifted by +-RECOLOR_SHIFT levels, clipped
+  inverted (255 - x) by a coin toss, then each scaled by RECOLOR_SCALE and shifted by +-RECOLOR_SHIFT levels, clipped
   (data.recolor): any colour for the same shape."""
   coins, order, scale, shift = tf.unstack(tf.random.experimental.stateless_split(seed, 4))
   toss, channels = tf.random.stateless_uniform([2], coins), image.shape[-1]
