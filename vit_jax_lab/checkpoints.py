@@ -10,6 +10,7 @@ import gc
 import os
 import shutil
 import time
+import warnings
 import zipfile
 from typing import Any, Callable, Iterator
 
@@ -55,16 +56,18 @@ class Checkpointer:
   def read_whole(self, step: int, abstract_state: Any) -> tuple[Any, str | None]:
     """(state, None), or (None, the first line of why) when checkpoint `step` does not read whole."""
     # A failed restore leaves reads in flight on other threads that print dozens of tracebacks ("Event loop is
-    # closed") as they die: held back, as the failure is reported in one line.
+    # closed") as they die, and tasks that complain when collected: held back, as the failure is reported in one line.
     with console.held_stderr() as held:
       try:
         return self.restore(step, abstract_state), None
       except Exception as e:  # Whatever orbax or tensorstore raise for a bad file (a signal's stop is not one).
         failure = first_line(e)
-        gc.collect()  # Finalises the abandoned reads now, while their messages are held back.
-        time.sleep(0.5)
-        held['replay'] = False
-        return None, failure
+      time.sleep(0.5)  # The reads still in flight end.
+      with warnings.catch_warnings():  # Their tasks, kept alive by the exception's traceback until here, end now.
+        warnings.filterwarnings('ignore', 'coroutine .* was never awaited', RuntimeWarning)
+        gc.collect()
+      held['replay'] = False
+    return None, failure
 
   def restore_newest(self, abstract_state: Any, note: Callable[[str], None]) -> tuple[int, Any]:
     """(step, state) of the newest checkpoint that reads whole, or (0, None) when there is none. The damaged

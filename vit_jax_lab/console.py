@@ -37,23 +37,28 @@ VERBOSE = os.environ.get('VIT_JAX_LAB_VERBOSE', '') not in ('', '0')
 @contextlib.contextmanager
 def held_stderr() -> Iterator[dict]:
   """Holds back what is written to file descriptor 2 in the block (C++ libraries write there directly, past
-  Python's sys.stderr), and writes it out at the end unless the block sets held['replay'] = False; held['text'] has
-  it after the block."""
+  Python's sys.stderr) and to sys.stderr (which a notebook or a test's capture points elsewhere), and writes it out
+  at the end unless the block sets held['replay'] = False; held['text'] has it after the block."""
   held: dict = {'replay': True}
-  sys.stderr.flush()
+  python_stderr = sys.stderr
+  python_stderr.flush()
   saved = os.dup(2)
   with tempfile.TemporaryFile() as buffer:
     os.dup2(buffer.fileno(), 2)
+    # Line-buffered into the same file as descriptor 2, so the two keep their order.
+    sys.stderr = open(buffer.fileno(), 'w', buffering=1, closefd=False, errors='backslashreplace')
     try:
       yield held
     finally:
-      sys.stderr.flush()
+      held_stream, sys.stderr = sys.stderr, python_stderr
+      held_stream.close()
       os.dup2(saved, 2)
       os.close(saved)
       buffer.seek(0)
       held['text'] = buffer.read()
       if held['replay']:
-        os.write(2, held['text'])
+        python_stderr.write(held['text'].decode(errors='replace'))
+        python_stderr.flush()
 
 
 _FD2 = threading.Lock()  # One capture of file descriptor 2 at a time; `say` waits for it.
