@@ -184,9 +184,16 @@ def test_a_process_killed_outright_ends_the_other_in_one_line_within_the_heartbe
   waited = time.monotonic() - start
   assert procs[0].returncode == 75, out[-3000:]
   lines = out.strip().splitlines()
-  assert lines[-1] == (
-    f'error: process 1 of 2 stopped answering (no heartbeat for {supervisor.HEARTBEAT_S} s), so process 0 stopped '
-    'too; start every process again with the same command to continue from the checkpoint of step 1'
+  # Which process: the heartbeat check names it. Now and then (1 kill in 21 at stop 74) the runtime aborts process 0
+  # within seconds and says nothing, and the line says only that (test_how_a_supervised_child_ends_is_said).
+  who = (
+    f'process 1 of 2 stopped answering \\(no heartbeat for {supervisor.HEARTBEAT_S} s\\)'
+    "|JAX's distributed service lost a process of 2"
+  )
+  assert re.fullmatch(
+    f'error: ({who}), so process 0 stopped too; start every process again with the same command to continue '
+    'from the checkpoint of step 1',
+    lines[-1],
   ), out[-3000:]
   noise = re.compile(r'[EFW]\d{4} |\*\*\* |    @ |Traceback|Additional GRPC|\[Gloo\]|.*peer ranks')
   assert not [line for line in lines if noise.match(line)], out[-3000:]
