@@ -30,6 +30,16 @@ def start_two_processes(workdir, data_dir, *overrides):
   return start_processes([[*command, f'--config.distributed.process_id={i}'] for i in range(2)], env)
 
 
+def assert_same_run(multi, single):
+  """The two runs' workdirs hold the same 6 losses (rtol 1e-5) and evaluations; the evaluations, for more checks."""
+  single_losses, single_evals = losses(single)
+  multi_losses, multi_evals = losses(multi)
+  assert sorted(multi_losses) == sorted(single_losses) == list(range(1, 7))
+  np.testing.assert_allclose([multi_losses[k] for k in range(1, 7)], [single_losses[k] for k in range(1, 7)], rtol=1e-5)
+  np.testing.assert_allclose([e['eval/accuracy'] for e in multi_evals], [e['eval/accuracy'] for e in single_evals])
+  return multi_evals
+
+
 def run_two_processes(workdir, data_dir, *overrides):
   procs = start_two_processes(workdir, data_dir, *overrides)
   return [p.communicate(timeout=300)[0] for p in procs], [p.returncode for p in procs]
@@ -49,14 +59,7 @@ def test_two_processes_match_one_process(smoke_config, data_dir, tmp_path):
   assert "mesh {'data': 8, 'fsdp': 1, 'model': 1}" in outputs[0]
   assert not [line for out in outputs for line in out.splitlines() if line.startswith('[Gloo]')]
 
-  single_losses, single_evals = losses(single)
-  multi_losses, multi_evals = losses(multi)
-  assert sorted(multi_losses) == list(range(1, 7))
-  np.testing.assert_allclose(
-    [multi_losses[k] for k in sorted(multi_losses)], [single_losses[k] for k in sorted(single_losses)], rtol=1e-5
-  )
-  assert [e['eval/examples'] for e in multi_evals] == [360.0, 360.0]
-  np.testing.assert_allclose([e['eval/accuracy'] for e in multi_evals], [e['eval/accuracy'] for e in single_evals])
+  assert [e['eval/examples'] for e in assert_same_run(multi, single)] == [360.0, 360.0]
 
 
 @pytest.mark.slow
@@ -73,11 +76,7 @@ def test_two_processes_with_grain_workers_match_one_process_without(tmp_path):
   train.train_and_evaluate(
     load_config('configs/vit/digits.py:smoke', data_dir, data__shards=2, data__backend='grain'), single
   )
-  single_losses, single_evals = losses(single)
-  multi_losses, multi_evals = losses(multi)
-  assert sorted(multi_losses) == sorted(single_losses) == list(range(1, 7))
-  np.testing.assert_allclose([multi_losses[k] for k in range(1, 7)], [single_losses[k] for k in range(1, 7)], rtol=1e-5)
-  np.testing.assert_allclose([e['eval/accuracy'] for e in multi_evals], [e['eval/accuracy'] for e in single_evals])
+  assert_same_run(multi, single)
 
 
 @pytest.mark.slow
