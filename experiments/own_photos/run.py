@@ -55,9 +55,9 @@ def main() -> None:
     for kind in photos.KINDS:
       folder = os.path.join(args.scratch, f'photos_{folder_seed}', kind)
       more[row, kind] = os.path.join(args.scratch, f'more_{folder_seed + 1}', kind)
-      for root, count in ((folder, 100), (more[row, kind], MORE)):
+      for root, photo_seed, count in ((folder, folder_seed, 100), (more[row, kind], folder_seed + 1, MORE)):
         if not os.path.isdir(root):
-          photos.make(root, kind, seed=folder_seed + (root != folder), count=count)
+          photos.make(root, kind, seed=photo_seed, count=count)
       for seed in range(seeds):
         workdirs.append(os.path.join(args.scratch, 'runs', f'{name}_{kind}_{seed}'))
         runs.append((f'configs/vit/folder.py:{folder}', workdirs[-1], {'seed': seed, **ROWS.get(row, {})}))
